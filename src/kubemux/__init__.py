@@ -1,0 +1,69 @@
+"""kubemux: live, cached views of Kubernetes resources across every kubeconfig context.
+
+The public surface is this module, :mod:`kubemux.testing` and the ``kubemux`` command.
+"""
+
+from __future__ import annotations
+
+from ._errors import ApiError as ApiError
+from ._errors import ClusterUnreachable as ClusterUnreachable
+from ._errors import ContextNotFound as ContextNotFound
+from ._errors import ContextRemoved as ContextRemoved
+from ._errors import Forbidden as Forbidden
+from ._errors import KubeconfigError as KubeconfigError
+from ._errors import KubemuxError as KubemuxError
+from ._errors import NotSynced as NotSynced
+from ._errors import ResourceExpired as ResourceExpired
+from ._errors import ResourceNotFound as ResourceNotFound
+from ._errors import SubscriberOverflow as SubscriberOverflow
+from ._errors import Unauthorized as Unauthorized
+from ._fanout import Change as Change
+from ._fanout import Subscription as Subscription
+from ._informer import InformerStatus as InformerStatus
+from ._kubeconfig import ContextConfig as ContextConfig
+from ._kubeconfig import KubeconfigSnapshot as KubeconfigSnapshot
+from ._kubeconfig import load_kubeconfig as load_kubeconfig
+from ._kubeconfig_watch import ContextDiff as ContextDiff
+from ._kubeconfig_watch import KubeconfigSource as KubeconfigSource
+from ._registry import ContextStatus as ContextStatus
+from ._registry import RegistryStatus as RegistryStatus
+from ._registry import WatcherRegistry as WatcherRegistry
+from ._resources import Resource as Resource
+from ._resources import parse_resource as parse_resource
+from ._resources import register_resource as register_resource
+from ._settings import Backoff as Backoff
+from ._settings import WatchSettings as WatchSettings
+from ._store import Store as Store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ApiError",
+    "Backoff",
+    "Change",
+    "ClusterUnreachable",
+    "ContextConfig",
+    "ContextDiff",
+    "ContextNotFound",
+    "ContextRemoved",
+    "ContextStatus",
+    "Forbidden",
+    "InformerStatus",
+    "KubeconfigError",
+    "KubeconfigSnapshot",
+    "KubeconfigSource",
+    "KubemuxError",
+    "NotSynced",
+    "RegistryStatus",
+    "Resource",
+    "ResourceExpired",
+    "ResourceNotFound",
+    "Store",
+    "SubscriberOverflow",
+    "Subscription",
+    "Unauthorized",
+    "WatcherRegistry",
+    "load_kubeconfig",
+    "parse_resource",
+    "register_resource",
+]

@@ -1,0 +1,231 @@
+"""One HTTP client per context generation, and the raw LIST/WATCH requests.
+
+kubernetes-asyncio builds the client (so tokens, token files, client certificates, exec
+plugins, proxies and TLS settings behave exactly as they do there), but kubemux never asks it
+for OpenAPI model objects: responses are read raw (``_preload_content=False``) and decoded
+with orjson into plain dicts. Every foreign exception is converted here: HTTP errors into
+:class:`ApiError` built from the Status body, connection problems into
+:class:`ClusterUnreachable` naming the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import ssl
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import anyio
+import orjson
+
+from ._errors import ApiError, ClusterUnreachable, KubeconfigError, api_error_from_status
+from ._resources import Resource
+
+if TYPE_CHECKING:
+    from ._kubeconfig import ContextConfig
+
+__all__ = ["ContextClient", "open_client"]
+
+log = logging.getLogger(__name__)
+
+_ACCEPT = {"Accept": "application/json"}
+
+
+class ContextClient:
+    """Raw LIST and WATCH against one context's API server.
+
+    Built by :func:`open_client`, which owns its lifetime (the HTTP session is closed when
+    the ``async with`` ends).
+    """
+
+    __slots__ = ("_api", "context", "server")
+
+    def __init__(self, context: str, server: str, api: Any) -> None:
+        self.context = context
+        self.server = server
+        self._api = api
+
+    def __repr__(self) -> str:
+        return f"<ContextClient context={self.context!r} server={self.server!r}>"
+
+    @contextlib.asynccontextmanager
+    async def _request(
+        self,
+        path: str,
+        params: Mapping[str, str],
+        client_timeout: aiohttp.ClientTimeout,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        try:
+            resp: aiohttp.ClientResponse = await self._api.call_api(
+                path,
+                "GET",
+                query_params=list(params.items()),
+                header_params=dict(_ACCEPT),
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=client_timeout,
+            )
+        except (TimeoutError, aiohttp.ClientError, OSError, ssl.SSLError) as exc:
+            raise _unreachable(self.server, exc) from exc
+        try:
+            if resp.status >= 400:
+                try:
+                    body = await resp.read()
+                except (TimeoutError, aiohttp.ClientError, OSError):
+                    body = b""
+                raise api_error_from_status(resp.status, body)
+            yield resp
+        finally:
+            resp.release()
+
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        params: Mapping[str, str],
+        *,
+        request_timeout: float,
+        connect_timeout: float,
+    ) -> dict[str, Any]:
+        """One LIST request (one page); returns the decoded List object.
+
+        Raises:
+            ApiError: the server answered with an error status.
+            ClusterUnreachable: the server could not be reached or the response broke off.
+
+        Cancellation abandons the request and releases its connection.
+        """
+        t = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
+        async with self._request(resource.path(namespace), params, t) as resp:
+            try:
+                data = await resp.read()
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise _unreachable(self.server, exc) from exc
+        try:
+            decoded = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise ApiError(
+                resp.status, "BadResponse", f"LIST {resource.name} returned invalid JSON: {exc}"
+            ) from exc
+        if not isinstance(decoded, dict):
+            raise ApiError(resp.status, "BadResponse", f"LIST {resource.name} returned no object")
+        return decoded
+
+    @contextlib.asynccontextmanager
+    async def watch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        params: Mapping[str, str],
+        *,
+        inactivity_timeout: float,
+        connect_timeout: float,
+        max_line_size: int,
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Open a WATCH; yields an async iterator over its raw lines (without the newline).
+
+        The iterator ends when the server ends the stream. No bytes for
+        ``inactivity_timeout`` seconds, or a broken connection, raise
+        :class:`ClusterUnreachable`. Lines of any size up to ``max_line_size`` are read.
+        """
+        t = aiohttp.ClientTimeout(
+            total=None, sock_connect=connect_timeout, sock_read=inactivity_timeout
+        )
+        async with self._request(resource.path(namespace), params, t) as resp:
+            yield _lines(resp, self.server, max_line_size)
+
+
+async def _lines(
+    resp: aiohttp.ClientResponse, server: str, max_line_size: int
+) -> AsyncIterator[bytes]:
+    # Not StreamReader.readline(): it refuses lines above its buffer limit, and a single
+    # object can legitimately be larger than that.
+    content = resp.content
+    buf = b""
+    while True:
+        try:
+            chunk = await content.readany()
+        except TimeoutError as exc:
+            raise ClusterUnreachable(server, "watch stream inactive (no bytes received)") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise _unreachable(server, exc) from exc
+        if not chunk:
+            if buf.strip():
+                yield buf
+            return
+        if buf:
+            chunk = buf + chunk
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            if end < 0:
+                break
+            if end > start:
+                yield chunk[start:end]
+            start = end + 1
+        buf = chunk[start:] if start < len(chunk) else b""
+        if len(buf) > max_line_size:
+            raise ApiError(
+                0, "LineTooLong", f"watch line exceeds {max_line_size} bytes; stream abandoned"
+            )
+
+
+def _unreachable(server: str, exc: BaseException) -> ClusterUnreachable:
+    detail = str(exc) or type(exc).__name__
+    if isinstance(exc, asyncio.TimeoutError):
+        detail = "timed out"
+    return ClusterUnreachable(server, detail)
+
+
+@contextlib.asynccontextmanager
+async def open_client(config: ContextConfig) -> AsyncIterator[ContextClient]:
+    """Build the kubernetes-asyncio client for one context; close its session on exit.
+
+    Raises:
+        KubeconfigError: the context's credentials or TLS files cannot be used.
+    """
+    from kubernetes_asyncio.client import ApiClient, Configuration
+    from kubernetes_asyncio.config.config_exception import ConfigException
+    from kubernetes_asyncio.config.kube_config import KubeConfigLoader
+
+    cfg = type.__call__(Configuration)
+    base = os.path.dirname(config.source) if os.path.isabs(config.source) else None
+    try:
+        loader = KubeConfigLoader(
+            config_dict=_plain(config.config),
+            config_base_path=base,
+            active_context=config.name,
+            temp_file_path=tempfile.gettempdir(),
+        )
+        await loader.load_and_set(cfg)
+        api = ApiClient(configuration=cfg)
+    except (ConfigException, OSError, ssl.SSLError, ValueError, KeyError) as exc:
+        raise KubeconfigError(
+            f"context {config.name!r} (from {config.source}): cannot build a client: "
+            f"{_redact(str(exc))}",
+            path=config.source,
+        ) from exc
+    try:
+        yield ContextClient(config.name, config.server, api)
+    finally:
+        # shielded and bounded: closing must finish even when we are being cancelled
+        with anyio.move_on_after(5.0, shield=True):
+            await api.close()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _redact(text: str) -> str:
+    # kubernetes-asyncio error messages can quote config values; keep them short and plain.
+    return text if len(text) < 300 else text[:300] + "..."

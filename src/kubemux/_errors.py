@@ -1,0 +1,165 @@
+"""The kubemux exception tree.
+
+::
+
+    KubemuxError
+    ├── KubeconfigError            a kubeconfig file is missing, unreadable or malformed
+    ├── ContextNotFound            (also LookupError) no such context in the kubeconfig
+    ├── ContextRemoved             the context was removed or reloaded while you used it
+    ├── NotSynced                  a store was read before its first LIST completed
+    ├── SubscriberOverflow         a subscriber fell behind and its buffer filled up
+    ├── ClusterUnreachable         (also ConnectionError) the server could not be reached
+    └── ApiError                   the API server answered with an error Status
+        ├── ResourceExpired        410 Gone: the resourceVersion is too old
+        ├── Unauthorized           401
+        ├── Forbidden              403
+        └── ResourceNotFound       (also LookupError) 404: unknown resource type or object
+
+Foreign exceptions (aiohttp, yaml, OSError) are converted at the boundary with
+``raise ... from exc`` so callers only need to catch :class:`KubemuxError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ApiError",
+    "ClusterUnreachable",
+    "ContextNotFound",
+    "ContextRemoved",
+    "Forbidden",
+    "KubeconfigError",
+    "KubemuxError",
+    "NotSynced",
+    "ResourceExpired",
+    "ResourceNotFound",
+    "SubscriberOverflow",
+    "Unauthorized",
+    "api_error_from_status",
+]
+
+
+class KubemuxError(Exception):
+    """Base class of every error kubemux raises on purpose."""
+
+
+class KubeconfigError(KubemuxError):
+    """A kubeconfig file could not be used.
+
+    Attributes:
+        path: The file at fault, or ``None`` when the problem is not tied to one file.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class ContextNotFound(KubemuxError, LookupError):
+    """The kubeconfig has no context of that name (or it is invalid)."""
+
+    def __init__(self, context: str, detail: str | None = None) -> None:
+        msg = f"context {context!r} not found in the kubeconfig"
+        if detail:
+            msg = f"{msg}: {detail}"
+        super().__init__(msg)
+        self.context = context
+
+
+class ContextRemoved(KubemuxError):
+    """The context was stopped (removed or reloaded) while the call was in flight."""
+
+    def __init__(self, context: str, reason: str = "stopped") -> None:
+        super().__init__(f"context {context!r} was {reason}")
+        self.context = context
+        self.reason = reason
+
+
+class NotSynced(KubemuxError):
+    """A store was used before its informer finished the first LIST."""
+
+
+class SubscriberOverflow(KubemuxError):
+    """A subscriber fell more than its buffer size behind and was closed.
+
+    Resubscribe (with ``snapshot=True``) to start again from the current state.
+    """
+
+
+class ClusterUnreachable(KubemuxError, ConnectionError):
+    """The API server could not be reached (DNS, TCP, TLS or a dropped connection)."""
+
+    def __init__(self, server: str, detail: str) -> None:
+        super().__init__(f"cannot reach {server}: {detail}")
+        self.server = server
+        self.detail = detail
+
+
+class ApiError(KubemuxError):
+    """The API server answered with an error.
+
+    Attributes:
+        status: HTTP status code (or the ``code`` of an in-stream ERROR Status).
+        reason: The Status ``reason`` (``"Expired"``, ``"Unauthorized"``, ...).
+        message: The Status ``message``, as the server wrote it.
+    """
+
+    def __init__(self, status: int, reason: str = "", message: str = "") -> None:
+        text = f"{status} {reason}".strip()
+        if message:
+            text = f"{text}: {message}"
+        super().__init__(text)
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class ResourceExpired(ApiError):
+    """410 Gone: the requested resourceVersion is no longer in the server's history."""
+
+
+class Unauthorized(ApiError):
+    """401: the credentials were rejected."""
+
+
+class Forbidden(ApiError):
+    """403: the credentials are valid but lack permission."""
+
+
+class ResourceNotFound(ApiError, LookupError):
+    """404: the resource type (or the object) does not exist on this server."""
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    401: Unauthorized,
+    403: Forbidden,
+    404: ResourceNotFound,
+    410: ResourceExpired,
+}
+
+
+def api_error_from_status(status: int, body: Any = None) -> ApiError:
+    """Build the right :class:`ApiError` subclass from a status code and a Status body.
+
+    ``body`` may be a decoded Status dict, raw bytes, or ``None``; anything unparseable
+    is kept (truncated) as the message.
+    """
+    reason = ""
+    message = ""
+    if isinstance(body, bytes | bytearray):
+        try:
+            import orjson
+
+            body = orjson.loads(body)
+        except ValueError:
+            message = bytes(body[:300]).decode("utf-8", "replace").strip()
+            body = None
+    if isinstance(body, dict):
+        code = body.get("code")
+        if isinstance(code, int) and code >= 400:
+            status = code
+        reason = str(body.get("reason") or "")
+        message = str(body.get("message") or "")
+    cls = _BY_STATUS.get(status, ApiError)
+    return cls(status, reason, message)

@@ -1,0 +1,219 @@
+"""Subscriptions: every change, to every interested subscriber, without ever waiting for one.
+
+Each subscriber has a bounded buffer. Publishing is synchronous and never blocks: a
+subscriber whose buffer is full is closed with :class:`SubscriberOverflow` (it can
+resubscribe with ``snapshot=True`` to start again from the current state). An informer is
+therefore never slowed down by a slow consumer, and memory per subscriber is bounded by its
+buffer.
+
+A snapshot is delivered from a list taken at subscribe time, in the same synchronous step
+that registers the subscriber, so there is no gap and no duplicate between the snapshot and
+the live changes that follow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ._errors import SubscriberOverflow
+
+__all__ = ["Change", "ChangeType", "Fanout", "Subscription"]
+
+ChangeType = str
+"""``ADDED``, ``MODIFIED``, ``DELETED``: object changes. ``RESET``: forget what you hold for
+this (context, resource); fresh ADDEDs follow (a reload or a relist after a reload).
+``REMOVED``: the context was stopped (removed from the kubeconfig or stopped by hand)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Change:
+    """One change seen by a subscriber.
+
+    Attributes:
+        context: The kubeconfig context.
+        resource: The resource's full name (``pods``, ``deployments.apps``).
+        type: See :data:`ChangeType`.
+        object: The object (its final state for DELETED); ``None`` for RESET and REMOVED.
+        generation: The context generation that produced the change.
+        snapshot: True for the ADDEDs that replay the store at subscribe time.
+    """
+
+    context: str
+    resource: str
+    type: ChangeType
+    object: Mapping[str, Any] | None
+    generation: int = 0
+    snapshot: bool = False
+
+    @property
+    def namespace(self) -> str:
+        meta = (self.object or {}).get("metadata") or {}
+        return str(meta.get("namespace") or "")
+
+    @property
+    def name(self) -> str:
+        meta = (self.object or {}).get("metadata") or {}
+        return str(meta.get("name") or "")
+
+    def __repr__(self) -> str:
+        return (
+            f"Change({self.context!r}, {self.resource!r}, {self.type}, "
+            f"{self.namespace + '/' if self.namespace else ''}{self.name})"
+        )
+
+
+class Subscription:
+    """An async iterator of :class:`Change`; returned by ``registry.subscribe(...)``.
+
+    Iteration ends when the subscription is closed; it raises :class:`SubscriberOverflow`
+    if this subscriber fell more than its buffer behind.
+    """
+
+    def __init__(
+        self,
+        fanout: Fanout,
+        *,
+        resource: str | None,
+        contexts: frozenset[str] | None,
+        namespace: str | None,
+        buffer_size: int,
+    ) -> None:
+        self._fanout = fanout
+        self.resource = resource
+        self.contexts = contexts
+        self.namespace = namespace
+        send, receive = anyio.create_memory_object_stream[Change](buffer_size)
+        self._send: MemoryObjectSendStream[Change] = send
+        self._receive: MemoryObjectReceiveStream[Change] = receive
+        self._snapshot: deque[Change] = deque()
+        self._overflowed = False
+        self.delivered = 0
+
+    def wants(self, context: str, resource: str, namespace: str | None) -> bool:
+        """Whether a change about (context, resource, namespace) is for this subscriber."""
+        return (
+            (self.resource is None or self.resource == resource)
+            and (self.contexts is None or context in self.contexts)
+            and (self.namespace is None or namespace is None or self.namespace == namespace)
+        )
+
+    def _offer(self, change: Change) -> None:
+        if self._overflowed:
+            return
+        try:
+            self._send.send_nowait(change)
+        except anyio.WouldBlock:
+            self._overflowed = True
+            self._send.close()
+            self._fanout._discard(self)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._fanout._discard(self)
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Change:
+        if self._snapshot:
+            self.delivered += 1
+            return self._snapshot.popleft()
+        try:
+            change = await self._receive.receive()
+        except anyio.EndOfStream:
+            if self._overflowed:
+                raise SubscriberOverflow(
+                    f"subscriber fell more than {self._send.statistics().max_buffer_size:g} "
+                    "changes behind and was closed; resubscribe with snapshot=True"
+                ) from None
+            raise StopAsyncIteration from None
+        except anyio.ClosedResourceError:
+            raise StopAsyncIteration from None
+        self.delivered += 1
+        return change
+
+    def receive_nowait(self) -> Change:
+        """The next change if one is ready; raises ``anyio.WouldBlock`` otherwise."""
+        if self._snapshot:
+            self.delivered += 1
+            return self._snapshot.popleft()
+        change = self._receive.receive_nowait()
+        self.delivered += 1
+        return change
+
+    @property
+    def pending(self) -> int:
+        """Changes buffered and not yet read."""
+        return len(self._snapshot) + self._receive.statistics().current_buffer_used
+
+    def close(self) -> None:
+        """Stop receiving; the iterator ends once the buffer is drained. Idempotent."""
+        self._fanout._discard(self)
+        self._send.close()
+
+    async def aclose(self) -> None:
+        self.close()
+        self._receive.close()
+        self._snapshot.clear()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class Fanout:
+    """The set of live subscriptions and the synchronous publish path."""
+
+    def __init__(self) -> None:
+        self._subs: dict[int, Subscription] = {}
+
+    def __len__(self) -> int:
+        return len(self._subs)
+
+    def subscribe(
+        self,
+        *,
+        resource: str | None,
+        contexts: Iterable[str] | None,
+        namespace: str | None,
+        buffer_size: int,
+        snapshot: Iterable[Change] = (),
+    ) -> Subscription:
+        """Register a subscriber; ``snapshot`` is delivered before any live change."""
+        sub = Subscription(
+            self,
+            resource=resource,
+            contexts=frozenset(contexts) if contexts is not None else None,
+            namespace=namespace,
+            buffer_size=buffer_size,
+        )
+        sub._snapshot.extend(snapshot)
+        self._subs[id(sub)] = sub
+        return sub
+
+    def publish(self, change: Change, namespace: str | None) -> None:
+        """Offer ``change`` to every interested subscriber. Never blocks."""
+        if not self._subs:
+            return
+        for sub in list(self._subs.values()):
+            if sub.wants(change.context, change.resource, namespace):
+                sub._offer(change)
+
+    def _discard(self, sub: Subscription) -> None:
+        self._subs.pop(id(sub), None)
+
+    def close_all(self) -> None:
+        for sub in list(self._subs.values()):
+            sub.close()

@@ -1,0 +1,366 @@
+"""The reflector loop: LIST, then WATCH from the list's resourceVersion, forever.
+
+State machine (after client-go's ``tools/cache/reflector.go``)::
+
+    LIST (paginated) ──► WATCH(rv) ──stream ends normally──► WATCH(last rv)   (no relist)
+        ▲                  │
+        │                  ├── 410 Expired (HTTP or in-stream ERROR) ──► RELIST
+        │                  ├── 429 / 5xx / connection error / inactivity ──► backoff ──► WATCH
+        └──────────────────┴── anything unexpected ──► backoff ──► RELIST
+
+Every event's resourceVersion, bookmarks included, is the resume point; resourceVersions are
+opaque strings, never compared. A RELIST swaps the store in one step and reports the deletes
+missed while away as DELETED. Malformed lines are logged, counted and skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio
+import orjson
+
+from ._client import ContextClient
+from ._errors import ApiError, ClusterUnreachable, KubemuxError, ResourceExpired
+from ._resources import Resource
+from ._settings import WatchSettings
+from ._store import Store
+
+__all__ = ["Informer", "InformerKey", "InformerStatus", "OnChange"]
+
+log = logging.getLogger(__name__)
+
+OnChange = Callable[[str, dict[str, Any], dict[str, Any] | None], None]
+"""Called synchronously for every change applied to the store: (type, object, old object)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InformerKey:
+    """What one informer watches in one context: resource and scope."""
+
+    resource: str
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+
+    def __str__(self) -> str:
+        parts = [self.resource]
+        if self.namespace:
+            parts.append(f"-n {self.namespace}")
+        if self.label_selector:
+            parts.append(f"-l {self.label_selector}")
+        if self.field_selector:
+            parts.append(f"--field-selector {self.field_selector}")
+        return " ".join(parts)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class InformerStatus:
+    """A frozen snapshot of one informer for a UI."""
+
+    resource: str
+    namespace: str | None
+    label_selector: str | None
+    field_selector: str | None
+    state: str  # "listing", "watching", "backing off", "relisting", "error", "stopped"
+    has_synced: bool
+    objects: int
+    resource_version: str
+    relists: int
+    reconnects: int
+    skipped_lines: int
+    last_error: str | None
+    last_sync: float | None  # wall-clock time of the last completed LIST
+
+
+class Informer:
+    """Keeps one :class:`Store` in step with the server.
+
+    Run it with ``await task_group.start(informer.run)``: ``start`` returns once the first
+    LIST is in the store, and raises if that LIST fails (bad credentials, unknown resource,
+    unreachable server). After that, failures are retried with backoff and the cache is
+    kept; they show in :meth:`status`.
+    """
+
+    def __init__(
+        self,
+        client: ContextClient,
+        resource: Resource,
+        key: InformerKey,
+        *,
+        settings: WatchSettings,
+        store: Store,
+        on_change: OnChange | None = None,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.key = key
+        self.settings = settings
+        self.store = store
+        self._on_change = on_change
+        self._synced = anyio.Event()
+        self._state = "listing"
+        self._relists = 0
+        self._reconnects = 0
+        self._skipped = 0
+        self._last_error: str | None = None
+        self._last_sync: float | None = None
+        self._failures = 0
+        self._last_failure_at = -math.inf
+        self._rv = ""
+        self._delivered = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<Informer {self.client.context}/{self.key} state={self._state} "
+            f"objects={len(self.store)}>"
+        )
+
+    # ------------------------------------------------------------------ public
+    @property
+    def has_synced(self) -> bool:
+        """True once the first LIST is in the store."""
+        return self._synced.is_set()
+
+    async def wait_synced(self) -> None:
+        """Wait until the first LIST is in the store. Cancelling only stops the wait."""
+        await self._synced.wait()
+
+    def status(self) -> InformerStatus:
+        """A frozen snapshot for a UI."""
+        return InformerStatus(
+            resource=self.key.resource,
+            namespace=self.key.namespace,
+            label_selector=self.key.label_selector,
+            field_selector=self.key.field_selector,
+            state=self._state,
+            has_synced=self.has_synced,
+            objects=len(self.store),
+            resource_version=self.store.resource_version,
+            relists=self._relists,
+            reconnects=self._reconnects,
+            skipped_lines=self._skipped,
+            last_error=self._last_error,
+            last_sync=self._last_sync,
+        )
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """LIST, report started, then WATCH until cancelled.
+
+        Raises:
+            KubemuxError: only from the first LIST, before ``task_status.started()``.
+
+        Cancellation ends the loop at once and closes the open stream.
+        """
+        await self.initial_sync()
+        task_status.started()
+        await self.watch_forever()
+
+    async def initial_sync(self) -> None:
+        """The first LIST, into the store.
+
+        Raises:
+            KubemuxError: the LIST failed; the error is also kept for :meth:`status`.
+        """
+        try:
+            self._rv = await self._list()
+        except KubemuxError as exc:
+            self._state = "error"
+            self._last_error = str(exc)
+            raise
+        self._last_error = None
+        self._synced.set()
+
+    async def watch_forever(self) -> None:
+        """WATCH (and RELIST when needed) until cancelled; failures are retried with backoff."""
+        await self._watch_loop(self._rv)
+
+    # ------------------------------------------------------------------ LIST
+    def _base_params(self) -> dict[str, str]:
+        params: dict[str, str] = {}
+        if self.key.label_selector:
+            params["labelSelector"] = self.key.label_selector
+        if self.key.field_selector:
+            params["fieldSelector"] = self.key.field_selector
+        return params
+
+    async def _list(self) -> str:
+        """A full paginated LIST, applied to the store; returns the list's resourceVersion."""
+        self._state = "listing" if not self.has_synced else "relisting"
+        s = self.settings
+        items: list[dict[str, Any]] = []
+        params = self._base_params()
+        if s.page_size:
+            params["limit"] = str(s.page_size)
+        list_rv = ""
+        while True:
+            try:
+                page = await self.client.list(
+                    self.resource,
+                    self.key.namespace,
+                    params,
+                    request_timeout=s.request_timeout,
+                    connect_timeout=s.connect_timeout,
+                )
+            except ResourceExpired:
+                if "continue" not in params:
+                    raise
+                # the continue token expired mid-list: start over with one full list
+                log.info("%s: continue token expired, listing in one request", self)
+                items.clear()
+                params = self._base_params()
+                continue
+            page_items = page.get("items") or []
+            # decode/transform in slices so a 50k-object list never stalls the loop
+            for i, obj in enumerate(page_items):
+                if isinstance(obj, dict):
+                    items.append(self.store._prepare(obj))
+                if i % s.relist_slice == s.relist_slice - 1:
+                    await anyio.lowlevel.checkpoint()
+            meta = page.get("metadata") or {}
+            list_rv = str(meta.get("resourceVersion") or list_rv)
+            token = meta.get("continue")
+            if not token:
+                break
+            params["continue"] = str(token)
+            await anyio.lowlevel.checkpoint()
+        changes = self.store._replace(items, list_rv)
+        del items
+        self._last_sync = time.time()
+        if self.has_synced:
+            self._relists += 1
+        await self._emit_sliced(changes)
+        return list_rv
+
+    async def _emit_sliced(
+        self, changes: list[tuple[str, dict[str, Any], dict[str, Any] | None]]
+    ) -> None:
+        if self._on_change is None:
+            return
+        step = self.settings.relist_slice
+        for i, (kind, obj, old) in enumerate(changes):
+            self._on_change(kind, obj, old)
+            if i % step == step - 1:
+                await anyio.lowlevel.checkpoint()
+
+    # ------------------------------------------------------------------ WATCH
+    async def _watch_loop(self, rv: str) -> None:
+        s = self.settings
+        self._rv = rv
+        while True:
+            started = time.monotonic()
+            self._delivered = 0
+            try:
+                self._state = "watching"
+                await self._watch_once()
+                if self._delivered == 0 and time.monotonic() - started < s.min_healthy_watch:
+                    raise ClusterUnreachable(
+                        self.client.server, "watch closed at once with no events"
+                    )
+                self._reconnects += 1
+                continue
+            except ResourceExpired as exc:
+                log.info("%s: %s; relisting", self, exc)
+            except (ClusterUnreachable, ApiError) as exc:
+                self._note_failure(exc)
+                await self._backoff()
+                self._reconnects += 1
+                continue
+            while True:  # RELIST until it succeeds
+                try:
+                    self._rv = await self._list()
+                    break
+                except KubemuxError as exc:
+                    self._note_failure(exc)
+                    await self._backoff()
+
+    async def _watch_once(self) -> None:
+        """One WATCH request from ``self._rv``; advances it with every event and bookmark."""
+        s = self.settings
+        params = self._base_params()
+        params.update(
+            {
+                "watch": "true",
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": str(s.watch_timeout()),
+            }
+        )
+        if self._rv:
+            params["resourceVersion"] = self._rv
+        async with self.client.watch(
+            self.resource,
+            self.key.namespace,
+            params,
+            inactivity_timeout=s.inactivity_timeout,
+            connect_timeout=s.connect_timeout,
+            max_line_size=s.max_line_size,
+        ) as lines:
+            async for line in lines:
+                new_rv = self._handle_line(line)
+                if new_rv is not None:
+                    self._rv = new_rv
+                    self._delivered += 1
+
+    def _handle_line(self, line: bytes) -> str | None:
+        """Apply one watch line; returns its resourceVersion, or None if skipped."""
+        try:
+            event = orjson.loads(line)
+            etype = event["type"]
+            obj = event["object"]
+            if not isinstance(obj, dict):
+                raise TypeError("object is not a JSON object")
+        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            self._skip(f"malformed watch line ({exc}): {line[:120]!r}")
+            return None
+        if etype == "ERROR":
+            raise _status_error(obj)
+        meta = obj.get("metadata")
+        rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        if etype == "BOOKMARK":
+            if isinstance(rv, str) and rv:
+                self.store.resource_version = rv
+                return rv
+            return None
+        if etype not in ("ADDED", "MODIFIED", "DELETED"):
+            self._skip(f"unknown watch event type {etype!r}")
+            return None
+        if not isinstance(rv, str) or not isinstance(meta, dict) or not meta.get("name"):
+            self._skip(f"{etype} event without metadata.name/resourceVersion")
+            return None
+        change = self.store._apply(etype, obj)
+        if change is not None and self._on_change is not None:
+            self._on_change(*change)
+        return rv
+
+    # ------------------------------------------------------------------ health
+    def _skip(self, why: str) -> None:
+        self._skipped += 1
+        log.warning("%s/%s: skipped %s", self.client.context, self.key, why)
+
+    def _note_failure(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._last_failure_at > self.settings.backoff.reset_after:
+            self._failures = 0  # healthy long enough: the backoff starts over
+        self._last_failure_at = now
+        self._failures += 1
+        self._last_error = str(exc)
+        self._state = "backing off"
+        log.warning("%s/%s: %s (failure %d)", self.client.context, self.key, exc, self._failures)
+
+    async def _backoff(self) -> None:
+        await anyio.sleep(self.settings.backoff.delay(max(1, self._failures)))
+        self._state = "watching"
+
+
+def _status_error(obj: Mapping[str, Any]) -> ApiError:
+    from ._errors import api_error_from_status
+
+    code = obj.get("code")
+    return api_error_from_status(code if isinstance(code, int) else 500, dict(obj))

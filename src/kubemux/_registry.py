@@ -1,0 +1,729 @@
+"""The WatcherRegistry: one entry per kubeconfig context, started lazily, stopped cleanly.
+
+Lifecycle of a context entry (one *generation*)::
+
+    watch() ──► starting ──client built──► running ──stop_watcher()/sync──► stopping ──► (gone)
+                    └──── client failed ──► (gone; the failure is kept for backoff)
+
+The entry runs as one task in the registry's task group, inside its own cancel scope; its
+informers run in the entry's own task group, so cancelling the scope stops everything of
+that generation, and the entry's ``finally`` closes its HTTP session, drops its stores and
+removes it from the registry only if it is still the current generation for its key
+(compare-and-delete).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import logging
+import math
+import time
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from ._client import ContextClient, open_client
+from ._errors import ContextNotFound, ContextRemoved, KubemuxError
+from ._fanout import Change, Fanout, Subscription
+from ._informer import Informer, InformerKey, InformerStatus
+from ._kubeconfig import ContextConfig
+from ._kubeconfig_watch import ContextDiff, KubeconfigSource
+from ._resources import Resource, parse_resource
+from ._settings import Backoff, WatchSettings
+from ._store import Store, Transform, drop_managed_fields
+
+__all__ = ["ContextStatus", "RegistryStatus", "WatcherRegistry"]
+
+log = logging.getLogger(__name__)
+
+ResourceSpec = str | Resource
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ContextStatus:
+    """A frozen snapshot of one context for a UI. Never holds a secret."""
+
+    name: str
+    state: str  # "idle", "starting", "running", "backing off", "error", "stopping"
+    generation: int | None
+    server: str
+    cluster_name: str
+    user_name: str
+    namespace: str | None
+    source: str
+    informers: tuple[InformerStatus, ...]
+    last_error: str | None
+    retry_in: float | None  # seconds until a failed start may be retried
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RegistryStatus:
+    """A frozen snapshot of the whole registry."""
+
+    contexts: Mapping[str, ContextStatus]
+    current_context: str | None
+    kubeconfig_errors: Mapping[str, str]  # file -> error (its last good contexts are kept)
+    invalid_contexts: Mapping[str, str]  # context -> why it cannot be used
+    kubeconfig_syncs: int
+
+
+@dataclasses.dataclass(slots=True)
+class _Failure:
+    error: BaseException
+    count: int
+    retry_at: float
+
+
+class _Slot:
+    """One informer of one entry (single-flight start, then the running informer)."""
+
+    __slots__ = ("error", "informer", "key", "persistent", "ready", "resource", "store")
+
+    def __init__(
+        self, key: InformerKey, resource: Resource, store: Store, persistent: bool
+    ) -> None:
+        self.key = key
+        self.resource = resource
+        self.store = store
+        self.persistent = persistent  # keep retrying the first LIST (autowatch, reloads)
+        self.informer: Informer | None = None
+        self.ready = anyio.Event()  # the first LIST attempt finished (error or not)
+        self.error: BaseException | None = None
+
+
+class _ContextEntry:
+    __slots__ = (
+        "client",
+        "config",
+        "done",
+        "error",
+        "failures",
+        "final_change",
+        "generation",
+        "key",
+        "ready",
+        "scope",
+        "slots",
+        "state",
+        "stop_reason",
+        "tg",
+    )
+
+    def __init__(self, key: str, generation: int, config: ContextConfig) -> None:
+        self.key = key
+        self.generation = generation
+        self.config = config
+        self.state = "starting"
+        self.scope: anyio.CancelScope | None = None
+        self.tg: anyio.abc.TaskGroup | None = None
+        self.client: ContextClient | None = None
+        self.slots: dict[InformerKey, _Slot] = {}
+        self.failures: dict[InformerKey, _Failure] = {}
+        self.ready = anyio.Event()  # client built (state running) or failed
+        self.done = anyio.Event()  # the entry's task has exited and cleaned up
+        self.error: BaseException | None = None
+        self.stop_reason = ""
+        self.final_change: str | None = "REMOVED"
+
+    def __repr__(self) -> str:
+        return (
+            f"<ContextEntry {self.key!r} gen={self.generation} state={self.state} "
+            f"informers={len(self.slots)}>"
+        )
+
+
+class WatcherRegistry(anyio.AsyncContextManagerMixin):
+    """Live, cached views of Kubernetes resources across every context of a kubeconfig.
+
+    Build it with :meth:`from_kubeconfig`, or from a :class:`KubeconfigSource` or a mapping
+    of :class:`ContextConfig`. Use it as an async context manager: leaving the block stops
+    every watcher and closes every HTTP session.
+
+    Args:
+        source: Where contexts come from.
+        settings: How informers talk to API servers.
+        autowatch: Resources every context watches as soon as it is known (and again after
+            a reload); failures are retried in the background and shown in :meth:`status`.
+            Without it, nothing starts until :meth:`watch` is called.
+        start_backoff: Delays before a failed start may be tried again.
+        stop_timeout: Upper bound on the shielded cleanup of one context.
+        subscriber_buffer: Default buffer size of a subscription.
+        transform: Applied to every object before it is cached (default: drop managedFields).
+    """
+
+    def __init__(
+        self,
+        source: KubeconfigSource | Mapping[str, ContextConfig],
+        *,
+        settings: WatchSettings | None = None,
+        autowatch: Sequence[ResourceSpec] = (),
+        start_backoff: Backoff | None = None,
+        stop_timeout: float = 5.0,
+        subscriber_buffer: int = 1000,
+        transform: Transform | None = drop_managed_fields,
+    ) -> None:
+        if not isinstance(source, KubeconfigSource):
+            source = KubeconfigSource.static(source)
+        self._source = source
+        self.settings = settings or WatchSettings()
+        self._autowatch = tuple(parse_resource(r) for r in autowatch)
+        self._start_backoff = start_backoff or Backoff(initial_delay=1.0, max_delay=60.0)
+        self._stop_timeout = stop_timeout
+        self._subscriber_buffer = subscriber_buffer
+        self._transform = transform
+        self._entries: dict[str, _ContextEntry] = {}
+        self._failures: dict[str, _Failure] = {}  # context -> failed client build
+        self._fanout = Fanout()
+        self._generations = itertools.count(1)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._state = "unopened"
+        self._reconcile_lock = anyio.Lock()
+        self._syncs = 0
+        self._sync_event = anyio.Event()
+
+    @classmethod
+    def from_kubeconfig(
+        cls,
+        paths: str | Sequence[str] | None = None,
+        follow: bool = True,
+        *,
+        debounce_delay: float = 0.2,
+        **kwargs: Any,
+    ) -> WatcherRegistry:
+        """A registry following kubeconfig files.
+
+        Args:
+            paths: A path or paths; ``None`` means ``$KUBECONFIG`` (split on ``os.pathsep``,
+                merged with kubectl's rules), else ``~/.kube/config``.
+            follow: Watch the files and reconcile on every change.
+            debounce_delay: Quiet time after the last file event before a sync.
+            **kwargs: Passed to the constructor.
+        """
+        source = KubeconfigSource(paths, follow=follow, debounce_delay=debounce_delay)
+        return cls(source, **kwargs)
+
+    # ------------------------------------------------------------------ lifecycle
+    @contextlib.asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncGenerator[WatcherRegistry]:
+        if self._state != "unopened":
+            raise RuntimeError(f"a WatcherRegistry can be entered once (it is {self._state})")
+        self._state = "opening"
+        try:
+            async with self._source as source, anyio.create_task_group() as tg:
+                self._tg = tg
+                self._state = "open"
+                tg.start_soon(self._follow, source, name="kubemux kubeconfig follower")
+                for name in self._source.contexts:
+                    self._autostart(name, ())
+                try:
+                    yield self
+                finally:
+                    self._state = "closing"
+                    with anyio.CancelScope(shield=True):
+                        await self._stop_entries(
+                            list(self._entries.values()), "registry closed", final_change="REMOVED"
+                        )
+                    self._fanout.close_all()
+                    tg.cancel_scope.cancel("registry closed")
+        except BaseExceptionGroup as group:
+            # Our tasks contain their own failures, so a group here carries the caller's
+            # exception from the body: give it back unwrapped.
+            inner = _single(group)
+            if inner is None:
+                raise
+            raise inner from inner.__cause__
+        finally:
+            self._state = "closed"
+            self._tg = None
+
+    async def aclose(self) -> None:  # pragma: no cover - convenience for the unentered case
+        """Nothing to do unless entered; use ``async with``."""
+
+    # ------------------------------------------------------------------ kubeconfig
+    @property
+    def contexts(self) -> Mapping[str, ContextConfig]:
+        """What the kubeconfig says now: context name -> :class:`ContextConfig`."""
+        return self._source.contexts
+
+    @property
+    def current_context(self) -> str | None:
+        """The kubeconfig's current-context, by kubectl's merge rules."""
+        return self._source.current_context
+
+    @property
+    def kubeconfig_syncs(self) -> int:
+        """How many kubeconfig syncs have been reconciled (including ones that changed nothing)."""
+        return self._syncs
+
+    async def wait_kubeconfig_sync(self, after: int) -> int:
+        """Wait until more than ``after`` syncs were reconciled; returns the new count.
+
+        Take ``after = registry.kubeconfig_syncs`` *before* editing the file. Cancelling
+        only stops the wait.
+        """
+        while self._syncs <= after:
+            await self._sync_event.wait()
+        return self._syncs
+
+    async def sync_kubeconfig(self) -> None:
+        """Re-read the kubeconfig now and reconcile (also works with ``follow=False``)."""
+        diff = await self._source.sync_now()
+        await self._reconcile(diff)
+
+    async def _follow(self, source: KubeconfigSource) -> None:
+        async for diff in source.diffs:
+            try:
+                await self._reconcile(diff)
+            except Exception:  # never lose the follower to one bad sync
+                log.exception("kubeconfig reconcile failed")
+
+    async def _reconcile(self, diff: ContextDiff) -> None:
+        async with self._reconcile_lock:
+            to_stop = []
+            for name in diff.removed:
+                self._failures.pop(name, None)
+                entry = self._entries.get(name)
+                if entry is not None:
+                    to_stop.append(entry)
+            reloads: list[tuple[ContextConfig, list[tuple[InformerKey, Resource]]]] = []
+            for cfg in diff.changed:
+                self._failures.pop(cfg.name, None)
+                entry = self._entries.get(cfg.name)
+                if entry is not None:
+                    specs = [(s.key, s.resource) for s in entry.slots.values()]
+                    reloads.append((cfg, specs))
+            if to_stop:
+                log.info("kubeconfig: removing %s", ", ".join(e.key for e in to_stop))
+                await self._stop_entries(to_stop, "removed from the kubeconfig", "REMOVED")
+            reloaded = [self._entries[c.name] for c, _ in reloads if c.name in self._entries]
+            if reloaded:
+                log.info("kubeconfig: reloading %s", ", ".join(e.key for e in reloaded))
+                await self._stop_entries(reloaded, "reloaded (kubeconfig changed)", "RESET")
+            for cfg, specs in reloads:
+                self._autostart(cfg.name, specs)
+            for cfg in diff.added:
+                self._autostart(cfg.name, ())
+            self._syncs += 1
+            event, self._sync_event = self._sync_event, anyio.Event()
+            event.set()
+
+    def _autostart(self, name: str, specs: Iterable[tuple[InformerKey, Resource]]) -> None:
+        wanted = {InformerKey(r.name): r for r in self._autowatch}
+        wanted.update(dict(specs))
+        if not wanted or self._state != "open" or name not in self.contexts:
+            return
+        entry = self._new_entry(name)
+        for key, resource in wanted.items():
+            self._start_slot(entry, key, resource, persistent=True)
+
+    # ------------------------------------------------------------------ entries
+    def _new_entry(self, name: str) -> _ContextEntry:
+        assert self._tg is not None
+        entry = _ContextEntry(name, next(self._generations), self.contexts[name])
+        self._entries[name] = entry
+        self._tg.start_soon(self._run_entry, entry, name=f"kubemux context {name!r}")
+        return entry
+
+    async def _run_entry(self, entry: _ContextEntry) -> None:
+        try:
+            with anyio.CancelScope() as scope:
+                entry.scope = scope
+                if entry.state == "stopping":
+                    scope.cancel(entry.stop_reason)
+                async with open_client(entry.config) as client, anyio.create_task_group() as tg:
+                    entry.client, entry.tg = client, tg
+                    entry.state = "running"
+                    self._failures.pop(entry.key, None)
+                    entry.ready.set()
+                    for slot in entry.slots.values():  # queued before the client existed
+                        tg.start_soon(self._run_slot, entry, slot, name=_task_name(entry, slot))
+                    await anyio.sleep_forever()
+        except Exception as exc:  # noqa: BLE001 - contained per context, recorded, backed off
+            entry.error = exc
+            old = self._failures.get(entry.key)
+            count = old.count + 1 if old else 1
+            delay = self._start_backoff.delay(count)
+            self._failures[entry.key] = _Failure(exc, count, time.monotonic() + delay)
+            log.warning("context %r: %s (retry allowed in %.1fs)", entry.key, exc, delay)
+        finally:
+            self._cleanup_entry(entry)
+
+    def _cleanup_entry(self, entry: _ContextEntry) -> None:
+        # Runs in the entry task's finally: synchronous, so it cannot be interrupted.
+        was_running = entry.client is not None
+        entry.state = "stopped"
+        entry.client = None
+        entry.tg = None
+        for slot in entry.slots.values():
+            if not slot.ready.is_set():
+                slot.error = entry.error or ContextRemoved(
+                    entry.key, entry.stop_reason or "stopped"
+                )
+                slot.ready.set()
+            slot.store._clear()
+            slot.informer = None
+        if was_running and entry.final_change is not None:
+            for resource in sorted({s.key.resource for s in entry.slots.values()}):
+                self._fanout.publish(
+                    Change(entry.key, resource, entry.final_change, None, entry.generation),
+                    None,
+                )
+        entry.slots.clear()
+        entry.failures.clear()
+        entry.ready.set()
+        if self._entries.get(entry.key) is entry:  # compare-and-delete, never a newer one
+            del self._entries[entry.key]
+        entry.done.set()
+
+    def _request_stop(self, entry: _ContextEntry, reason: str, final_change: str | None) -> None:
+        if entry.state in ("stopping", "stopped"):
+            return
+        entry.state = "stopping"
+        entry.stop_reason = reason
+        entry.final_change = final_change
+        if entry.scope is not None:
+            entry.scope.cancel(f"context {entry.key!r} {reason}")
+
+    async def _stop_entries(
+        self, entries: Sequence[_ContextEntry], reason: str, final_change: str | None
+    ) -> None:
+        for entry in entries:
+            self._request_stop(entry, reason, final_change)
+        with anyio.move_on_after(self._stop_timeout, shield=True) as scope:
+            for entry in entries:
+                await entry.done.wait()
+        if scope.cancelled_caught:
+            stuck = [e.key for e in entries if not e.done.is_set()]
+            log.error("contexts %s did not stop within %.1fs", stuck, self._stop_timeout)
+
+    async def stop_watcher(self, context: str) -> bool:
+        """Stop every watcher of ``context``; idempotent.
+
+        Returns only after the context's tasks have exited, its HTTP session is closed and
+        its stores are dropped (bounded by ``stop_timeout``). Subscribers receive a final
+        ``REMOVED`` change. Concurrent calls for one context share one stop.
+
+        Returns:
+            True if something was running (or starting) and is now stopped; False for an
+            unknown or already stopped context.
+
+        Cancellation: the cleanup itself is shielded; cancelling the caller does not leave a
+        half-stopped context.
+        """
+        self._failures.pop(context, None)
+        entry = self._entries.get(context)
+        if entry is None:
+            return False
+        await self._stop_entries([entry], "stopped by stop_watcher()", "REMOVED")
+        return True
+
+    async def _ensure_entry(self, context: str) -> _ContextEntry:
+        if self._state != "open":
+            raise RuntimeError("the registry is not open: use `async with registry:`")
+        while True:
+            entry = self._entries.get(context)
+            if entry is None:
+                if context not in self.contexts:
+                    reason = self._source.snapshot.invalid.get(context)
+                    raise ContextNotFound(context, reason)
+                failure = self._failures.get(context)
+                if failure is not None and time.monotonic() < failure.retry_at:
+                    raise failure.error
+                entry = self._new_entry(context)
+            if entry.state in ("stopping", "stopped"):
+                with anyio.move_on_after(self._stop_timeout):
+                    await entry.done.wait()
+                if entry.final_change != "RESET":
+                    raise ContextRemoved(context, entry.stop_reason or "stopped")
+                continue
+            await entry.ready.wait()
+            if entry.error is not None:
+                raise entry.error
+            if entry.state != "running":
+                continue
+            return entry
+
+    def _start_slot(
+        self, entry: _ContextEntry, key: InformerKey, resource: Resource, *, persistent: bool
+    ) -> _Slot:
+        store = Store(resource, transform=self._transform)
+        slot = _Slot(key, resource, store, persistent)
+        entry.slots[key] = slot
+        if entry.tg is not None:
+            entry.tg.start_soon(self._run_slot, entry, slot, name=_task_name(entry, slot))
+        return slot
+
+    async def _run_slot(self, entry: _ContextEntry, slot: _Slot) -> None:
+        assert entry.client is not None
+        informer = Informer(
+            entry.client,
+            slot.resource,
+            slot.key,
+            settings=self.settings,
+            store=slot.store,
+            on_change=self._publisher(entry, slot),
+        )
+        slot.informer = informer
+        while True:
+            try:
+                await informer.initial_sync()
+                break
+            except KubemuxError as exc:
+                old = entry.failures.get(slot.key)
+                count = old.count + 1 if old else 1
+                delay = self._start_backoff.delay(count)
+                entry.failures[slot.key] = _Failure(exc, count, time.monotonic() + delay)
+                slot.error = exc
+                slot.ready.set()
+                log.warning("context %r: %s failed: %s", entry.key, slot.key, exc)
+                if not slot.persistent:
+                    if entry.slots.get(slot.key) is slot:
+                        del entry.slots[slot.key]
+                    return
+                await anyio.sleep(delay)
+        entry.failures.pop(slot.key, None)
+        slot.error = None
+        slot.ready.set()
+        await informer.watch_forever()
+
+    def _publisher(
+        self, entry: _ContextEntry, slot: _Slot
+    ) -> Callable[[str, dict[str, Any], dict[str, Any] | None], None]:
+        fanout = self._fanout
+        context, resource, generation = entry.key, slot.key.resource, entry.generation
+
+        def publish(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+            if not len(fanout):
+                return
+            meta = obj.get("metadata") or {}
+            fanout.publish(
+                Change(context, resource, kind, obj, generation), meta.get("namespace") or ""
+            )
+
+        return publish
+
+    # ------------------------------------------------------------------ public API
+    async def watch(
+        self,
+        context: str,
+        resource: ResourceSpec,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Store:
+        """Start (or reuse) an informer and return its store once it has synced.
+
+        Starting is lazy and single-flight: concurrent calls for the same (context,
+        resource, scope) share one LIST.
+
+        Raises:
+            ContextNotFound: no such (valid) context in the kubeconfig.
+            ContextRemoved: the context was stopped or removed while starting.
+            Unauthorized, Forbidden, ResourceNotFound, ApiError: the first LIST failed.
+            ClusterUnreachable: the server could not be reached.
+            KubeconfigError: the context's credentials or TLS files cannot be used.
+
+        After a failure, calls within the backoff delay raise the same error at once
+        without a request. Cancelling the caller does not cancel the shared start.
+        """
+        res = parse_resource(resource)
+        key = InformerKey(
+            res.name,
+            namespace if res.namespaced else None,
+            label_selector or None,
+            field_selector or None,
+        )
+        while True:
+            entry = await self._ensure_entry(context)
+            slot = entry.slots.get(key)
+            if slot is None:
+                failure = entry.failures.get(key)
+                if failure is not None and time.monotonic() < failure.retry_at:
+                    raise failure.error
+                slot = self._start_slot(entry, key, res, persistent=False)
+            await slot.ready.wait()
+            if entry.state != "running":
+                if entry.final_change == "RESET":
+                    continue  # reloaded: use the new generation
+                raise ContextRemoved(context, entry.stop_reason or "stopped")
+            if slot.error is not None:
+                raise slot.error
+            return slot.store
+
+    def store(
+        self, context: str, resource: ResourceSpec, namespace: str | None = None
+    ) -> Store | None:
+        """The synced store of a running informer, or None (never starts anything)."""
+        entry = self._entries.get(context)
+        if entry is None or entry.state != "running":
+            return None
+        res = parse_resource(resource)
+        slot = entry.slots.get(InformerKey(res.name, namespace if res.namespaced else None))
+        if slot is None or not slot.store.has_synced:
+            return None
+        return slot.store
+
+    def subscribe(
+        self,
+        resource: ResourceSpec | None = None,
+        contexts: Iterable[str] | None = None,
+        *,
+        namespace: str | None = None,
+        snapshot: bool = True,
+        buffer_size: int | None = None,
+    ) -> Subscription:
+        """Subscribe to changes; use as ``async with registry.subscribe(...) as changes``.
+
+        Subscribing does not start informers: it receives the changes of informers that run
+        now or later (see ``watch()`` and ``autowatch``). With ``snapshot=True`` the current
+        store contents come first as ADDED (``change.snapshot`` is True), then live changes,
+        with no gap and no duplicate between the two.
+
+        A subscriber more than ``buffer_size`` changes behind is closed: iteration raises
+        :class:`SubscriberOverflow`. The informers never wait for a subscriber.
+        """
+        res_name = parse_resource(resource).name if resource is not None else None
+        wanted = frozenset(contexts) if contexts is not None else None
+        initial: list[Change] = []
+        if snapshot:
+            for entry in self._entries.values():
+                if entry.state != "running" or (wanted is not None and entry.key not in wanted):
+                    continue
+                seen: set[tuple[str, str, str]] = set()
+                for slot in entry.slots.values():
+                    if res_name is not None and slot.key.resource != res_name:
+                        continue
+                    if not slot.store.has_synced:
+                        continue
+                    for obj in slot.store.list(namespace):
+                        meta = obj.get("metadata") or {}
+                        ident = (
+                            slot.key.resource,
+                            meta.get("namespace") or "",
+                            meta.get("name") or "",
+                        )
+                        if ident in seen:
+                            continue
+                        seen.add(ident)
+                        initial.append(
+                            Change(
+                                entry.key,
+                                slot.key.resource,
+                                "ADDED",
+                                obj,
+                                entry.generation,
+                                snapshot=True,
+                            )
+                        )
+        return self._fanout.subscribe(
+            resource=res_name,
+            contexts=wanted,
+            namespace=namespace,
+            buffer_size=buffer_size or self._subscriber_buffer,
+            snapshot=initial,
+        )
+
+    def status(self) -> RegistryStatus:
+        """A frozen snapshot of every context's state for a UI. Never holds a secret."""
+        now = time.monotonic()
+        out: dict[str, ContextStatus] = {}
+        for name, cfg in self.contexts.items():
+            entry = self._entries.get(name)
+            failure = self._failures.get(name)
+            informers: tuple[InformerStatus, ...] = ()
+            last_error = None
+            retry_in = None
+            generation = None
+            if entry is not None:
+                generation = entry.generation
+                informers = tuple(
+                    s.informer.status() for s in entry.slots.values() if s.informer is not None
+                )
+                state = entry.state
+                if state == "running":
+                    states = {i.state for i in informers}
+                    if entry.failures:
+                        pending = any(now < f.retry_at for f in entry.failures.values())
+                        state = "backing off" if pending else "error"
+                    elif "backing off" in states or "error" in states:
+                        state = "backing off"
+                    elif informers and not all(i.has_synced for i in informers):
+                        state = "starting"
+                errors = [i.last_error for i in informers if i.last_error]
+                errors += [str(f.error) for f in entry.failures.values()]
+                last_error = errors[0] if errors else None
+                if entry.failures:
+                    retry_in = max(0.0, min(f.retry_at for f in entry.failures.values()) - now)
+            elif failure is not None:
+                state = "backing off" if now < failure.retry_at else "error"
+                last_error = str(failure.error)
+                retry_in = max(0.0, failure.retry_at - now)
+            else:
+                state = "idle"
+            out[name] = ContextStatus(
+                name=name,
+                state=state,
+                generation=generation,
+                server=cfg.server,
+                cluster_name=cfg.cluster_name,
+                user_name=cfg.user_name,
+                namespace=cfg.namespace,
+                source=cfg.source,
+                informers=informers,
+                last_error=last_error,
+                retry_in=retry_in if retry_in is None or math.isfinite(retry_in) else None,
+            )
+        snap = self._source.snapshot
+        return RegistryStatus(
+            contexts=out,
+            current_context=self.current_context,
+            kubeconfig_errors=dict(snap.errors),
+            invalid_contexts=dict(snap.invalid),
+            kubeconfig_syncs=self._syncs,
+        )
+
+    def __repr__(self) -> str:
+        states: dict[str, int] = {}
+        informers = synced = 0
+        for entry in self._entries.values():
+            states[entry.state] = states.get(entry.state, 0) + 1
+            for slot in entry.slots.values():
+                informers += 1
+                synced += slot.store.has_synced
+        running = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "0 running"
+        return (
+            f"<WatcherRegistry {self._state} contexts={len(self.contexts)} ({running}); "
+            f"informers={informers}, synced={synced}; subscribers={len(self._fanout)}>"
+        )
+
+    # test and leak-probe helpers
+    @property
+    def live_contexts(self) -> list[str]:
+        """Contexts that currently have an entry (starting, running or stopping)."""
+        return sorted(self._entries)
+
+    def _structure_sizes(self) -> dict[str, int]:
+        return {
+            "entries": len(self._entries),
+            "failures": len(self._failures),
+            "subscribers": len(self._fanout),
+            "slots": sum(len(e.slots) for e in self._entries.values()),
+        }
+
+
+def _single(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        if len(exc.exceptions) != 1:
+            return None
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _task_name(entry: _ContextEntry, slot: _Slot) -> str:
+    return f"kubemux informer {entry.key!r} {slot.key}"

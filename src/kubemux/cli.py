@@ -1,0 +1,324 @@
+"""The ``kubemux`` command: ``watch``, ``status``, ``demo``.
+
+Errors are one line on stderr naming the problem, with exit status 1 (2 for usage errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import orjson
+
+from ._errors import ContextNotFound, KubemuxError
+from ._fanout import Change
+from ._registry import WatcherRegistry
+from ._resources import parse_resource
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kubemux",
+        description="Live, cached views of Kubernetes resources across kubeconfig contexts.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    w = sub.add_parser(
+        "watch",
+        help="print live changes of a resource across contexts",
+        description="Like `kubectl get -w`, across contexts, with a CONTEXT column.",
+    )
+    w.add_argument("resource", help="pods, deployments.apps, widgets.v1.example.com, ...")
+    scope = w.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--context",
+        action="append",
+        default=None,
+        help="a context to watch (repeatable; default: the current context)",
+    )
+    scope.add_argument("-A", "--all-contexts", action="store_true", help="watch every context")
+    w.add_argument("-n", "--namespace", default=None, help="only this namespace")
+    w.add_argument(
+        "-o",
+        "--output",
+        choices=("wide", "json"),
+        default=None,
+        help="wide: more columns; json: one JSON object per line",
+    )
+    w.add_argument("--kubeconfig", default=None, help="kubeconfig path(s), os.pathsep-separated")
+    w.add_argument(
+        "--no-snapshot", action="store_true", help="only new changes, not the current objects first"
+    )
+    w.add_argument("--duration", type=float, default=None, help=argparse.SUPPRESS)
+
+    s = sub.add_parser(
+        "status",
+        help="a table of contexts and their states",
+        description="Load the kubeconfig and show every context. With --probe, "
+        "start a watcher for that resource in each context first.",
+    )
+    s.add_argument("--kubeconfig", default=None, help="kubeconfig path(s), os.pathsep-separated")
+    s.add_argument(
+        "--probe",
+        metavar="RESOURCE",
+        default=None,
+        help="list this resource in every context (e.g. pods) to test connectivity",
+    )
+    s.add_argument("--timeout", type=float, default=10.0, help="probe timeout in seconds")
+
+    d = sub.add_parser(
+        "demo",
+        help="simulated clusters and a live watch, no cluster needed",
+        description="Start FakeClusters with a simulated workload, write a "
+        "temporary kubeconfig, watch pods across every context, and "
+        "edit the kubeconfig every few seconds (add, remove, reload "
+        "a context) so you can watch the registry follow it.",
+    )
+    d.add_argument("--contexts", type=int, default=3, help="simulated contexts (default 3)")
+    d.add_argument(
+        "--edit-period",
+        type=float,
+        default=6.0,
+        help="seconds between kubeconfig edits (default 6)",
+    )
+    d.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="stop after this many seconds (default: until Ctrl-C)",
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``kubemux`` command; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        return anyio.run(_dispatch, args)
+    except KeyboardInterrupt:
+        return 130
+    except (KubemuxError, ValueError, OSError) as exc:
+        print(f"kubemux: error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        return _one_line(exc.exceptions[0])
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+async def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "watch":
+        return await _watch(args, sys.stdout)
+    if args.command == "status":
+        return await _status(args, sys.stdout)
+    return await _demo(args, sys.stdout)
+
+
+# ---------------------------------------------------------------------- watch
+class _Printer:
+    def __init__(self, out: TextIO, output: str | None) -> None:
+        self.out = out
+        self.output = output
+        self.header = False
+
+    def __call__(self, change: Change) -> None:
+        if self.output == "json":
+            record = {
+                "context": change.context,
+                "resource": change.resource,
+                "type": change.type,
+                "object": change.object,
+            }
+            self.out.write(orjson.dumps(record).decode() + "\n")
+            self.out.flush()
+            return
+        if not self.header:
+            cols = ["CONTEXT", "EVENT", "NAMESPACE", "NAME", "STATUS"]
+            if self.output == "wide":
+                cols += ["NODE", "RESOURCEVERSION"]
+            self.out.write(_row(cols, self.output))
+            self.header = True
+        obj: dict[str, Any] = dict(change.object or {})
+        status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+        phase = str((status or {}).get("phase") or "")
+        if change.type in ("RESET", "REMOVED"):
+            cells = [change.context, change.type, "", f"({change.resource})", ""]
+        else:
+            cells = [change.context, change.type, change.namespace, change.name, phase]
+        if self.output == "wide":
+            spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+            meta = obj.get("metadata") or {}
+            cells += [str((spec or {}).get("nodeName") or ""), str(meta.get("resourceVersion", ""))]
+        self.out.write(_row(cells, self.output))
+        self.out.flush()
+
+
+def _row(cells: list[str], output: str | None) -> str:
+    widths = [14, 9, 12, 28, 10, 10, 10] if output == "wide" else [14, 9, 12, 28, 10]
+    return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=False)).rstrip() + "\n"
+
+
+async def _watch(args: argparse.Namespace, out: TextIO) -> int:
+    resource = parse_resource(args.resource)
+    registry = WatcherRegistry.from_kubeconfig(
+        args.kubeconfig,
+        follow=True,
+        autowatch=[resource] if args.all_contexts else (),
+    )
+    printer = _Printer(out, args.output)
+    async with registry:
+        if args.all_contexts:
+            contexts = None
+        else:
+            contexts = args.context or (
+                [registry.current_context] if registry.current_context else []
+            )
+            if not contexts:
+                raise ContextNotFound(
+                    "(current)",
+                    "the kubeconfig sets no current-context; use --context or --all-contexts",
+                )
+            for name in contexts:
+                if name not in registry.contexts:
+                    raise ContextNotFound(name)
+        with anyio.move_on_after(args.duration):
+            async with registry.subscribe(
+                resource, contexts, namespace=args.namespace, snapshot=not args.no_snapshot
+            ) as changes:
+                if contexts is not None:
+                    for name in contexts:
+                        await registry.watch(name, resource, args.namespace)
+                else:
+                    with anyio.move_on_after(10):
+                        for name in list(registry.contexts):
+                            with contextlib.suppress(KubemuxError):
+                                await registry.watch(name, resource)
+                async for change in changes:
+                    printer(change)
+    return 0
+
+
+# ---------------------------------------------------------------------- status
+async def _status(args: argparse.Namespace, out: TextIO) -> int:
+    registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=False)
+    async with registry:
+        if args.probe:
+            resource = parse_resource(args.probe)
+
+            async def probe(name: str) -> None:
+                with contextlib.suppress(KubemuxError), anyio.move_on_after(args.timeout):
+                    await registry.watch(name, resource)
+
+            async with anyio.create_task_group() as tg:
+                for name in registry.contexts:
+                    tg.start_soon(probe, name)
+        st = registry.status()
+        cur = st.current_context
+        out.write(
+            _table(
+                ["", "CONTEXT", "STATE", "SERVER", "USER", "NAMESPACE", "OBJECTS", "ERROR"],
+                [
+                    [
+                        "*" if c.name == cur else "",
+                        c.name,
+                        c.state,
+                        c.server,
+                        c.user_name,
+                        c.namespace or "",
+                        str(sum(i.objects for i in c.informers)) if c.informers else "",
+                        c.last_error or "",
+                    ]
+                    for c in st.contexts.values()
+                ],
+            )
+        )
+        for name, why in st.invalid_contexts.items():
+            out.write(f"invalid context {name!r}: {why}\n")
+        out.writelines(
+            f"kubeconfig error in {path}: {err}\n" for path, err in st.kubeconfig_errors.items()
+        )
+    return 0
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return "".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n"
+        for r in [header, *rows]
+    )
+
+
+# ---------------------------------------------------------------------- demo
+async def _demo(args: argparse.Namespace, out: TextIO) -> int:
+    from .testing import FakeCluster, write_kubeconfig
+    from .testing._workload import simulate_workload
+
+    n = max(1, args.contexts)
+    with tempfile.TemporaryDirectory(prefix="kubemux-demo-") as tmp:
+        path = Path(tmp) / "config"
+        clusters = [FakeCluster(name=f"sim-{i}", tokens={f"token-{i}"}) for i in range(n + 1)]
+        async with contextlib.AsyncExitStack() as stack:
+            for c in clusters:
+                await stack.enter_async_context(c)
+            names = [f"sim-{i}" for i in range(n)]
+            live = dict(zip(names, clusters[:n], strict=True))
+            write_kubeconfig(path, live)
+            out.write(
+                f"kubemux demo: {n} simulated contexts, kubeconfig at {path}\nCtrl-C to stop.\n\n"
+            )
+            out.flush()
+            args.kubeconfig, args.all_contexts, args.context = str(path), True, None
+            args.namespace, args.output, args.no_snapshot, args.resource = None, None, False, "pods"
+            async with anyio.create_task_group() as tg:
+                for i, c in enumerate(clusters):
+                    tg.start_soon(functools.partial(simulate_workload, c, seed=i))
+                tg.start_soon(_edit_kubeconfig, path, live, clusters[n], args.edit_period, out)
+                with anyio.move_on_after(args.duration):
+                    await _watch(args, out)
+                tg.cancel_scope.cancel("demo finished")
+    return 0
+
+
+async def _edit_kubeconfig(
+    path: Path, live: dict[str, Any], spare: Any, period: float, out: TextIO
+) -> None:
+    from .testing import FakeContext, write_kubeconfig
+
+    step = 0
+    extra = f"sim-{len(live)}"
+    while True:
+        await anyio.sleep(period)
+        step += 1
+        contexts: dict[str, Any] = dict(live)
+        if step % 3 == 1:
+            contexts[extra] = spare
+            note = f"added context {extra!r}"
+        elif step % 3 == 2:
+            first = next(iter(live))
+            cluster = live[first]
+            token = f"rotated-{int(time.time())}"
+            cluster.tokens.add(token)
+            live[first] = FakeContext(cluster=getattr(cluster, "cluster", cluster), token=token)
+            contexts = dict(live)
+            note = f"rotated the token of {first!r} (reload)"
+        else:
+            note = f"removed context {extra!r}"
+        write_kubeconfig(path, contexts)
+        out.write(f"--- kubeconfig edited: {note}\n")
+        out.flush()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

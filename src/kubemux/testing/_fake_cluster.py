@@ -1,0 +1,458 @@
+"""FakeCluster: a kube-apiserver stand-in that serves the real list/watch protocol over HTTP.
+
+It listens on 127.0.0.1 (HTTP, or HTTPS with a generated CA) and speaks enough of the API for
+informers, ``kubernetes_asyncio`` and ``kubectl get``. Tests drive it directly: object
+operations are plain synchronous calls that take effect immediately and reach open watches;
+faults (dropped streams, 5xx, stalls, compaction, restarts) are scripted; and requests,
+watches and connections are recorded so tests can wait on them instead of sleeping.
+
+Faithful to kube-apiserver:
+
+* one resourceVersion counter across all resources (like etcd); every change bumps it;
+* LIST with ``limit``/``continue`` at a consistent snapshot, ``resourceVersion`` +
+  ``resourceVersionMatch`` (``Exact``/``NotOlderThan``), 410 ``Expired`` for compacted
+  continue tokens (with the "inconsistent continue" token in the Status metadata);
+* WATCH as a chunked JSON stream, one event per line; resume from a resourceVersion,
+  in-stream ``ERROR`` 410 "too old resource version" (or HTTP 410 with
+  ``expired_as_http=True``); ``allowWatchBookmarks`` (every ``bookmark_period`` s);
+  ``timeoutSeconds`` ends the stream cleanly; label and field selectors, where an object
+  that starts or stops matching is sent as ADDED or DELETED;
+* streaming lists (``sendInitialEvents=true`` + ``resourceVersionMatch=NotOlderThan``):
+  ADDED for every object, then a BOOKMARK annotated ``k8s.io/initial-events-end`` (sent
+  only when ``allowWatchBookmarks=true``, as the real watch cache does), then live events.
+  The request validation is the real one (422 ``Invalid`` for a bad combination);
+* bearer-token auth with a 401 Status, discovery (``/version``, ``/api``, ``/apis``, group
+  versions) good enough for ``kubectl get`` and ``kubectl api-resources``; every error
+  answer is a ``Status`` JSON body.
+
+Simplified:
+
+* only GET is served (other verbs get 405); objects are changed through the Python API, and
+  discovery lists only the ``get``, ``list`` and ``watch`` verbs;
+* deletes are immediate (no finalizers, no graceful deletion); ``update`` does not check
+  ``metadata.resourceVersion`` (no 409 conflicts); ``generation`` bumps when ``spec``
+  changes;
+* field selectors accept any dotted path (the real server allows a per-type list) and
+  compare the field's string form; missing fields compare as ``""``;
+* no Table, protobuf or aggregated discovery answers: JSON only (kubectl copes);
+  ``/openapi/*`` is 404;
+* a LIST with a resourceVersion newer than the server's answers 504 at once (the real one
+  waits up to 3 s first); a WATCH from a future resourceVersion starts at the current one;
+* ``streaming_list=False`` answers a streaming list with the 422 of a server whose WatchList
+  feature gate is off (Kubernetes 1.27 to 1.33 by default); ``streaming_list="ignore"``
+  behaves like a server older than 1.27, which ignores the unknown parameters and serves a
+  plain watch;
+* history is kept per resource, ``history_limit`` events each; ``compact()`` forgets all of
+  it at once and ends every open watch with an in-stream 410.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import ssl
+import tempfile
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+from typing import Any, Self
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from .._resources import Resource
+from ._http import ApiServer, RecordedRequest, StreamingList, _Fault
+from ._state import ObjectStore
+
+__all__ = ["FakeCluster", "RecordedRequest"]
+
+_SHUTDOWN_TIMEOUT = 2.0
+
+
+class _TrackingServer(web.Server):
+    """aiohttp's low-level server, counting live connections and their handler tasks."""
+
+    def __init__(self, api: ApiServer) -> None:
+        super().__init__(api.handle, handler_cancellation=True, access_log=None)
+        self._api = api
+        self.live: dict[RequestHandler, asyncio.Transport] = {}
+        self.finishing: set[asyncio.Task[None]] = set()
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        self.live[handler] = transport
+        self._api.notify()
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        task = handler._task_handler  # aiohttp's per-connection task, still winding down
+        if task is not None and not task.done():
+            self.finishing.add(task)
+            task.add_done_callback(self.finishing.discard)
+        super().connection_lost(handler, exc)
+        self.live.pop(handler, None)
+        self._api.notify()
+
+
+class FakeCluster:
+    """A fake kube-apiserver on 127.0.0.1 for tests, benchmarks and demos.
+
+    Use it as an async context manager (``async with FakeCluster() as cluster``), or call
+    :meth:`start` and :meth:`stop`. Object operations (:meth:`create`, :meth:`update`,
+    :meth:`delete`, ...) are synchronous, take effect at once and never wait for watchers;
+    they must be called from the thread running the event loop (or before it starts).
+
+    Args:
+        tokens: Accepted bearer tokens; None turns authentication off. The set is kept and
+            exposed as :attr:`tokens`, so tests can change it while the server runs.
+        tls: Serve HTTPS with a certificate from a freshly generated CA (:attr:`ca_file`).
+            Needs the ``trustme`` package.
+        history_limit: Events kept per resource for watch resumes and paginated lists.
+        port: Port to listen on; 0 picks a free one on the first start (kept on restart).
+        bookmark_period: Seconds between BOOKMARK events on watches that allow them.
+        streaming_list: True: serve streaming lists (``sendInitialEvents``); False: reject
+            them with a 422 like a server whose WatchList gate is off; ``"ignore"``: ignore
+            the parameters like a server older than Kubernetes 1.27.
+        expired_as_http: Answer a watch from an expired resourceVersion with HTTP 410
+            instead of an in-stream ERROR event.
+        name: A label for ``repr`` and logs.
+    """
+
+    def __init__(
+        self,
+        *,
+        tokens: Iterable[str] | None = None,
+        tls: bool = False,
+        history_limit: int = 10_000,
+        port: int = 0,
+        bookmark_period: float = 1.0,
+        streaming_list: StreamingList = True,
+        expired_as_http: bool = False,
+        name: str = "fake",
+    ) -> None:
+        self.name = name
+        self._port = port
+        self._store = ObjectStore(history_limit=history_limit, on_change=self._notify)
+        self._api = ApiServer(
+            self._store,
+            tokens=set(tokens) if tokens is not None else None,
+            bookmark_period=bookmark_period,
+            streaming_list=streaming_list,
+            expired_as_http=expired_as_http,
+        )
+        self._runner: web.ServerRunner | None = None
+        self._server: _TrackingServer | None = None
+        self._ssl: ssl.SSLContext | None = None
+        self._ca_file: str | None = None
+        if tls:
+            self._ssl, self._ca_file = self._make_tls()
+
+    def _make_tls(self) -> tuple[ssl.SSLContext, str]:
+        try:
+            import trustme
+        except ImportError as exc:  # pragma: no cover - trustme is a test dependency
+            raise RuntimeError("FakeCluster(tls=True) needs the 'trustme' package") from exc
+        ca = trustme.CA()
+        leaf = ca.issue_cert("127.0.0.1", "localhost")
+        folder = tempfile.mkdtemp(prefix="kubemux-fake-ca-")
+        weakref.finalize(self, shutil.rmtree, folder, True)
+        ca_file = os.path.join(folder, "ca.crt")
+        ca.cert_pem.write_to_path(ca_file)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        leaf.configure_cert(context)
+        return context, ca_file
+
+    def _notify(self) -> None:
+        self._api.notify()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Start listening (on the same port as before after a :meth:`stop`).
+
+        Raises:
+            RuntimeError: The cluster is already running.
+            OSError: The port cannot be bound.
+        """
+        if self._runner is not None:
+            raise RuntimeError(f"{self!r} is already running")
+        self._api.stopping = False
+        server = _TrackingServer(self._api)
+        runner = web.ServerRunner(server, shutdown_timeout=_SHUTDOWN_TIMEOUT)
+        await runner.setup()
+        site = web.TCPSite(
+            runner, "127.0.0.1", self._port, ssl_context=self._ssl, reuse_address=True
+        )
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._port = int(runner.addresses[0][1])
+        self._runner, self._server = runner, server
+        self._notify()
+
+    async def stop(self) -> None:
+        """Stop listening and close every connection; idempotent. State is kept.
+
+        Open watch streams and requests in flight (also stalled ones) are cut off abruptly,
+        like a crashing server. Returns once every server task has finished; cancelling
+        this call may leave some of them winding down.
+        """
+        runner, server = self._runner, self._server
+        if runner is None or server is None:
+            return
+        self._runner = self._server = None
+        self._api.release()
+        for transport in list(server.live.values()):
+            transport.abort()
+        try:
+            await runner.cleanup()
+            if server.finishing:
+                await asyncio.wait(set(server.finishing), timeout=_SHUTDOWN_TIMEOUT)
+        finally:
+            self._api.stopping = False
+            self._notify()
+
+    async def restart(self) -> None:
+        """:meth:`stop`, then :meth:`start` on the same port, keeping all objects."""
+        await self.stop()
+        await self.start()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    @property
+    def is_running(self) -> bool:
+        """True between :meth:`start` and :meth:`stop`."""
+        return self._runner is not None
+
+    @property
+    def port(self) -> int:
+        """The TCP port (0 until the first start when none was given)."""
+        return self._port
+
+    @property
+    def server(self) -> str:
+        """The base URL, e.g. ``http://127.0.0.1:41234``.
+
+        Raises:
+            RuntimeError: No port is known yet (not started and ``port=0``).
+        """
+        if not self._port:
+            raise RuntimeError(f"{self!r} has no port yet: start it first")
+        scheme = "https" if self._ssl is not None else "http"
+        return f"{scheme}://127.0.0.1:{self._port}"
+
+    @property
+    def ca_file(self) -> str | None:
+        """Path of the PEM file of the CA that signed the server certificate (``tls=True``)."""
+        return self._ca_file
+
+    def client_ssl_context(self) -> ssl.SSLContext | None:
+        """An SSL context that trusts this cluster's CA, for aiohttp clients (``tls=True``)."""
+        if self._ca_file is None:
+            return None
+        return ssl.create_default_context(cafile=self._ca_file)
+
+    @property
+    def tokens(self) -> set[str]:
+        """The accepted bearer tokens; mutate it to rotate credentials at runtime.
+
+        Ignored when the cluster was created with ``tokens=None`` (no authentication).
+        """
+        return self._api.tokens
+
+    # ------------------------------------------------------------------ objects
+    def register_resource(self, resource: Resource) -> None:
+        """Serve a custom resource type and list it in discovery.
+
+        Also registers it process-wide for :func:`kubemux.parse_resource`. Resources used
+        in object operations are registered automatically.
+        """
+        self._store.register(resource)
+
+    def create(self, resource: str | Resource, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create an object and notify watches.
+
+        Fills ``kind``, ``apiVersion``, ``metadata.uid``, ``resourceVersion``,
+        ``creationTimestamp`` (when missing) and ``generation``; the namespace of a
+        namespaced object defaults to ``default``. ``generateName`` works.
+
+        Returns:
+            A copy of the stored object.
+
+        Raises:
+            ValueError: It exists already, or it has no name.
+        """
+        return self._store.create(resource, obj)
+
+    def create_many(self, resource: str | Resource, objs: Iterable[Mapping[str, Any]]) -> str:
+        """Create many objects cheaply: one history append and one wake-up per watch.
+
+        Returns:
+            The resourceVersion after the last one.
+
+        Raises:
+            ValueError: An object exists already (the ones before it were created).
+        """
+        return str(self._store.create_many(resource, objs))
+
+    def update(self, resource: str | Resource, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace an object (no resourceVersion conflict check) and notify watches.
+
+        Returns:
+            A copy of the stored object, with its new resourceVersion.
+
+        Raises:
+            KeyError: No such object.
+        """
+        return self._store.update(resource, obj)
+
+    def apply(self, resource: str | Resource, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create the object, or update it when it exists. Returns a copy of it."""
+        return self._store.apply(resource, obj)
+
+    def delete(
+        self, resource: str | Resource, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        """Delete an object at once; watches get DELETED with a new resourceVersion.
+
+        Returns:
+            The deleted object as sent in the DELETED event, or None if it did not exist.
+        """
+        return self._store.delete(resource, namespace, name)
+
+    def get(
+        self, resource: str | Resource, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        """A copy of one object, or None. ``namespace`` is ignored for cluster-scoped types."""
+        return self._store.get(resource, namespace, name)
+
+    def objects(
+        self, resource: str | Resource, namespace: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Copies of the current objects (all namespaces by default), by (namespace, name)."""
+        return self._store.objects(resource, namespace)
+
+    @property
+    def resource_version(self) -> str:
+        """The current global resourceVersion."""
+        return str(self._store.rv)
+
+    # ------------------------------------------------------------------ faults
+    def drop_watches(self) -> int:
+        """Cut every open watch stream mid-stream (connection closed); return how many."""
+        return self._api.drop_watches()
+
+    def fail_next(
+        self,
+        n: int,
+        status: int = 500,
+        *,
+        reason: str = "InternalError",
+        path_prefix: str | None = None,
+        watch: bool | None = None,
+    ) -> None:
+        """Answer the next ``n`` matching requests with ``status`` and a Status body.
+
+        Args:
+            n: How many requests fail.
+            status: The HTTP status (429 and 503 also carry ``Retry-After: 1``).
+            reason: The Status ``reason``.
+            path_prefix: Only requests whose path starts with this.
+            watch: Only watch requests (True) or only other requests (False).
+        """
+        if n > 0:
+            self._api.faults.append(_Fault(n, status, reason, path_prefix, watch))
+
+    def stall(self) -> None:
+        """Freeze the server: watch streams send nothing, new requests hang.
+
+        Changes keep queueing for the open watches and flow after :meth:`unstall`.
+        """
+        self._api.stall()
+
+    def unstall(self) -> None:
+        """End a :meth:`stall`."""
+        self._api.unstall()
+
+    def compact(self) -> None:
+        """Forget the history: older resourceVersions are Expired from now on.
+
+        Watch resumes and continue tokens from before get 410; open watches receive an
+        in-stream ERROR 410 and end.
+        """
+        self._api.compact()
+
+    # ------------------------------------------------------------------ observation
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received so far (a copy), oldest first."""
+        return list(self._api.requests)
+
+    def requests_for(self, token: str | None) -> list[RecordedRequest]:
+        """The requests that carried ``token`` (None: those without one)."""
+        return [r for r in self._api.requests if r.token == token]
+
+    def clear_requests(self) -> None:
+        """Forget the recorded requests."""
+        self._api.requests.clear()
+
+    @property
+    def open_watches(self) -> int:
+        """Watch streams currently open."""
+        return len(self._api.watches)
+
+    def open_watches_for(self, token: str | None) -> int:
+        """Watch streams currently open that were opened with ``token``."""
+        return sum(1 for w in self._api.watches if w.token == token)
+
+    @property
+    def open_connections(self) -> int:
+        """Server-side TCP connections currently open."""
+        return len(self._server.live) if self._server is not None else 0
+
+    async def wait_for(
+        self,
+        predicate: Callable[[], bool],
+        timeout: float = 5.0,  # noqa: ASYNC109 - the documented test-helper signature
+    ) -> None:
+        """Wait until ``predicate()`` is true.
+
+        It is re-checked after every request start and end, watch open and close,
+        connection open and close and object change (and every 20 ms, for conditions
+        outside the cluster). Cancelling the call just stops the wait.
+
+        Raises:
+            TimeoutError: Still false after ``timeout`` seconds.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not predicate():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                name = getattr(predicate, "__qualname__", repr(predicate))
+                raise TimeoutError(
+                    f"FakeCluster.wait_for: {name} still false after {timeout} s; {self!r}"
+                )
+            await self._api.wait_changed(min(remaining, 0.02))
+
+    def __repr__(self) -> str:
+        where = self.server if self._port else "no port"
+        state = "running" if self.is_running else "stopped"
+        if self._api.stalled:
+            state += ", stalled"
+        return (
+            f"<FakeCluster {self.name!r} {where} {state}; rv={self._store.rv} "
+            f"watches={self.open_watches} connections={self.open_connections} "
+            f"requests={len(self._api.requests)}>"
+        )

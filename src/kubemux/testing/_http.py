@@ -1,0 +1,634 @@
+"""The HTTP side of the fake: auth, faults, routing, discovery, LIST/GET and WATCH streams."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import orjson
+from aiohttp import hdrs, web
+
+from ._discovery import VERSION_INFO, api_versions, group_list, groups, resource_list
+from ._protocol import (
+    BadRequest,
+    Selector,
+    decode_continue,
+    encode_continue,
+    status_body,
+)
+from ._state import (
+    ADDED,
+    DELETED,
+    INITIAL_END,
+    MODIFIED,
+    Event,
+    ObjectStore,
+    ResourceState,
+    Stored,
+    Watch,
+)
+
+__all__ = ["ApiServer", "RecordedRequest"]
+
+StreamingList = bool | Literal["ignore"]
+
+_BATCH_BYTES = 256 * 1024
+_PREFIX = {
+    ADDED: b'{"type":"ADDED","object":',
+    MODIFIED: b'{"type":"MODIFIED","object":',
+    DELETED: b'{"type":"DELETED","object":',
+}
+_JSON = "application/json"
+_WATCHLIST_OFF = (
+    "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"
+)
+_MATCH_WITHOUT_INITIAL = (
+    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"
+)
+_CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can "
+    "start a new list without the continue parameter, or use the continue token in this "
+    "response to retrieve the remainder of the results. Continuing with the provided token "
+    "results in an inconsistent list - objects that were created, modified, or deleted between "
+    "the time the first chunk was returned and now may show up in the list."
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RecordedRequest:
+    """One request as the fake cluster received it.
+
+    Attributes:
+        method: ``GET``, ``POST``, ...
+        path: The URL path, percent-decoded.
+        query: Query parameters (the last value wins when one repeats).
+        token: The bearer token sent, or None.
+        is_watch: True for ``watch=true`` / ``watch=1`` requests.
+    """
+
+    method: str
+    path: str
+    query: dict[str, str]
+    token: str | None
+    is_watch: bool
+
+
+@dataclasses.dataclass(slots=True)
+class _Fault:
+    remaining: int
+    status: int
+    reason: str
+    path_prefix: str | None
+    watch: bool | None
+
+    def matches(self, path: str, is_watch: bool) -> bool:
+        if self.path_prefix is not None and not path.startswith(self.path_prefix):
+            return False
+        return self.watch is None or self.watch == is_watch
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(body), content_type=_JSON)
+
+
+def _status(
+    code: int,
+    reason: str,
+    message: str,
+    *,
+    details: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> web.Response:
+    body = status_body(code, reason, message, details=details, metadata=metadata)
+    return web.Response(status=code, body=orjson.dumps(body), content_type=_JSON, headers=headers)
+
+
+def _not_found() -> web.Response:
+    return _status(404, "NotFound", "the server could not find the requested resource", details={})
+
+
+def _invalid(causes: list[tuple[str, str, str]]) -> web.Response:
+    """A 422 for invalid ListOptions, worded like the real validation errors."""
+    texts = [f"{field}: {kind}: {detail}" for field, kind, detail in causes]
+    joined = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+    reasons = {"Forbidden": "FieldValueForbidden", "Unsupported value": "FieldValueNotSupported"}
+    return _status(
+        422,
+        "Invalid",
+        f'ListOptions.meta.k8s.io "" is invalid: {joined}',
+        details={
+            "group": "meta.k8s.io",
+            "kind": "ListOptions",
+            "causes": [
+                {"reason": reasons[kind], "message": f"{kind}: {detail}", "field": field}
+                for field, kind, detail in causes
+            ],
+        },
+    )
+
+
+def _abort(request: web.BaseRequest) -> web.StreamResponse:
+    """Close the connection abruptly; aiohttp then drops the returned response quietly."""
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
+    return web.Response(status=503)
+
+
+def _bearer(header: str | None) -> str | None:
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    return value.strip() or None if scheme.lower() == "bearer" else None
+
+
+def _int_param(query: Mapping[str, str], name: str) -> int:
+    text = query.get(name, "")
+    if not text:
+        return 0
+    try:
+        return int(text)
+    except ValueError:
+        raise BadRequest(f"invalid {name}: {text!r}") from None
+
+
+def _transition(selector: Selector, event: Event) -> str | None:
+    """The event type a filtered watcher sees (objects entering or leaving the selection)."""
+    now = selector.matches(event.cur.obj)
+    if event.type == ADDED:
+        return ADDED if now else None
+    before = event.prev is not None and selector.matches(event.prev.obj)
+    if event.type == DELETED:
+        return DELETED if before else None
+    if now:
+        return MODIFIED if before else ADDED
+    return DELETED if before else None
+
+
+class ApiServer:
+    """Serves one :class:`ObjectStore` over the kube-apiserver HTTP protocol."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        tokens: set[str] | None,
+        bookmark_period: float,
+        streaming_list: StreamingList,
+        expired_as_http: bool,
+    ) -> None:
+        self.store = store
+        self.auth_required = tokens is not None
+        self.tokens: set[str] = tokens if tokens is not None else set()
+        self.bookmark_period = bookmark_period
+        self.streaming_list = streaming_list
+        self.expired_as_http = expired_as_http
+        self.requests: list[RecordedRequest] = []
+        self.watches: set[Watch] = set()
+        self.faults: list[_Fault] = []
+        self.stalled = False
+        self.stopping = False
+        self.inflight = 0
+        self._gate = asyncio.Event()
+        self._gate.set()
+        self._waiters: list[asyncio.Future[None]] = []
+
+    # ------------------------------------------------------------------ change notification
+    def notify(self) -> None:
+        """Wake every :meth:`wait_changed` caller."""
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def wait_changed(self, max_delay: float) -> None:
+        """Return after the next notification, or after ``max_delay`` seconds."""
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max_delay):
+                    await fut
+        finally:
+            if fut in self._waiters:
+                self._waiters.remove(fut)
+
+    # ------------------------------------------------------------------ faults
+    def stall(self) -> None:
+        """Hold new requests and silence watch streams until :meth:`unstall`."""
+        if not self.stalled:
+            self.stalled = True
+            self._gate = asyncio.Event()
+
+    def unstall(self) -> None:
+        """Release held requests; queued watch events flow again."""
+        self.stalled = False
+        self._gate.set()
+        for watch in self.watches:
+            watch.wake.set()
+
+    def release(self) -> None:
+        """Stop serving: held requests and watch streams close their connections."""
+        self.stopping = True
+        self._gate.set()
+        for watch in self.watches:
+            watch.wake.set()
+
+    def drop_watches(self) -> int:
+        """Abort every open watch stream; return how many."""
+        for watch in self.watches:
+            watch.dropped = True
+            watch.wake.set()
+        return len(self.watches)
+
+    def compact(self) -> None:
+        """Expire all history; open watches get an in-stream 410 and end."""
+        for watch in self.store.compact():
+            watch.queue.clear()
+            watch.expired = "The resourceVersion for the provided watch is too old."
+            watch.wake.set()
+        self.notify()
+
+    def _take_fault(self, path: str, is_watch: bool) -> _Fault | None:
+        for fault in self.faults:
+            if fault.matches(path, is_watch):
+                fault.remaining -= 1
+                if fault.remaining <= 0:
+                    self.faults.remove(fault)
+                return fault
+        return None
+
+    # ------------------------------------------------------------------ entry point
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Serve one request (the aiohttp low-level server's handler)."""
+        query = dict(request.query.items())
+        is_watch = query.get("watch", "").lower() in ("true", "1")
+        token = _bearer(request.headers.get(hdrs.AUTHORIZATION))
+        path = request.path
+        self.requests.append(
+            RecordedRequest(
+                method=request.method, path=path, query=query, token=token, is_watch=is_watch
+            )
+        )
+        self.inflight += 1
+        self.notify()
+        try:
+            while self.stalled and not self.stopping:
+                await self._gate.wait()
+            if self.stopping:
+                return _abort(request)
+            fault = self._take_fault(path, is_watch)
+            if fault is not None:
+                headers = {"Retry-After": "1"} if fault.status in (429, 503) else None
+                return _status(
+                    fault.status,
+                    fault.reason,
+                    f"fault injected by FakeCluster.fail_next ({fault.reason})",
+                    headers=headers,
+                )
+            if self.auth_required and (token is None or token not in self.tokens):
+                return _status(401, "Unauthorized", "Unauthorized")
+            if request.method != "GET":
+                return _status(
+                    405,
+                    "MethodNotAllowed",
+                    "the server does not allow this method on the requested resource",
+                )
+            return await self._route(request, path, query, is_watch, token)
+        except BadRequest as exc:
+            return _status(400, "BadRequest", str(exc))
+        finally:
+            self.inflight -= 1
+            self.notify()
+
+    async def _route(
+        self,
+        request: web.BaseRequest,
+        path: str,
+        query: dict[str, str],
+        is_watch: bool,
+        token: str | None,
+    ) -> web.StreamResponse:
+        parts = [p for p in path.split("/") if p]
+        if not parts:
+            return _json({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/version"]})
+        head = parts[0]
+        if len(parts) == 1 and head in ("healthz", "livez", "readyz"):
+            return web.Response(text="ok")
+        if parts == ["version"]:
+            return _json(VERSION_INFO)
+        if head == "api":
+            if len(parts) == 1:
+                return _json(api_versions(request.host))
+            group, version, rest = "", parts[1], parts[2:]
+        elif head == "apis":
+            if len(parts) == 1:
+                return _json(group_list(self.store))
+            if len(parts) == 2:
+                group_info = groups(self.store).get(parts[1])
+                return _json(group_info) if group_info else _not_found()
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            return _not_found()
+        if not rest:
+            listing = resource_list(self.store, group, version)
+            return _json(listing) if listing else _not_found()
+        namespace: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            namespace, rest = rest[1], rest[2:]
+        if len(rest) > 2:
+            return _not_found()
+        plural, name = rest[0], (rest[1] if len(rest) == 2 else None)
+        state = self.store.lookup(group, version, plural)
+        if state is None:
+            return _not_found()
+        namespaced = state.resource.namespaced
+        if (namespace is not None and not namespaced) or (
+            name is not None and namespaced and namespace is None
+        ):
+            return _not_found()
+        field_selector = query.get("fieldSelector", "")
+        if name is not None:
+            if not is_watch:
+                return self._get(state, namespace, name)
+            extra = f"metadata.name={name}"
+            field_selector = f"{field_selector},{extra}" if field_selector else extra
+        selector = Selector.parse(namespace, query.get("labelSelector", ""), field_selector)
+        if is_watch:
+            return await self._watch(request, state, selector, query, token)
+        return self._list(state, selector, query)
+
+    # ------------------------------------------------------------------ GET and LIST
+    def _get(self, state: ResourceState, namespace: str | None, name: str) -> web.Response:
+        stored = state.objects.get((namespace or "", name))
+        if stored is None:
+            details = {"name": name, "kind": state.resource.plural}
+            if state.resource.group:
+                details["group"] = state.resource.group
+            return _status(
+                404, "NotFound", f'{state.resource.name} "{name}" not found', details=details
+            )
+        return web.Response(body=stored.raw, content_type=_JSON)
+
+    def _list(
+        self, state: ResourceState, selector: Selector, query: dict[str, str]
+    ) -> web.Response:
+        store = self.store
+        limit = max(0, _int_param(query, "limit"))
+        rv_text = query.get("resourceVersion", "")
+        match = query.get("resourceVersionMatch", "")
+        token = query.get("continue", "")
+        after = None
+        if match not in ("", "Exact", "NotOlderThan"):
+            return _invalid(
+                [
+                    (
+                        "resourceVersionMatch",
+                        "Unsupported value",
+                        f'"{match}": supported values: "Exact", "NotOlderThan"',
+                    )
+                ]
+            )
+        if token:
+            if rv_text:
+                raise BadRequest("specifying resource version is not allowed when using continue")
+            snapshot, after = decode_continue(token)
+            if snapshot < 0:  # the "inconsistent" token of a 410: continue from the latest
+                snapshot = store.rv
+            elif snapshot < store.oldest_rv(state):
+                return _status(
+                    410,
+                    "Expired",
+                    _CONTINUE_EXPIRED,
+                    metadata={"continue": encode_continue(-1, after)},
+                )
+        else:
+            rv = _int_param(query, "resourceVersion")
+            exact = match == "Exact" or (not match and rv > 0 and limit > 0)
+            if rv > store.rv:
+                return _status(
+                    504,
+                    "Timeout",
+                    f"Too large resource version: {rv}, current: {store.rv}",
+                    details={
+                        "causes": [
+                            {
+                                "reason": "ResourceVersionTooLarge",
+                                "message": "Too large resource version",
+                            }
+                        ],
+                        "retryAfterSeconds": 1,
+                    },
+                )
+            if exact and rv < store.oldest_rv(state):
+                return _status(
+                    410, "Expired", "The resourceVersion for the provided list is too old."
+                )
+            snapshot = rv if exact else store.rv
+        page, last, remaining = store.list_at(state, snapshot, selector, after, limit)
+        meta: dict[str, Any] = {"resourceVersion": str(snapshot)}
+        if last is not None:
+            meta["continue"] = encode_continue(snapshot, last)
+            if not selector.filters_content:
+                meta["remainingItemCount"] = remaining
+        body = b"".join(
+            (
+                b'{"kind":',
+                orjson.dumps(state.list_kind),
+                b',"apiVersion":',
+                orjson.dumps(state.resource.api_version),
+                b',"metadata":',
+                orjson.dumps(meta),
+                b',"items":[',
+                b",".join([stored.raw for stored in page]),
+                b"]}",
+            )
+        )
+        return web.Response(body=body, content_type=_JSON)
+
+    # ------------------------------------------------------------------ WATCH
+    def _watch_options(self, query: dict[str, str]) -> tuple[str | None, web.Response | None]:
+        """Validate the streaming-list options; return (sendInitialEvents, error response)."""
+        send_initial = query.get("sendInitialEvents")
+        match = query.get("resourceVersionMatch", "")
+        if self.streaming_list == "ignore":  # a server from before streaming lists existed
+            return None, None
+        causes: list[tuple[str, str, str]] = []
+        if send_initial is not None:
+            if match != "NotOlderThan":
+                causes.append(
+                    (
+                        "resourceVersionMatch",
+                        "Forbidden",
+                        "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                    )
+                )
+            if not self.streaming_list:
+                causes.append(
+                    (
+                        "sendInitialEvents",
+                        "Forbidden",
+                        _WATCHLIST_OFF,
+                    )
+                )
+        if match:
+            if send_initial is None:
+                causes.append(
+                    (
+                        "resourceVersionMatch",
+                        "Forbidden",
+                        _MATCH_WITHOUT_INITIAL,
+                    )
+                )
+            if match != "NotOlderThan":
+                causes.append(
+                    (
+                        "resourceVersionMatch",
+                        "Unsupported value",
+                        f'"{match}": supported values: "NotOlderThan"',
+                    )
+                )
+        if causes:
+            return None, _invalid(causes)
+        if send_initial is not None and send_initial.lower() not in ("true", "false"):
+            raise BadRequest(f"invalid sendInitialEvents: {send_initial!r}")
+        return (send_initial.lower() if send_initial is not None else None), None
+
+    async def _watch(
+        self,
+        request: web.BaseRequest,
+        state: ResourceState,
+        selector: Selector,
+        query: dict[str, str],
+        token: str | None,
+    ) -> web.StreamResponse:
+        store = self.store
+        send_initial, error = self._watch_options(query)
+        if error is not None:
+            return error
+        bookmarks = query.get("allowWatchBookmarks", "").lower() in ("true", "1")
+        try:
+            timeout = float(query.get("timeoutSeconds") or 0)
+        except ValueError:
+            raise BadRequest(f"invalid timeoutSeconds: {query['timeoutSeconds']!r}") from None
+        rv_text = query.get("resourceVersion", "")
+        watch = Watch(state, selector, token)
+        if send_initial == "true" or (send_initial is None and rv_text in ("", "0")):
+            watch.queue.extend(store.initial_events(state, selector))
+            if send_initial == "true" and bookmarks:
+                watch.queue.append(Event(INITIAL_END, store.rv, ("", ""), Stored({}, b""), None))
+        elif rv_text not in ("", "0"):
+            rv = _int_param(query, "resourceVersion")
+            oldest = store.oldest_rv(state)
+            if rv < oldest:
+                message = f"too old resource version: {rv} ({oldest})"
+                if self.expired_as_http:
+                    return _status(410, "Expired", message)
+                watch.expired = message
+            elif rv < store.rv:
+                watch.queue.extend(state.events_after(rv))
+        # from here on, every change reaches this watch's queue: nothing is missed
+        if watch.expired is None:
+            state.watchers.add(watch)
+        self.watches.add(watch)
+        self.notify()
+        response = web.StreamResponse(
+            status=200, headers={hdrs.CONTENT_TYPE: _JSON, hdrs.CACHE_CONTROL: "no-cache, private"}
+        )
+        response.enable_chunked_encoding()
+        try:
+            await response.prepare(request)
+            await self._pump(request, response, watch, bookmarks, timeout)
+        except ConnectionError:
+            pass  # the client went away; aiohttp closes the connection
+        finally:
+            state.watchers.discard(watch)
+            self.watches.discard(watch)
+            self.notify()
+        return response
+
+    async def _pump(
+        self,
+        request: web.BaseRequest,
+        response: web.StreamResponse,
+        watch: Watch,
+        bookmarks: bool,
+        lifetime: float,
+    ) -> None:
+        """Send queued events, bookmarks and the end of the stream."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        deadline = now + lifetime if lifetime > 0 else math.inf
+        period = self.bookmark_period
+        next_bookmark = now + period if bookmarks else math.inf
+        while True:
+            watch.wake.clear()
+            if watch.dropped or self.stopping:
+                _abort(request)
+                return
+            if self.stalled:
+                await watch.wake.wait()
+                continue
+            if watch.queue:
+                data = self._drain(watch)
+                if data:
+                    await response.write(data)
+                if watch.queue:
+                    await asyncio.sleep(0)  # let object operations and other streams run
+                continue
+            if watch.expired is not None:
+                error = {"type": "ERROR", "object": status_body(410, "Expired", watch.expired)}
+                await response.write(orjson.dumps(error) + b"\n")
+                await response.write_eof()
+                return
+            now = loop.time()
+            if now >= deadline:
+                await response.write_eof()
+                return
+            if now >= next_bookmark:
+                await response.write(self._bookmark(watch.state, self.store.rv, end=False))
+                next_bookmark = now + period
+                continue
+            delay = min(deadline, next_bookmark) - now
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(None if math.isinf(delay) else delay):
+                    await watch.wake.wait()
+
+    def _drain(self, watch: Watch) -> bytes:
+        """Encode queued events into one chunk (bounded in size)."""
+        parts: list[bytes] = []
+        size = 0
+        queue = watch.queue
+        selector = watch.selector
+        check = not selector.is_everything
+        while queue and size < _BATCH_BYTES:
+            event = queue.popleft()
+            kind = event.type
+            if kind == INITIAL_END:
+                parts.append(self._bookmark(watch.state, event.rv, end=True))
+                continue
+            if check:
+                seen = _transition(selector, event)
+                if seen is None:
+                    continue
+                kind = seen
+            raw = event.cur.raw
+            parts.append(_PREFIX[kind])
+            parts.append(raw)
+            parts.append(b"}\n")
+            size += len(raw)
+        return b"".join(parts)
+
+    @staticmethod
+    def _bookmark(state: ResourceState, rv: int, *, end: bool) -> bytes:
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        obj = {"kind": state.kind, "apiVersion": state.resource.api_version, "metadata": meta}
+        return orjson.dumps({"type": "BOOKMARK", "object": obj}) + b"\n"

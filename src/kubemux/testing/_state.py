@@ -1,0 +1,417 @@
+"""The fake cluster's data: objects, one global resourceVersion counter, per-resource history.
+
+Sync and loop-agnostic: object operations never await and never block on watchers. Each open
+watch owns a queue that object operations append to; the HTTP layer drains those queues.
+
+Stored objects are never mutated after they are stored: an update stores a new dict. Callers
+get copies, so they can edit what they receive without corrupting the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import datetime as dt
+import secrets
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import orjson
+
+from .._resources import BUILTIN_RESOURCES, Resource, parse_resource, register_resource
+from ._protocol import Key, Selector
+
+__all__ = ["ADDED", "DELETED", "INITIAL_END", "MODIFIED", "Event", "ObjectStore", "Watch"]
+
+ADDED = "ADDED"
+MODIFIED = "MODIFIED"
+DELETED = "DELETED"
+INITIAL_END = "INITIAL_END"
+"""Queue marker: the initial events of a streaming list end here (becomes a BOOKMARK)."""
+
+_TOP_KEYS = ("kind", "apiVersion", "metadata")
+_META_ORDER = (
+    "name",
+    "generateName",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+)
+
+
+class Stored:
+    """One version of an object: the dict and its JSON bytes (serialised once)."""
+
+    __slots__ = ("obj", "raw")
+
+    def __init__(self, obj: dict[str, Any], raw: bytes) -> None:
+        self.obj = obj
+        self.raw = raw
+
+
+class Event:
+    """One change: ``cur`` is the new version (the final one for DELETED), ``prev`` the old."""
+
+    __slots__ = ("cur", "key", "prev", "rv", "type")
+
+    def __init__(self, type_: str, rv: int, key: Key, cur: Stored, prev: Stored | None) -> None:
+        self.type = type_
+        self.rv = rv
+        self.key = key
+        self.cur = cur
+        self.prev = prev
+
+
+_NO_OBJECT = Stored({}, b"{}")
+
+
+class Watch:
+    """One open watch stream: the events it still has to send, and why it should end."""
+
+    __slots__ = ("dropped", "expired", "queue", "selector", "state", "token", "wake")
+
+    def __init__(self, state: ResourceState, selector: Selector, token: str | None) -> None:
+        self.state = state
+        self.selector = selector
+        self.token = token
+        self.queue: deque[Event] = deque()
+        self.wake = asyncio.Event()
+        self.dropped = False
+        self.expired: str | None = None  # message of the in-stream 410 still to send
+
+    def push(self, events: Iterable[Event]) -> None:
+        """Queue events for this stream and wake its writer."""
+        self.queue.extend(events)
+        self.wake.set()
+
+
+class ResourceState:
+    """Objects, history and open watches of one resource type."""
+
+    def __init__(self, resource: Resource) -> None:
+        self.resource = resource
+        self.kind = resource.kind or _guess_kind(resource.plural)
+        self.list_kind = f"{self.kind}List"
+        self.objects: dict[Key, Stored] = {}
+        self.history: list[Event] = []
+        self.first = 0  # index of the oldest event still in history
+        self.trimmed_rv = 0  # resume points older than this have lost events
+        self.watchers: set[Watch] = set()
+        self._sorted: list[Key] | None = None
+
+    def sorted_keys(self) -> list[Key]:
+        """Keys in (namespace, name) order, cached until the key set changes."""
+        if self._sorted is None:
+            self._sorted = sorted(self.objects)
+        return self._sorted
+
+    def invalidate_keys(self) -> None:
+        """Forget the sorted key cache (the key set changed)."""
+        self._sorted = None
+
+    def record(self, events: list[Event], limit: int) -> None:
+        """Append events to the history (trimmed to ``limit``) and to every watch queue."""
+        self.history.extend(events)
+        excess = len(self.history) - self.first - limit
+        if excess > 0:
+            self.first += excess
+            self.trimmed_rv = self.history[self.first - 1].rv
+            if self.first > 1024 and self.first * 2 > len(self.history):
+                del self.history[: self.first]
+                self.first = 0
+        for watch in self.watchers:
+            watch.push(events)
+
+    def events_after(self, rv: int) -> list[Event]:
+        """History events newer than ``rv`` (the caller checked that ``rv`` is not expired)."""
+        start = bisect.bisect_right(self.history, rv, lo=self.first, key=_event_rv)
+        return self.history[start:]
+
+    def state_at(self, rv: int) -> dict[Key, Stored | None]:
+        """What differs between now and ``rv``: key -> its version at ``rv`` (None: absent)."""
+        overlay: dict[Key, Stored | None] = {}
+        for index in range(len(self.history) - 1, self.first - 1, -1):
+            event = self.history[index]
+            if event.rv <= rv:
+                break
+            overlay[event.key] = event.prev  # the earliest change after rv wins (written last)
+        return overlay
+
+
+def _event_rv(event: Event) -> int:
+    return event.rv
+
+
+def _guess_kind(plural: str) -> str:
+    singular = plural[:-3] + "y" if plural.endswith("ies") else plural.removesuffix("s")
+    return singular[:1].upper() + singular[1:]
+
+
+def _describe(state: ResourceState, key: Key) -> str:
+    where = f"{key[0]}/{key[1]}" if key[0] else key[1]
+    return f"{state.resource.name} {where!r}"
+
+
+def _copy(stored: Stored) -> dict[str, Any]:
+    copy: dict[str, Any] = orjson.loads(stored.raw)
+    return copy
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ObjectStore:
+    """All objects of a fake cluster, with etcd-like resourceVersions and a watch history."""
+
+    def __init__(self, *, history_limit: int, on_change: Callable[[], None]) -> None:
+        self.rv = 0
+        self.compacted_rv = 0
+        self.history_limit = history_limit
+        self._on_change = on_change
+        self._states: dict[tuple[str, str], ResourceState] = {}
+        self._extra: dict[tuple[str, str], Resource] = {}
+        self._builtin = {(r.group, r.plural): r for r in BUILTIN_RESOURCES}
+
+    # ------------------------------------------------------------------ resource types
+    def register(self, resource: Resource) -> ResourceState:
+        """Serve ``resource`` (and list it in discovery); idempotent."""
+        ident = (resource.group, resource.plural)
+        state = self._states.get(ident)
+        if state is None:
+            if ident not in self._builtin:
+                self._extra[ident] = resource
+                register_resource(resource)
+            state = self._states[ident] = ResourceState(self._builtin.get(ident, resource))
+        return state
+
+    def state(self, resource: str | Resource) -> ResourceState:
+        """The state of a resource type, registering it on first use."""
+        res = parse_resource(resource)
+        state = self._states.get((res.group, res.plural))
+        return state if state is not None else self.register(res)
+
+    def lookup(self, group: str, version: str, plural: str) -> ResourceState | None:
+        """The resource served at ``/apis/{group}/{version}/{plural}``, if any."""
+        ident = (group, plural)
+        res = self._extra.get(ident) or self._builtin.get(ident)
+        if res is None or res.version != version:
+            return None
+        return self.state(res)
+
+    def resources(self) -> list[Resource]:
+        """Every served resource type: the built-in table, then registered ones."""
+        return [*BUILTIN_RESOURCES, *self._extra.values()]
+
+    def oldest_rv(self, state: ResourceState) -> int:
+        """Resume points (watch RVs, continue tokens) older than this are Expired."""
+        return max(self.compacted_rv, state.trimmed_rv)
+
+    # ------------------------------------------------------------------ object operations
+    def _key(self, state: ResourceState, namespace: str | None, name: str) -> Key:
+        if state.resource.namespaced:
+            return (namespace or "default", name)
+        return ("", name)
+
+    def _build(
+        self, state: ResourceState, obj: Mapping[str, Any], old: Stored | None, rv: int
+    ) -> tuple[Key, Stored]:
+        source = dict(obj.get("metadata") or {})
+        name = source.get("name")
+        if not name:
+            prefix = source.get("generateName")
+            if not prefix:
+                raise ValueError("metadata.name (or metadata.generateName) is required")
+            name = f"{prefix}{secrets.token_hex(3)[:5]}"
+        key = self._key(state, source.get("namespace"), str(name))
+        meta: dict[str, Any] = {"name": key[1]}
+        if source.get("generateName"):
+            meta["generateName"] = source["generateName"]
+        if state.resource.namespaced:
+            meta["namespace"] = key[0]
+        if old is not None:
+            old_meta = old.obj["metadata"]
+            meta["uid"] = old_meta["uid"]
+            generation = int(old_meta.get("generation", 1))
+            if obj.get("spec") != old.obj.get("spec"):
+                generation += 1
+            created = old_meta["creationTimestamp"]
+        else:
+            meta["uid"] = source.get("uid") or str(uuid.uuid4())
+            generation = int(source.get("generation") or 1)
+            created = source.get("creationTimestamp") or _now()
+        meta["resourceVersion"] = str(rv)
+        meta["generation"] = generation
+        meta["creationTimestamp"] = created
+        for k, v in source.items():
+            if k not in _META_ORDER:
+                meta[k] = v
+        out: dict[str, Any] = {
+            "kind": state.kind,
+            "apiVersion": state.resource.api_version,
+            "metadata": meta,
+        }
+        for k, v in obj.items():
+            if k not in _TOP_KEYS:
+                out[k] = v
+        raw = orjson.dumps(out)
+        return key, Stored(orjson.loads(raw), raw)  # a deep copy the caller cannot touch
+
+    def _insert(self, state: ResourceState, objs: Iterable[Mapping[str, Any]]) -> list[Event]:
+        events: list[Event] = []
+        try:
+            for obj in objs:
+                rv = self.rv + 1
+                key, stored = self._build(state, obj, None, rv)
+                if key in state.objects:
+                    raise ValueError(f"{_describe(state, key)} already exists")
+                self.rv = rv
+                state.objects[key] = stored
+                events.append(Event(ADDED, rv, key, stored, None))
+        finally:
+            if events:
+                state.invalidate_keys()
+                state.record(events, self.history_limit)
+                self._on_change()
+        return events
+
+    def create_many(self, resource: str | Resource, objs: Iterable[Mapping[str, Any]]) -> int:
+        """Create objects in one go: one history append and one wake-up per watch.
+
+        Returns:
+            The resourceVersion after the last creation.
+
+        Raises:
+            ValueError: an object exists already (objects before it were created).
+        """
+        self._insert(self.state(resource), objs)
+        return self.rv
+
+    def create(self, resource: str | Resource, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create one object; see :meth:`FakeCluster.create`."""
+        (event,) = self._insert(self.state(resource), (obj,))
+        return _copy(event.cur)
+
+    def update(self, resource: str | Resource, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace an existing object; see :meth:`FakeCluster.update`."""
+        state = self.state(resource)
+        meta = obj.get("metadata") or {}
+        key = self._key(state, meta.get("namespace"), str(meta.get("name") or ""))
+        old = state.objects.get(key)
+        if old is None:
+            raise KeyError(f"{_describe(state, key)} not found")
+        rv = self.rv + 1
+        key, stored = self._build(state, obj, old, rv)
+        self.rv = rv
+        state.objects[key] = stored
+        state.record([Event(MODIFIED, rv, key, stored, old)], self.history_limit)
+        self._on_change()
+        return _copy(stored)
+
+    def apply(self, resource: str | Resource, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create or update; see :meth:`FakeCluster.apply`."""
+        state = self.state(resource)
+        meta = obj.get("metadata") or {}
+        if meta.get("name"):
+            key = self._key(state, meta.get("namespace"), str(meta["name"]))
+            if key in state.objects:
+                return self.update(state.resource, obj)
+        return self.create(state.resource, obj)
+
+    def delete(
+        self, resource: str | Resource, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        """Delete one object; see :meth:`FakeCluster.delete`."""
+        state = self.state(resource)
+        key = self._key(state, namespace, name)
+        old = state.objects.pop(key, None)
+        if old is None:
+            return None
+        state.invalidate_keys()
+        self.rv += 1
+        final = {**old.obj, "metadata": {**old.obj["metadata"], "resourceVersion": str(self.rv)}}
+        stored = Stored(final, orjson.dumps(final))
+        state.record([Event(DELETED, self.rv, key, stored, old)], self.history_limit)
+        self._on_change()
+        return _copy(stored)
+
+    def get(
+        self, resource: str | Resource, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        """A copy of one object, or None."""
+        state = self.state(resource)
+        stored = state.objects.get(self._key(state, namespace, name))
+        return None if stored is None else _copy(stored)
+
+    def objects(
+        self, resource: str | Resource, namespace: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Copies of the current objects, sorted by (namespace, name)."""
+        state = self.state(resource)
+        return [
+            _copy(state.objects[key])
+            for key in state.sorted_keys()
+            if namespace is None or key[0] == namespace
+        ]
+
+    def compact(self) -> list[Watch]:
+        """Forget all history; return the open watches, which must now end with a 410."""
+        self.compacted_rv = self.rv
+        watches: list[Watch] = []
+        for state in self._states.values():
+            state.history.clear()
+            state.first = 0
+            watches.extend(state.watchers)
+        return watches
+
+    # ------------------------------------------------------------------ reads for the server
+    def list_at(
+        self,
+        state: ResourceState,
+        rv: int,
+        selector: Selector,
+        after: Key | None,
+        limit: int,
+    ) -> tuple[list[Stored], Key | None, int]:
+        """One page of a LIST at snapshot ``rv`` (checked not to be expired).
+
+        Returns:
+            The page, the last key when more items follow (else None), and how many keys
+            follow the page (an upper bound when the selector filters content).
+        """
+        overlay = state.state_at(rv) if rv < self.rv else {}
+        keys = sorted(state.objects.keys() | overlay.keys()) if overlay else state.sorted_keys()
+        lo, hi = 0, len(keys)
+        if selector.namespace is not None:
+            lo = bisect.bisect_left(keys, (selector.namespace, ""))
+            hi = bisect.bisect_left(keys, (selector.namespace + "\x00", ""))
+        if after is not None:
+            lo = max(lo, bisect.bisect_right(keys, after))
+        page: list[Stored] = []
+        objects = state.objects
+        check = selector.filters_content
+        index = lo
+        while index < hi:
+            key = keys[index]
+            index += 1
+            stored = overlay.get(key, _NO_OBJECT) if overlay else _NO_OBJECT
+            if stored is _NO_OBJECT:
+                stored = objects.get(key)
+            if stored is None or (check and not selector.matches(stored.obj)):
+                continue
+            page.append(stored)
+            if limit and len(page) >= limit:
+                break
+        if limit and len(page) >= limit and index < hi:
+            return page, keys[index - 1], hi - index
+        return page, None, 0
+
+    def initial_events(self, state: ResourceState, selector: Selector) -> list[Event]:
+        """Synthetic ADDED events for every current object the selector matches."""
+        page, _, _ = self.list_at(state, self.rv, selector, None, 0)
+        rv = self.rv
+        return [Event(ADDED, rv, ("", ""), stored, None) for stored in page]

@@ -1,0 +1,57 @@
+"""Shared fixtures: a clean environment, a FakeCluster, and leak checks on every test."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+_sessions: weakref.WeakSet[aiohttp.ClientSession] = weakref.WeakSet()
+_orig_init = aiohttp.ClientSession.__init__
+
+
+def _tracking_init(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> None:
+    _orig_init(self, *args, **kwargs)
+    _sessions.add(self)
+
+
+aiohttp.ClientSession.__init__ = _tracking_init  # type: ignore[method-assign]
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No test sees the developer's kubeconfig."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture(autouse=True)
+async def _no_leaks() -> AsyncIterator[None]:
+    """Fail any test that leaves an asyncio task or an open aiohttp session behind."""
+    before = set(asyncio.all_tasks())
+    open_before = {id(s) for s in _sessions if not s.closed}
+    yield
+    me = asyncio.current_task()
+    leaked: set[asyncio.Task[Any]] = set()
+    for _ in range(20):  # let tasks that are already finishing run to the end
+        leaked = {t for t in asyncio.all_tasks() - before if t is not me and not t.done()}
+        if not leaked:
+            break
+        await asyncio.sleep(0)
+    gc.collect()
+    sessions = [s for s in _sessions if not s.closed and id(s) not in open_before]
+    problems = []
+    if leaked:
+        problems.append(f"leaked tasks: {sorted(repr(t.get_coro()) for t in leaked)}")
+        for t in leaked:
+            t.cancel()
+    if sessions:
+        problems.append(f"unclosed aiohttp sessions: {len(sessions)}")
+    if problems:
+        pytest.fail("; ".join(problems))

@@ -1,0 +1,401 @@
+"""WatcherRegistry end to end: real HTTP to FakeClusters through kubernetes-asyncio."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+import kubemux
+from kubemux import (
+    Backoff,
+    ClusterUnreachable,
+    ContextNotFound,
+    ContextRemoved,
+    Unauthorized,
+    WatcherRegistry,
+)
+from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
+
+TIMEOUT = 10
+
+
+@pytest.fixture
+async def two_clusters() -> AsyncIterator[tuple[FakeCluster, FakeCluster]]:
+    async with (
+        FakeCluster(tokens={"tok-a"}, name="a") as a,
+        FakeCluster(tokens={"tok-b"}, name="b") as b,
+    ):
+        for i in range(3):
+            a.create("pods", make_pod(f"a-{i}"))
+            b.create("pods", make_pod(f"b-{i}", "kube-system"))
+        yield a, b
+
+
+def _kubeconfig(tmp_path: Path, contexts: dict[str, FakeCluster | FakeContext]) -> Path:
+    return write_kubeconfig(tmp_path / "config", contexts)
+
+
+def _names(store: kubemux.Store) -> set[str]:
+    return {o["metadata"]["name"] for o in store.list()}
+
+
+async def _sync(
+    registry: WatcherRegistry, path: Path, contexts: dict[str, FakeCluster | FakeContext]
+) -> None:
+    """Rewrite the kubeconfig and wait until the registry has reconciled it."""
+    before = registry.kubeconfig_syncs
+    write_kubeconfig(path, contexts)
+    with anyio.fail_after(TIMEOUT):
+        await registry.wait_kubeconfig_sync(before)
+
+
+async def test_watch_returns_synced_store_and_follows_changes(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, b = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a, "b": b})
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+        assert set(registry.contexts) == {"a", "b"}
+        assert registry.current_context == "a"
+        with anyio.fail_after(TIMEOUT):
+            store = await registry.watch("a", "pods")
+        assert store.has_synced
+        assert _names(store) == {"a-0", "a-1", "a-2"}
+        assert store.get("default", "a-1") is not None
+        assert "managedFields" not in store.get("default", "a-1")["metadata"]
+        async with registry.subscribe("pods", ["a"], snapshot=False) as changes:
+            a.create("pods", make_pod("a-new"))
+            with anyio.fail_after(TIMEOUT):
+                change = await changes.__anext__()
+        assert (change.context, change.type, change.name) == ("a", "ADDED", "a-new")
+        assert store.get("default", "a-new") is not None
+        # the other context was never started: lazy
+        assert registry.live_contexts == ["a"]
+        assert b.requests == [] or all(r.path.startswith("/version") for r in b.requests)
+
+
+async def test_single_flight_start(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, _ = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a})
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+        stores: list[kubemux.Store] = []
+
+        async def one() -> None:
+            stores.append(await registry.watch("a", "pods"))
+
+        with anyio.fail_after(TIMEOUT):
+            async with anyio.create_task_group() as tg:
+                for _ in range(50):
+                    tg.start_soon(one)
+        assert len(stores) == 50
+        assert all(s is stores[0] for s in stores)
+        lists = [r for r in a.requests if not r.is_watch and r.path.endswith("/pods")]
+        assert len(lists) == 1
+
+
+async def test_context_removed_from_file_stops_everything(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, b = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a, "b": b})
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+        with anyio.fail_after(TIMEOUT):
+            store_b = await registry.watch("b", "pods")
+            await registry.watch("a", "pods")
+            await b.wait_for(lambda: b.open_watches == 1)
+        async with registry.subscribe("pods", ["b"], snapshot=False) as changes:
+            await _sync(registry, path, {"a": a})
+            with anyio.fail_after(TIMEOUT):
+                change = await changes.__anext__()
+                await b.wait_for(lambda: b.open_watches == 0)
+        assert (change.context, change.type) == ("b", "REMOVED")
+        assert registry.live_contexts == ["a"]
+        assert "b" not in registry.contexts
+        assert len(store_b) == 0 and not store_b.has_synced  # dropped
+        assert a.open_watches == 1  # the other context is untouched
+        with pytest.raises(ContextNotFound):
+            await registry.watch("b", "pods")
+
+
+async def test_reload_with_new_token(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, _ = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a})
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+        with anyio.fail_after(TIMEOUT):
+            old_store = await registry.watch("a", "pods")
+            await a.wait_for(lambda: a.open_watches_for("tok-a") == 1)
+        gen_before = registry.status().contexts["a"].generation
+        a.tokens.add("tok-new")
+        async with registry.subscribe("pods", ["a"], snapshot=False) as changes:
+            await _sync(registry, path, {"a": FakeContext(cluster=a, token="tok-new")})
+            seen = []
+            with anyio.fail_after(TIMEOUT):
+                while len(seen) < 4:  # RESET, then the fresh state
+                    seen.append(await changes.__anext__())
+        assert seen[0].type == "RESET"
+        assert [c.type for c in seen[1:]] == ["ADDED"] * 3
+        with anyio.fail_after(TIMEOUT):
+            store = await registry.watch("a", "pods")
+            await a.wait_for(
+                lambda: a.open_watches_for("tok-a") == 0 and a.open_watches_for("tok-new") == 1
+            )
+        assert store is not old_store
+        assert _names(store) == {"a-0", "a-1", "a-2"}
+        assert registry.status().contexts["a"].generation > gen_before
+        assert a.requests_for("tok-new")
+
+
+async def test_unchanged_fingerprint_no_churn_and_broken_file_removes_nothing(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, b = two_clusters
+    contexts: dict[str, FakeCluster | FakeContext] = {"a": a, "b": b}
+    path = _kubeconfig(tmp_path, contexts)
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+        with anyio.fail_after(TIMEOUT):
+            await registry.watch("a", "pods")
+        gen = registry.status().contexts["a"].generation
+        requests = len(a.requests)
+        # a half-written file: nothing is removed, the error is visible
+        before = registry.kubeconfig_syncs
+        path.write_text(path.read_text()[: len(path.read_text()) // 2] + "\n  - : [\n")
+        with anyio.fail_after(TIMEOUT):
+            await registry.wait_kubeconfig_sync(before)
+        st = registry.status()
+        assert set(st.contexts) == {"a", "b"}
+        assert str(path) in st.kubeconfig_errors
+        assert st.contexts["a"].state == "running"
+        # fixing it changes nothing else
+        await _sync(registry, path, contexts)
+        st = registry.status()
+        assert st.kubeconfig_errors == {}
+        assert st.contexts["a"].generation == gen
+        assert len([r for r in a.requests[requests:] if not r.is_watch]) == 0
+
+
+async def test_interleaved_stop_and_watch(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, _ = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a})
+    rng = random.Random(7)
+    errors: list[BaseException] = []
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+
+        async def watcher() -> None:
+            try:
+                store = await registry.watch("a", "pods")
+            except ContextRemoved:
+                return
+            except Exception as exc:  # noqa: BLE001 - anything else is a bug
+                errors.append(exc)
+                return
+            # a returned store belongs to a live generation when returned
+            if not store.has_synced:
+                errors.append(AssertionError("returned a store that is not synced"))
+
+        async def stopper() -> None:
+            await registry.stop_watcher("a")
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for _ in range(100):
+                    tg.start_soon(watcher if rng.random() < 0.6 else stopper)
+                    if rng.random() < 0.3:
+                        await anyio.lowlevel.checkpoint()
+        assert errors == []
+        assert len(registry.live_contexts) <= 1
+        await registry.stop_watcher("a")
+        assert registry.live_contexts == []
+        with anyio.fail_after(TIMEOUT):
+            await a.wait_for(lambda: a.open_watches == 0)
+        assert registry._structure_sizes()["entries"] == 0
+
+
+async def test_stop_watcher_is_idempotent(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, _ = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a})
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+        assert await registry.stop_watcher("nope") is False
+        assert await registry.stop_watcher("a") is False  # known but never started
+        with anyio.fail_after(TIMEOUT):
+            await registry.watch("a", "pods")
+        results: list[bool] = []
+
+        async def stop() -> None:
+            results.append(await registry.stop_watcher("a"))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(5):
+                tg.start_soon(stop)
+        assert results == [True] * 5  # concurrent calls share one stop
+        assert await registry.stop_watcher("a") is False
+        assert a.open_watches == 0
+        assert registry.status().contexts["a"].state == "idle"
+        # and it can start again: a new generation
+        with anyio.fail_after(TIMEOUT):
+            store = await registry.watch("a", "pods")
+        assert len(store) == 3
+
+
+async def test_unauthorized_start_backs_off(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, _ = two_clusters
+    path = _kubeconfig(tmp_path, {"a": FakeContext(cluster=a, token="wrong")})
+    async with WatcherRegistry.from_kubeconfig(
+        str(path), start_backoff=Backoff(initial_delay=3600, jitter=False)
+    ) as registry:
+        with anyio.fail_after(TIMEOUT), pytest.raises(Unauthorized) as info:
+            await registry.watch("a", "pods")
+        assert info.value.status == 401
+        n = len(a.requests)
+        for _ in range(20):  # no request storm
+            with pytest.raises(Unauthorized):
+                await registry.watch("a", "pods")
+        assert len(a.requests) == n
+        st = registry.status().contexts["a"]
+        assert st.state in ("backing off", "error")
+        assert "Unauthorized" in (st.last_error or "")
+        assert st.retry_in is not None and st.retry_in > 0
+
+
+async def test_failed_start_is_not_poisoned(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, _ = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a})
+    async with WatcherRegistry.from_kubeconfig(
+        str(path), start_backoff=Backoff(initial_delay=0.0, jitter=False)
+    ) as registry:
+        a.fail_next(1, status=403, reason="Forbidden")
+        with anyio.fail_after(TIMEOUT), pytest.raises(kubemux.Forbidden):
+            await registry.watch("a", "pods")
+        with anyio.fail_after(TIMEOUT):
+            store = await registry.watch("a", "pods")  # backoff of 0 s: tried again
+        assert len(store) == 3
+        assert registry.status().contexts["a"].last_error is None
+
+
+async def test_unreachable_context_does_not_affect_others(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, _ = two_clusters
+    dead = FakeCluster(name="dead")
+    await dead.start()
+    server = dead.server
+    await dead.stop()
+    path = _kubeconfig(tmp_path, {"a": a, "dead": FakeContext(cluster=server)})
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+        with anyio.fail_after(TIMEOUT), pytest.raises(ClusterUnreachable) as info:
+            await registry.watch("dead", "pods")
+        assert server.split("//")[1] in str(info.value)
+        with anyio.fail_after(TIMEOUT):
+            store = await registry.watch("a", "pods")
+        assert len(store) == 3
+        st = registry.status()
+        assert st.contexts["a"].state == "running"
+        assert st.contexts["dead"].state in ("backing off", "error")
+
+
+async def test_unknown_context_and_invalid_context(tmp_path: Path) -> None:
+    path = tmp_path / "config"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: broken\n"
+        "contexts:\n- name: broken\n  context: {cluster: missing, user: u}\n"
+        "users:\n- name: u\n  user: {token: s3cret-token}\n"
+    )
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+        with pytest.raises(ContextNotFound, match="missing"):
+            await registry.watch("broken", "pods")
+        with pytest.raises(ContextNotFound):
+            await registry.watch("nope", "pods")
+        assert "broken" in registry.status().invalid_contexts
+
+
+async def test_no_secret_in_status_repr_or_logs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "sup3r-s3cret-t0ken"
+    caplog.set_level(logging.DEBUG, logger="kubemux")
+    async with FakeCluster(tokens={secret}) as c:
+        c.create("pods", make_pod("p"))
+        path = write_kubeconfig(
+            tmp_path / "config",
+            {
+                "good": FakeContext(cluster=c, token=secret),
+                "bad": FakeContext(cluster=c, token=secret + "-wrong"),
+            },
+        )
+        async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+            with anyio.fail_after(TIMEOUT):
+                await registry.watch("good", "pods")
+                with pytest.raises(Unauthorized):
+                    await registry.watch("bad", "pods")
+            texts = [
+                repr(registry),
+                repr(registry.status()),
+                repr(registry.contexts),
+                str(registry.contexts["good"]),
+            ]
+            texts += [r.getMessage() for r in caplog.records]
+    for text in texts:
+        assert secret not in text
+
+
+async def test_subscriber_snapshot_then_live(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, b = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a, "b": b})
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+        with anyio.fail_after(TIMEOUT):
+            await registry.watch("a", "pods")
+            await registry.watch("b", "pods")
+        async with registry.subscribe("pods") as changes:
+            b.delete("pods", "kube-system", "b-0")
+            got = []
+            with anyio.fail_after(TIMEOUT):
+                while len(got) < 7:
+                    got.append(await changes.__anext__())
+        snap = [c for c in got if c.snapshot]
+        assert {(c.context, c.name) for c in snap} == {
+            ("a", "a-0"),
+            ("a", "a-1"),
+            ("a", "a-2"),
+            ("b", "b-0"),
+            ("b", "b-1"),
+            ("b", "b-2"),
+        }
+        assert (got[6].context, got[6].type, got[6].name) == ("b", "DELETED", "b-0")
+
+
+async def test_static_mapping_and_registry_close_cleans_up(
+    two_clusters: tuple[FakeCluster, FakeCluster],
+) -> None:
+    a, b = two_clusters
+    from kubemux.testing import kubeconfig_dict
+
+    cfg = kubeconfig_dict({"a": a, "b": b})
+    contexts = {n: kubemux.ContextConfig.from_dict(n, cfg) for n in ("a", "b")}
+    registry = WatcherRegistry(contexts)
+    async with registry:
+        with anyio.fail_after(TIMEOUT):
+            await registry.watch("a", "pods")
+            await registry.watch("b", "pods")
+        assert "running" in repr(registry)
+    assert a.open_watches == 0 and b.open_watches == 0
+    with pytest.raises(RuntimeError):
+        async with registry:
+            pass
