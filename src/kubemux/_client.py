@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import anyio
-import orjson
 
 from ._errors import ApiError, ClusterUnreachable, KubeconfigError, api_error_from_status
 from ._resources import Resource
@@ -91,8 +90,8 @@ class ContextClient:
         *,
         request_timeout: float,
         connect_timeout: float,
-    ) -> dict[str, Any]:
-        """One LIST request (one page); returns the decoded List object.
+    ) -> bytes:
+        """One LIST request (one page); returns the response body, undecoded.
 
         Raises:
             ApiError: the server answered with an error status.
@@ -103,18 +102,10 @@ class ContextClient:
         t = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
         async with self._request(resource.path(namespace), params, t) as resp:
             try:
-                data = await resp.read()
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                body: bytes = await resp.read()
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                 raise _unreachable(self.server, exc) from exc
-        try:
-            decoded = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise ApiError(
-                resp.status, "BadResponse", f"LIST {resource.name} returned invalid JSON: {exc}"
-            ) from exc
-        if not isinstance(decoded, dict):
-            raise ApiError(resp.status, "BadResponse", f"LIST {resource.name} returned no object")
-        return decoded
+        return body
 
     @contextlib.asynccontextmanager
     async def watch(

@@ -13,15 +13,17 @@ the live changes that follow.
 
 from __future__ import annotations
 
-import dataclasses
+import builtins
 from collections import deque
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
 import anyio
+import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from ._codec import Entry
 from ._errors import SubscriberOverflow
 
 __all__ = ["Change", "ChangeType", "Fanout", "Subscription"]
@@ -32,41 +34,137 @@ this (context, resource); fresh ADDEDs follow (a reload or a relist after a relo
 ``REMOVED``: the context was stopped (removed from the kubeconfig or stopped by hand)."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
 class Change:
-    """One change seen by a subscriber.
+    """One change seen by a subscriber. Immutable.
 
     Attributes:
         context: The kubeconfig context.
         resource: The resource's full name (``pods``, ``deployments.apps``).
         type: See :data:`ChangeType`.
-        object: The object (its final state for DELETED); ``None`` for RESET and REMOVED.
         generation: The context generation that produced the change.
         snapshot: True for the ADDEDs that replay the store at subscribe time.
+        namespace: The object's namespace (``""`` if cluster-scoped or no object).
+        name: The object's name (``""`` if no object).
     """
+
+    __slots__ = (
+        "_object",
+        "_raw",
+        "context",
+        "generation",
+        "name",
+        "namespace",
+        "resource",
+        "snapshot",
+        "type",
+    )
 
     context: str
     resource: str
     type: ChangeType
-    object: Mapping[str, Any] | None
-    generation: int = 0
-    snapshot: bool = False
+    generation: int
+    snapshot: bool
+    namespace: str
+    name: str
+    _object: Mapping[str, Any] | None
+    _raw: bytes | None
+
+    def __init__(
+        self,
+        context: str,
+        resource: str,
+        type: ChangeType,
+        object: Mapping[str, Any] | None = None,
+        generation: int = 0,
+        snapshot: bool = False,
+        *,
+        raw: bytes | None = None,
+        namespace: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        meta = (object or {}).get("metadata") or {}
+        setattr_ = super().__setattr__
+        setattr_("context", context)
+        setattr_("resource", resource)
+        setattr_("type", type)
+        setattr_("generation", generation)
+        setattr_("snapshot", snapshot)
+        setattr_(
+            "namespace", namespace if namespace is not None else str(meta.get("namespace") or "")
+        )
+        setattr_("name", name if name is not None else str(meta.get("name") or ""))
+        setattr_("_object", object)
+        setattr_("_raw", raw)
+
+    @classmethod
+    def from_entry(
+        cls,
+        context: str,
+        resource: str,
+        type: ChangeType,
+        entry: Entry,
+        generation: int,
+        snapshot: bool = False,
+    ) -> Change:
+        """A change whose object is decoded only if somebody reads it."""
+        return cls(
+            context,
+            resource,
+            type,
+            None,
+            generation,
+            snapshot,
+            raw=entry.raw,
+            namespace=entry.namespace,
+            name=entry.name,
+        )
 
     @property
-    def namespace(self) -> str:
-        meta = (self.object or {}).get("metadata") or {}
-        return str(meta.get("namespace") or "")
+    def object(self) -> Mapping[str, Any] | None:
+        """The object (its final state for DELETED); ``None`` for RESET and REMOVED.
+
+        Decoded on first access and shared by every subscriber: treat it as read-only.
+        """
+        if self._object is None and self._raw is not None:
+            super().__setattr__("_object", orjson.loads(self._raw))
+        return self._object
 
     @property
-    def name(self) -> str:
-        meta = (self.object or {}).get("metadata") or {}
-        return str(meta.get("name") or "")
+    def raw(self) -> bytes | None:
+        """The object's JSON bytes (no decode needed to pass it on)."""
+        if self._raw is None and self._object is not None:
+            super().__setattr__("_raw", orjson.dumps(self._object))
+        return self._raw
+
+    def __setattr__(self, name: str, value: builtins.object) -> None:
+        raise AttributeError("Change is immutable")
+
+    def __eq__(self, other: builtins.object) -> bool:
+        if not isinstance(other, Change):
+            return NotImplemented
+        return (
+            self.context,
+            self.resource,
+            self.type,
+            self.namespace,
+            self.name,
+            self.generation,
+            self.raw,
+        ) == (
+            other.context,
+            other.resource,
+            other.type,
+            other.namespace,
+            other.name,
+            other.generation,
+            other.raw,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return (
-            f"Change({self.context!r}, {self.resource!r}, {self.type}, "
-            f"{self.namespace + '/' if self.namespace else ''}{self.name})"
-        )
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"Change({self.context!r}, {self.resource!r}, {self.type}, {where})"
 
 
 class Subscription:

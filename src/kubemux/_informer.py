@@ -26,6 +26,7 @@ import anyio
 import orjson
 
 from ._client import ContextClient
+from ._codec import DecodeError, Entry, decode_event, decode_list
 from ._errors import ApiError, ClusterUnreachable, KubemuxError, ResourceExpired
 from ._resources import Resource
 from ._settings import WatchSettings
@@ -35,8 +36,8 @@ __all__ = ["Informer", "InformerKey", "InformerStatus", "OnChange"]
 
 log = logging.getLogger(__name__)
 
-OnChange = Callable[[str, dict[str, Any], dict[str, Any] | None], None]
-"""Called synchronously for every change applied to the store: (type, object, old object)."""
+OnChange = Callable[[str, Entry, Entry | None], None]
+"""Called synchronously for every change applied to the store: (type, entry, old entry)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -195,14 +196,15 @@ class Informer:
         """A full paginated LIST, applied to the store; returns the list's resourceVersion."""
         self._state = "listing" if not self.has_synced else "relisting"
         s = self.settings
-        items: list[dict[str, Any]] = []
+        store = self.store
+        entries: list[Entry] = []
         params = self._base_params()
         if s.page_size:
             params["limit"] = str(s.page_size)
         list_rv = ""
         while True:
             try:
-                page = await self.client.list(
+                body = await self.client.list(
                     self.resource,
                     self.key.namespace,
                     params,
@@ -214,39 +216,44 @@ class Informer:
                     raise
                 # the continue token expired mid-list: start over with one full list
                 log.info("%s: continue token expired, listing in one request", self)
-                items.clear()
+                entries.clear()
                 params = self._base_params()
                 continue
-            page_items = page.get("items") or []
-            # decode/transform in slices so a 50k-object list never stalls the loop
-            for i, obj in enumerate(page_items):
-                if isinstance(obj, dict):
-                    items.append(self.store._prepare(obj))
+            try:
+                page = decode_list(body)
+            except DecodeError as exc:
+                raise ApiError(
+                    200, "BadResponse", f"LIST {self.resource.name} returned invalid JSON: {exc}"
+                ) from exc
+            del body
+            # decode in slices so a 50k-object list never stalls the event loop for long
+            for i, raw in enumerate(page.items or ()):
+                try:
+                    entries.append(store._prepare(bytes(raw), from_list=True))
+                except DecodeError as exc:
+                    self._skip(f"malformed LIST item ({exc})")
                 if i % s.relist_slice == s.relist_slice - 1:
                     await anyio.lowlevel.checkpoint()
-            meta = page.get("metadata") or {}
-            list_rv = str(meta.get("resourceVersion") or list_rv)
-            token = meta.get("continue")
+            list_rv = page.metadata.resourceVersion or list_rv
+            token = page.metadata.continue_
             if not token:
                 break
-            params["continue"] = str(token)
+            params["continue"] = token
             await anyio.lowlevel.checkpoint()
-        changes = self.store._replace(items, list_rv)
-        del items
+        changes = store._replace(entries, list_rv)
+        del entries
         self._last_sync = time.time()
         if self.has_synced:
             self._relists += 1
         await self._emit_sliced(changes)
         return list_rv
 
-    async def _emit_sliced(
-        self, changes: list[tuple[str, dict[str, Any], dict[str, Any] | None]]
-    ) -> None:
+    async def _emit_sliced(self, changes: list[tuple[str, Entry, Entry | None]]) -> None:
         if self._on_change is None:
             return
         step = self.settings.relist_slice
-        for i, (kind, obj, old) in enumerate(changes):
-            self._on_change(kind, obj, old)
+        for i, (kind, entry, old) in enumerate(changes):
+            self._on_change(kind, entry, old)
             if i % step == step - 1:
                 await anyio.lowlevel.checkpoint()
 
@@ -311,33 +318,31 @@ class Informer:
     def _handle_line(self, line: bytes) -> str | None:
         """Apply one watch line; returns its resourceVersion, or None if skipped."""
         try:
-            event = orjson.loads(line)
-            etype = event["type"]
-            obj = event["object"]
-            if not isinstance(obj, dict):
-                raise TypeError("object is not a JSON object")
-        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            event = decode_event(line)
+            etype = event.type
+            if etype in ("ADDED", "MODIFIED", "DELETED"):
+                entry = self.store._prepare(bytes(event.object))
+                if not entry.name or not entry.resource_version:
+                    self._skip(f"{etype} event without metadata.name/resourceVersion")
+                    return None
+                change = self.store._apply(etype, entry)
+                if change is not None and self._on_change is not None:
+                    self._on_change(*change)
+                return entry.resource_version
+            if etype == "BOOKMARK":
+                rv = self.store._prepare(bytes(event.object)).resource_version
+                if rv:
+                    self.store.resource_version = rv
+                    return rv
+                return None
+            if etype == "ERROR":
+                status = orjson.loads(bytes(event.object))
+                raise _status_error(status if isinstance(status, dict) else {})
+        except (*DecodeError, orjson.JSONDecodeError) as exc:
             self._skip(f"malformed watch line ({exc}): {line[:120]!r}")
             return None
-        if etype == "ERROR":
-            raise _status_error(obj)
-        meta = obj.get("metadata")
-        rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
-        if etype == "BOOKMARK":
-            if isinstance(rv, str) and rv:
-                self.store.resource_version = rv
-                return rv
-            return None
-        if etype not in ("ADDED", "MODIFIED", "DELETED"):
-            self._skip(f"unknown watch event type {etype!r}")
-            return None
-        if not isinstance(rv, str) or not isinstance(meta, dict) or not meta.get("name"):
-            self._skip(f"{etype} event without metadata.name/resourceVersion")
-            return None
-        change = self.store._apply(etype, obj)
-        if change is not None and self._on_change is not None:
-            self._on_change(*change)
-        return rv
+        self._skip(f"unknown watch event type {etype!r}")
+        return None
 
     # ------------------------------------------------------------------ health
     def _skip(self, why: str) -> None:

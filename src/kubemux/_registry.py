@@ -27,6 +27,7 @@ import anyio
 import anyio.abc
 
 from ._client import ContextClient, open_client
+from ._codec import Entry
 from ._errors import ContextNotFound, ContextRemoved, KubemuxError
 from ._fanout import Change, Fanout, Subscription
 from ._informer import Informer, InformerKey, InformerStatus
@@ -492,17 +493,15 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
 
     def _publisher(
         self, entry: _ContextEntry, slot: _Slot
-    ) -> Callable[[str, dict[str, Any], dict[str, Any] | None], None]:
+    ) -> Callable[[str, Entry, Entry | None], None]:
         fanout = self._fanout
         context, resource, generation = entry.key, slot.key.resource, entry.generation
 
-        def publish(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-            if not len(fanout):
-                return
-            meta = obj.get("metadata") or {}
-            fanout.publish(
-                Change(context, resource, kind, obj, generation), meta.get("namespace") or ""
-            )
+        def publish(kind: str, obj: Entry, old: Entry | None) -> None:
+            if len(fanout):
+                fanout.publish(
+                    Change.from_entry(context, resource, kind, obj, generation), obj.namespace
+                )
 
         return publish
 
@@ -600,22 +599,17 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                         continue
                     if not slot.store.has_synced:
                         continue
-                    for obj in slot.store.list(namespace):
-                        meta = obj.get("metadata") or {}
-                        ident = (
-                            slot.key.resource,
-                            meta.get("namespace") or "",
-                            meta.get("name") or "",
-                        )
+                    for e in slot.store._entries(namespace):
+                        ident = (slot.key.resource, e.namespace, e.name)
                         if ident in seen:
                             continue
                         seen.add(ident)
                         initial.append(
-                            Change(
+                            Change.from_entry(
                                 entry.key,
                                 slot.key.resource,
                                 "ADDED",
-                                obj,
+                                e,
                                 entry.generation,
                                 snapshot=True,
                             )

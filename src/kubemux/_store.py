@@ -6,8 +6,11 @@ synchronous and never block; they see the state after the last applied event. Af
 the contents are swapped in one step, so a reader never sees half an old list and half a new
 one.
 
-Objects returned by reads are the cached values themselves: treat them as read-only (copy
-before changing). Mutation is private to the informer.
+Representation: each object is kept as its JSON bytes plus its identity (see
+:mod:`kubemux._codec`), so a large cache costs the collector nothing and about the size of the
+JSON in memory. :meth:`Store.get` and :meth:`Store.list` decode on read and return fresh dicts
+that the caller owns; :meth:`Store.get_raw` and :meth:`Store.list_raw` return the bytes for
+callers that pass JSON straight on (a dashboard's HTTP response).
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ import builtins
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+import orjson
+
+from ._codec import Entry, decode_entry
 from ._resources import Resource
 
 __all__ = ["Indexer", "Key", "Store", "Transform", "drop_managed_fields", "object_key"]
@@ -28,7 +34,10 @@ Indexer = Callable[[Mapping[str, Any]], Iterable[str]]
 
 
 def drop_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
-    """The default transform: drop ``metadata.managedFields`` (often half an object's size)."""
+    """The default transform: drop ``metadata.managedFields`` (often half an object's size).
+
+    The store recognises this function and does the same on the raw bytes, without decoding.
+    """
     meta = obj.get("metadata")
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
@@ -41,10 +50,8 @@ def object_key(obj: Mapping[str, Any]) -> Key:
     return (meta.get("namespace") or "", meta.get("name") or "")
 
 
-def _rv(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    rv = meta.get("resourceVersion")
-    return rv if isinstance(rv, str) else ""
+Change3 = tuple[str, Entry, Entry | None]
+"""(type, entry, old entry): what one applied event changed."""
 
 
 class Store:
@@ -52,18 +59,23 @@ class Store:
 
     Args:
         resource: What is cached.
-        transform: Applied to every object before it is stored (default: drop managedFields).
+        transform: Applied to every object before it is stored. The default,
+            :func:`drop_managed_fields`, runs on the raw bytes; ``None`` stores objects as
+            sent; any other function costs a full decode and re-encode per object.
         indexers: Named functions returning index values for an object; query with
             :meth:`by_index`. A namespace index is always present.
     """
 
     __slots__ = (
         "_by_index",
+        "_drop_mf",
         "_indexers",
         "_items",
+        "_keyvals",
         "_namespaces",
         "_synced",
         "_transform",
+        "_type_prefix",
         "resource",
         "resource_version",
     )
@@ -77,12 +89,23 @@ class Store:
     ) -> None:
         self.resource = resource
         self.resource_version = ""
-        self._transform = transform
-        self._items: dict[Key, dict[str, Any]] = {}
+        self._drop_mf = transform is drop_managed_fields
+        self._transform = None if transform is drop_managed_fields else transform
+        self._items: dict[Key, Entry] = {}
         self._namespaces: dict[str, set[Key]] = {}
         self._indexers: dict[str, Indexer] = dict(indexers or {})
         self._by_index: dict[str, dict[str, set[Key]]] = {n: {} for n in self._indexers}
+        self._keyvals: dict[Key, tuple[tuple[str, ...], ...]] = {}
         self._synced = False
+        self._type_prefix = (
+            b'"kind":'
+            + orjson.dumps(resource.kind)
+            + b',"apiVersion":'
+            + orjson.dumps(resource.api_version)
+            + b","
+            if resource.kind
+            else b""
+        )
 
     # ---------------------------------------------------------------- reads
     @property
@@ -91,16 +114,30 @@ class Store:
         return self._synced
 
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
-        """The object, or ``None``. Use ``None`` or ``""`` as namespace for cluster-scoped ones."""
-        return self._items.get((namespace or "", name))
+        """The object as a fresh dict, or ``None``.
+
+        Use ``None`` or ``""`` as namespace for cluster-scoped objects. Costs one JSON decode.
+        """
+        entry = self._items.get((namespace or "", name))
+        return None if entry is None else entry.decode()
+
+    def get_raw(self, namespace: str | None, name: str) -> bytes | None:
+        """The object's JSON bytes, or ``None``. Costs nothing."""
+        entry = self._items.get((namespace or "", name))
+        return None if entry is None else entry.raw
 
     def list(self, namespace: str | None = None) -> builtins.list[dict[str, Any]]:
         """All objects, or those of one namespace, sorted by (namespace, name)."""
-        if namespace is None:
-            keys: Iterable[Key] = self._items.keys()
-        else:
-            keys = self._namespaces.get(namespace, ())
-        return [self._items[k] for k in sorted(keys)]
+        return [e.decode() for e in self._entries(namespace)]
+
+    def list_raw(self, namespace: str | None = None) -> builtins.list[bytes]:
+        """Like :meth:`list`, as JSON bytes."""
+        return [e.raw for e in self._entries(namespace)]
+
+    def _entries(self, namespace: str | None) -> builtins.list[Entry]:
+        items = self._items
+        keys: Iterable[Key] = items if namespace is None else self._namespaces.get(namespace, ())
+        return [items[k] for k in sorted(keys)]
 
     def keys(self) -> builtins.list[Key]:
         """Every (namespace, name) key, sorted."""
@@ -117,7 +154,7 @@ class Store:
             KeyError: no indexer of that name.
         """
         keys = self._by_index[index].get(value, ())
-        return [self._items[k] for k in sorted(keys)]
+        return [self._items[k].decode() for k in sorted(keys)]
 
     def index_values(self, index: str) -> builtins.list[str]:
         """The values an indexer currently holds."""
@@ -139,86 +176,86 @@ class Store:
         )
 
     # ------------------------------------------------------------- mutation
-    # Private to the informer. Each returns what changed, as (type, object, old) triples.
+    # Private to the informer.
 
-    def _prepare(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return self._transform(obj) if self._transform is not None else obj
+    def _prepare(self, raw: bytes, *, from_list: bool = False) -> Entry:
+        """Turn one object's bytes into an entry (raises msgspec errors on bad input)."""
+        return decode_entry(
+            raw,
+            drop_managed_fields=self._drop_mf,
+            transform=self._transform,
+            type_prefix=self._type_prefix if from_list else b"",
+        )
 
-    def _index_add(self, key: Key, obj: Mapping[str, Any]) -> None:
+    def _prepare_object(self, obj: Mapping[str, Any]) -> Entry:
+        return self._prepare(orjson.dumps(obj))
+
+    def _index_add(self, key: Key, entry: Entry) -> None:
         self._namespaces.setdefault(key[0], set()).add(key)
-        for name, fn in self._indexers.items():
-            table = self._by_index[name]
-            for value in fn(obj):
-                table.setdefault(value, set()).add(key)
+        if self._indexers:
+            obj = entry.decode()
+            vals = tuple(tuple(fn(obj)) for fn in self._indexers.values())
+            self._keyvals[key] = vals
+            for table, values in zip(self._by_index.values(), vals, strict=True):
+                for value in values:
+                    table.setdefault(value, set()).add(key)
 
-    def _index_remove(self, key: Key, obj: Mapping[str, Any]) -> None:
+    def _index_remove(self, key: Key) -> None:
         _discard(self._namespaces, key[0], key)
-        for name, fn in self._indexers.items():
-            table = self._by_index[name]
-            for value in fn(obj):
-                _discard(table, value, key)
+        if self._indexers:
+            vals = self._keyvals.pop(key, ())
+            for table, values in zip(self._by_index.values(), vals, strict=False):
+                for value in values:
+                    _discard(table, value, key)
 
-    def _upsert(self, obj: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
-        obj = self._prepare(obj)
-        key = object_key(obj)
+    def _apply(self, event_type: str, entry: Entry) -> Change3 | None:
+        """Apply one watch event; returns what changed, or None if nothing did."""
+        if entry.resource_version:
+            self.resource_version = entry.resource_version
+        key = (entry.namespace, entry.name)
+        if event_type == "DELETED":
+            old = self._items.pop(key, None)
+            if old is None:
+                return None
+            self._index_remove(key)
+            return ("DELETED", entry, old)
         old = self._items.get(key)
         if old is not None:
-            self._index_remove(key, old)
-        self._items[key] = obj
-        self._index_add(key, obj)
-        return ("ADDED" if old is None else "MODIFIED", obj, old)
+            self._index_remove(key)
+        self._items[key] = entry
+        self._index_add(key, entry)
+        return ("ADDED" if old is None else "MODIFIED", entry, old)
 
-    def _delete(self, obj: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
-        key = object_key(obj)
-        old = self._items.pop(key, None)
-        if old is None:
-            return None
-        self._index_remove(key, old)
-        return ("DELETED", old, old)
+    def _apply_object(self, event_type: str, obj: Mapping[str, Any]) -> Change3 | None:
+        """:meth:`_apply` for a decoded object (tests and static data)."""
+        return self._apply(event_type, self._prepare_object(obj))
 
-    def _apply(
-        self, event_type: str, obj: dict[str, Any]
-    ) -> tuple[str, dict[str, Any], dict[str, Any] | None] | None:
-        """Apply one watch event; returns (type, object, old object) or None if nothing changed."""
-        rv = _rv(obj)
-        if rv:
-            self.resource_version = rv
-        if event_type == "DELETED":
-            deleted = self._delete(obj)
-            if deleted is None:
-                return None
-            # report the server's final state of the object, with the old one beside it
-            return ("DELETED", self._prepare(obj), deleted[2])
-        return self._upsert(obj)
-
-    def _replace(
-        self, objects: Iterable[dict[str, Any]], resource_version: str
-    ) -> builtins.list[tuple[str, dict[str, Any], dict[str, Any] | None]]:
-        """Swap in a full list; returns the changes a watcher would have seen.
+    def _replace(self, entries: Iterable[Entry], resource_version: str) -> builtins.list[Change3]:
+        """Swap in a full list in one step; returns the changes a watcher would have seen.
 
         Objects missing from the list come back as DELETED (deletes missed while away),
-        changed ones (different resourceVersion) as MODIFIED, new ones as ADDED, unchanged
-        ones not at all. Objects must already be transformed (see :meth:`_prepare`).
+        changed ones (another resourceVersion) as MODIFIED, new ones as ADDED, unchanged ones
+        not at all.
         """
         old_items = self._items
-        new_items: dict[Key, dict[str, Any]] = {object_key(o): o for o in objects}
-        changes: builtins.list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
-        for key, obj in new_items.items():
+        new_items: dict[Key, Entry] = {(e.namespace, e.name): e for e in entries}
+        changes: builtins.list[Change3] = []
+        # indexes are updated by the difference only: cost grows with what changed
+        for key, entry in new_items.items():
             old = old_items.get(key)
             if old is None:
-                changes.append(("ADDED", obj, None))
-            elif _rv(old) != _rv(obj) or not _rv(obj):
-                changes.append(("MODIFIED", obj, old))
-            else:
-                new_items[key] = old  # keep the identical cached object
+                changes.append(("ADDED", entry, None))
+                self._index_add(key, entry)
+            elif old.resource_version != entry.resource_version or not entry.resource_version:
+                changes.append(("MODIFIED", entry, old))
+                if self._indexers:
+                    self._index_remove(key)
+                    self._index_add(key, entry)
         for key, old in old_items.items():
             if key not in new_items:
                 changes.append(("DELETED", old, old))
+                self._index_remove(key)
         self._items = new_items
-        self._namespaces = {}
-        self._by_index = {n: {} for n in self._indexers}
-        for key, obj in new_items.items():
-            self._index_add(key, obj)
         self.resource_version = resource_version
         self._synced = True
         return changes
@@ -227,6 +264,7 @@ class Store:
         self._items = {}
         self._namespaces = {}
         self._by_index = {n: {} for n in self._indexers}
+        self._keyvals = {}
         self._synced = False
 
 

@@ -10,7 +10,6 @@ import contextlib
 import functools
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -294,27 +293,32 @@ async def _demo(args: argparse.Namespace, out: TextIO) -> int:
 async def _edit_kubeconfig(
     path: Path, live: dict[str, Any], spare: Any, period: float, out: TextIO
 ) -> None:
-    from .testing import FakeContext, write_kubeconfig
+    from .testing import FakeCluster, FakeContext, write_kubeconfig
 
     step = 0
     extra = f"sim-{len(live)}"
+    with_extra = False
     while True:
         await anyio.sleep(period)
         step += 1
-        contexts: dict[str, Any] = dict(live)
         if step % 3 == 1:
-            contexts[extra] = spare
+            with_extra = True
             note = f"added context {extra!r}"
         elif step % 3 == 2:
             first = next(iter(live))
-            cluster = live[first]
-            token = f"rotated-{int(time.time())}"
+            target = live[first]
+            cluster = target.cluster if isinstance(target, FakeContext) else target
+            assert isinstance(cluster, FakeCluster)
+            token = f"rotated-{step}"
             cluster.tokens.add(token)
-            live[first] = FakeContext(cluster=getattr(cluster, "cluster", cluster), token=token)
-            contexts = dict(live)
+            live[first] = FakeContext(cluster=cluster, token=token)
             note = f"rotated the token of {first!r} (reload)"
         else:
+            with_extra = False
             note = f"removed context {extra!r}"
+        contexts: dict[str, Any] = dict(live)
+        if with_extra:
+            contexts[extra] = spare
         write_kubeconfig(path, contexts)
         out.write(f"--- kubeconfig edited: {note}\n")
         out.flush()
