@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import ssl
 import stat
 from collections.abc import AsyncIterator, Iterator
@@ -80,7 +79,7 @@ async def next_event(resp: aiohttp.ClientResponse) -> Json | None:
 
 async def events(resp: aiohttp.ClientResponse, n: int) -> list[tuple[str, str, str]]:
     """``n`` events as (type, name, resourceVersion)."""
-    out = []
+    out: list[tuple[str, str, str]] = []
     for _ in range(n):
         event = await next_event(resp)
         assert event is not None, f"stream ended after {out}"
@@ -175,6 +174,10 @@ async def test_list_get_and_not_found(cluster: FakeCluster, http: aiohttp.Client
     one = await get_json(http, pods_url(cluster, "ns1") + "/b")
     assert one == cluster.get("pods", "ns1", "b")
 
+    cluster.create("namespaces", {"metadata": {"name": "ns1"}})
+    namespace = await get_json(http, cluster.server + "/api/v1/namespaces/ns1")
+    assert (namespace["kind"], namespace["metadata"]["name"]) == ("Namespace", "ns1")
+    await get_json(http, cluster.server + "/api/v1/pods/b", status=404)  # namespaced: needs one
     missing = await get_json(http, pods_url(cluster, "ns1") + "/zzz", status=404)
     assert missing["kind"] == "Status" and missing["reason"] == "NotFound"
     assert missing["message"] == 'pods "zzz" not found'
@@ -446,22 +449,28 @@ async def test_compact_ends_open_watches_with_410(
     cluster: FakeCluster, http: aiohttp.ClientSession
 ) -> None:
     cluster.create("pods", make_pod("a"))
-    async with open_watch(http, pods_url(cluster), resourceVersion="1") as resp:
+    cluster.create("pods", make_pod("gone"))
+    async with open_watch(http, pods_url(cluster), resourceVersion="2") as resp:
+        await cluster.wait_for(lambda: cluster.open_watches == 1)
+        cluster.delete("pods", "default", "gone")
         cluster.compact()
+        cluster.create("pods", make_pod("after"))
+        # what was queued before the compaction still arrives, then the 410, then the end
+        assert await events(resp, 1) == [("DELETED", "gone", "3")]
         event = await next_event(resp)
         assert event is not None and event["type"] == "ERROR"
         assert (event["object"]["code"], event["object"]["reason"]) == (410, "Expired")
         assert await next_event(resp) is None
     cluster.create("pods", make_pod("b"))
-    async with open_watch(http, pods_url(cluster), resourceVersion="1") as resp:
-        assert await events(resp, 1) == [("ADDED", "b", "2")]  # newer than the compaction
+    async with open_watch(http, pods_url(cluster), resourceVersion="3") as resp:
+        assert await events(resp, 2) == [("ADDED", "after", "4"), ("ADDED", "b", "5")]
     cluster.compact()
-    async with open_watch(http, pods_url(cluster), resourceVersion="1") as resp:
+    async with open_watch(http, pods_url(cluster), resourceVersion="3") as resp:
         event = await next_event(resp)
         assert event is not None
-        assert event["object"]["message"] == "too old resource version: 1 (2)"
+        assert event["object"]["message"] == "too old resource version: 3 (5)"
     async with open_watch(http, pods_url(cluster), resourceVersion="0") as resp:
-        assert [e[0:2] for e in await events(resp, 2)] == [("ADDED", "a"), ("ADDED", "b")]
+        assert [e[1] for e in await events(resp, 3)] == ["a", "after", "b"]
 
 
 async def test_streaming_list_ends_initial_events_with_a_bookmark(
@@ -490,6 +499,13 @@ async def test_streaming_list_ends_initial_events_with_a_bookmark(
         }
         cluster.delete("pods", "default", "p0")
         assert await events(resp, 1) == [("DELETED", "p0", "5")]
+
+    # without allowWatchBookmarks the real watch cache sends no end marker either
+    del params["allowWatchBookmarks"]
+    async with open_watch(http, pods_url(cluster), **params) as resp:
+        assert [e[1] for e in await events(resp, 2)] == ["p1", "p2"]
+        cluster.create("pods", make_pod("p3"))
+        assert await events(resp, 1) == [("ADDED", "p3", "6")]
 
     invalid = await get_json(http, pods_url(cluster), 422, watch="1", sendInitialEvents="true")
     assert invalid["reason"] == "Invalid"
@@ -676,7 +692,7 @@ async def test_counters_for_connections_watches_and_tokens(cluster: FakeCluster)
                 assert cluster.open_watches_for("other") == 1
                 assert cluster.open_watches_for(TOKEN) == 1
                 assert cluster.open_watches_for(None) == 0
-                assert cluster.open_connections == 3
+                assert cluster.open_connections == 2  # the first session reuses its connection
             assert [r.is_watch for r in cluster.requests_for("other")] == [True]
     await cluster.wait_for(lambda: cluster.open_connections == 0 and cluster.open_watches == 0)
     assert "connections=0" in repr(cluster) and TOKEN not in repr(cluster)
@@ -693,7 +709,8 @@ async def test_wait_for_times_out_with_a_clear_message(cluster: FakeCluster) -> 
 async def test_tls_with_the_generated_ca() -> None:
     async with FakeCluster(tls=True) as fake:
         assert fake.server.startswith("https://127.0.0.1:")
-        assert fake.ca_file is not None and Path(fake.ca_file).read_text().startswith("-----BEGIN")
+        assert fake.ca_file is not None
+        assert Path(fake.ca_file).read_bytes().startswith(b"-----BEGIN")  # noqa: ASYNC240
         fake.create("pods", make_pod("a"))
         context = ssl.create_default_context(cafile=fake.ca_file)
         async with aiohttp.ClientSession() as http:
@@ -743,15 +760,15 @@ async def test_kubeconfig_works_with_kubernetes_asyncio(tmp_path: Path) -> None:
                 stream = k8s_watch.Watch().stream(
                     v1.list_namespaced_pod, "default", resource_version="0", timeout_seconds=5
                 )
-                async with stream:
-                    fake.create("pods", make_pod("new"))
-                    seen = []
-                    async with asyncio.timeout(5):
-                        async for event in stream:
-                            seen.append((event["type"], event["object"].metadata.name))
-                            if len(seen) == (1 if context == "plain" else 2):
-                                break
-                assert seen[-1] == ("ADDED", "new")
+                fake.create("pods", make_pod("new"))
+                wanted = {"new"} if context == "plain" else {"new", "s1"}
+                seen = set()
+                async with stream, asyncio.timeout(5):
+                    async for event in stream:
+                        assert event["type"] == "ADDED"
+                        seen.add(event["object"].metadata.name)
+                        if seen == wanted:
+                            break
         assert {r.token for r in plain.requests} == {"t-plain"}
         assert {r.token for r in secure.requests} == {"t-tls"}
 

@@ -352,6 +352,13 @@ async def test_exit_is_prompt_and_leaves_no_task(tmp_path: Path) -> None:
         assert "closed" in repr(source)
 
 
+async def test_body_exception_is_not_wrapped(tmp_path: Path) -> None:
+    path = write(tmp_path / "config", simple("a"))
+    with pytest.raises(ValueError, match="boom"):
+        async with KubeconfigSource(path, debounce_delay=DEBOUNCE):
+            raise ValueError("boom")
+
+
 async def test_cancelled_body_closes_cleanly(tmp_path: Path) -> None:
     path = write(tmp_path / "config", simple("a"))
     with anyio.move_on_after(0.2) as scope:
@@ -381,3 +388,17 @@ async def test_repr_has_no_secrets(tmp_path: Path) -> None:
         text = repr(source) + repr(diff) + repr(diff.snapshot) + repr(source.contexts)
         assert "very-secret-token" not in text
         assert "contexts=2" in repr(source)
+
+
+async def test_logs_have_no_secrets(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("DEBUG", logger="kubemux")
+    secret = "very-secret-token"
+    path = write(tmp_path / "config", simple("a", token=secret))
+    async with KubeconfigSource(path, follow=False) as source:
+        path.write_text(f"users:\n- name: u\n  user: {{token: {secret}\n")  # broken
+        await source.sync_now()
+        write(path, simple("a", "b", token=secret))
+        await source.sync_now()
+    assert "failed to load" in caplog.text
+    assert "1 added" in caplog.text
+    assert secret not in caplog.text

@@ -26,7 +26,7 @@ import anyio
 import orjson
 
 from ._client import ContextClient
-from ._codec import DecodeError, Entry, decode_event, decode_list
+from ._codec import DecodeError, Entry, decode_list, split_event
 from ._errors import ApiError, ClusterUnreachable, KubemuxError, ResourceExpired
 from ._resources import Resource
 from ._settings import WatchSettings
@@ -308,39 +308,49 @@ class Informer:
             inactivity_timeout=s.inactivity_timeout,
             connect_timeout=s.connect_timeout,
             max_line_size=s.max_line_size,
-        ) as lines:
-            async for line in lines:
-                new_rv = self._handle_line(line)
-                if new_rv is not None:
-                    self._rv = new_rv
-                    self._delivered += 1
+        ) as batches:
+            handle = self._handle_line
+            async for batch in batches:
+                for line in batch:
+                    if line and not line.isspace():
+                        new_rv = handle(line)
+                        if new_rv is not None:
+                            self._rv = new_rv
+                            self._delivered += 1
 
     def _handle_line(self, line: bytes) -> str | None:
         """Apply one watch line; returns its resourceVersion, or None if skipped."""
         try:
-            event = decode_event(line)
-            etype = event.type
-            if etype in ("ADDED", "MODIFIED", "DELETED"):
-                entry = self.store._prepare(bytes(event.object))
-                if not entry.name or not entry.resource_version:
-                    self._skip(f"{etype} event without metadata.name/resourceVersion")
-                    return None
-                change = self.store._apply(etype, entry)
-                if change is not None and self._on_change is not None:
-                    self._on_change(*change)
-                return entry.resource_version
-            if etype == "BOOKMARK":
-                rv = self.store._prepare(bytes(event.object)).resource_version
-                if rv:
-                    self.store.resource_version = rv
-                    return rv
-                return None
-            if etype == "ERROR":
-                status = orjson.loads(bytes(event.object))
-                raise _status_error(status if isinstance(status, dict) else {})
+            return self._apply_line(line, fast=True)
+        except (*DecodeError, orjson.JSONDecodeError):
+            pass
+        try:  # the prefix split can be fooled by an unusual envelope: decode it properly
+            return self._apply_line(line, fast=False)
         except (*DecodeError, orjson.JSONDecodeError) as exc:
             self._skip(f"malformed watch line ({exc}): {line[:120]!r}")
             return None
+
+    def _apply_line(self, line: bytes, *, fast: bool) -> str | None:
+        store = self.store
+        etype, raw = split_event(line, fast=fast)
+        if etype in ("ADDED", "MODIFIED", "DELETED"):
+            entry = store._prepare(raw)
+            if not entry.name or not entry.resource_version:
+                self._skip(f"{etype} event without metadata.name/resourceVersion")
+                return None
+            change = store._apply(etype, entry)
+            if change is not None and self._on_change is not None:
+                self._on_change(*change)
+            return entry.resource_version
+        if etype == "BOOKMARK":
+            rv = store._prepare(raw).resource_version
+            if rv:
+                store.resource_version = rv
+                return rv
+            return None
+        if etype == "ERROR":
+            status = orjson.loads(raw)
+            raise _status_error(status if isinstance(status, dict) else {})
         self._skip(f"unknown watch event type {etype!r}")
         return None
 

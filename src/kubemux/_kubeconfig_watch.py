@@ -335,21 +335,28 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
                     self._initial_load, self._loader
                 )
                 self._snapshot = snapshot
-            async with anyio.create_task_group() as tg:
-                self._task_group = tg
-                try:
-                    if self._follow and self._loader is not None:
-                        tg.start_soon(self._debounce_loop)
-                        await self._ensure_watching(signature)
-                    self._state = "open"
-                    yield self
-                finally:
-                    self._state = "closing"
-                    # Stop the watch thread first: the task group cannot finish before it
-                    # returns, and it only checks the stop event every step.
-                    if self._watch_stop is not None:
-                        self._watch_stop.set()
-                    tg.cancel_scope.cancel("KubeconfigSource closed")
+            try:
+                async with anyio.create_task_group() as tg:
+                    self._task_group = tg
+                    try:
+                        if self._follow and self._loader is not None:
+                            tg.start_soon(self._debounce_loop)
+                            await self._ensure_watching(signature)
+                        self._state = "open"
+                        yield self
+                    finally:
+                        self._state = "closing"
+                        # Stop the watch thread first: the task group cannot finish before
+                        # it returns, and it only checks the stop event every step.
+                        if self._watch_stop is not None:
+                            self._watch_stop.set()
+                        tg.cancel_scope.cancel("KubeconfigSource closed")
+            except BaseExceptionGroup as group:
+                # Our tasks contain their own failures, so a group only carries the
+                # exception of the caller's body: give it back as it was raised.
+                if len(group.exceptions) == 1:
+                    raise group.exceptions[0] from group.exceptions[0].__cause__
+                raise
         finally:
             self._task_group = None
             self._state = "closed"

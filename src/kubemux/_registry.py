@@ -272,8 +272,9 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
 
     async def sync_kubeconfig(self) -> None:
         """Re-read the kubeconfig now and reconcile (also works with ``follow=False``)."""
-        diff = await self._source.sync_now()
-        await self._reconcile(diff)
+        before = self._syncs
+        await self._source.sync_now()  # its diff reaches _follow like any other
+        await self.wait_kubeconfig_sync(before)
 
     async def _follow(self, source: KubeconfigSource) -> None:
         async for diff in source.diffs:

@@ -43,7 +43,8 @@ Simplified:
   behaves like a server older than 1.27, which ignores the unknown parameters and serves a
   plain watch;
 * history is kept per resource, ``history_limit`` events each; ``compact()`` forgets all of
-  it at once and ends every open watch with an in-stream 410.
+  it at once and ends every open watch with an in-stream 410 (after the events it had
+  queued), where etcd would only end the watches that lag behind the compaction.
 """
 
 from __future__ import annotations
@@ -195,7 +196,7 @@ class FakeCluster:
         """Stop listening and close every connection; idempotent. State is kept.
 
         Open watch streams and requests in flight (also stalled ones) are cut off abruptly,
-        like a crashing server. Returns once every server task has finished; cancelling
+        like a crashing server; a :meth:`stall` ends with it. Returns once every server task has finished; cancelling
         this call may leave some of them winding down.
         """
         runner, server = self._runner, self._server
@@ -361,6 +362,7 @@ class FakeCluster:
         reason: str = "InternalError",
         path_prefix: str | None = None,
         watch: bool | None = None,
+        query_has: Iterable[str] = (),
     ) -> None:
         """Answer the next ``n`` matching requests with ``status`` and a Status body.
 
@@ -370,9 +372,11 @@ class FakeCluster:
             reason: The Status ``reason``.
             path_prefix: Only requests whose path starts with this.
             watch: Only watch requests (True) or only other requests (False).
+            query_has: Only requests whose query has all these parameters (for example
+                ``("continue",)`` to fail a LIST's continuation pages).
         """
         if n > 0:
-            self._api.faults.append(_Fault(n, status, reason, path_prefix, watch))
+            self._api.faults.append(_Fault(n, status, reason, path_prefix, watch, tuple(query_has)))
 
     def stall(self) -> None:
         """Freeze the server: watch streams send nothing, new requests hang.
@@ -388,8 +392,8 @@ class FakeCluster:
     def compact(self) -> None:
         """Forget the history: older resourceVersions are Expired from now on.
 
-        Watch resumes and continue tokens from before get 410; open watches receive an
-        in-stream ERROR 410 and end.
+        Watch resumes and continue tokens from before get 410; open watches send the events
+        they had queued (changes made before the call), then an in-stream ERROR 410, and end.
         """
         self._api.compact()
 

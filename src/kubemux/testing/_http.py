@@ -84,9 +84,12 @@ class _Fault:
     reason: str
     path_prefix: str | None
     watch: bool | None
+    query_has: tuple[str, ...] = ()
 
-    def matches(self, path: str, is_watch: bool) -> bool:
+    def matches(self, path: str, is_watch: bool, query: Mapping[str, str]) -> bool:
         if self.path_prefix is not None and not path.startswith(self.path_prefix):
+            return False
+        if any(key not in query for key in self.query_has):
             return False
         return self.watch is None or self.watch == is_watch
 
@@ -193,7 +196,6 @@ class ApiServer:
         self.faults: list[_Fault] = []
         self.stalled = False
         self.stopping = False
-        self.inflight = 0
         self._gate = asyncio.Event()
         self._gate.set()
         self._waiters: list[asyncio.Future[None]] = []
@@ -234,8 +236,9 @@ class ApiServer:
             watch.wake.set()
 
     def release(self) -> None:
-        """Stop serving: held requests and watch streams close their connections."""
+        """Stop serving: end any stall; held requests and watch streams close their connections."""
         self.stopping = True
+        self.stalled = False
         self._gate.set()
         for watch in self.watches:
             watch.wake.set()
@@ -248,16 +251,16 @@ class ApiServer:
         return len(self.watches)
 
     def compact(self) -> None:
-        """Expire all history; open watches get an in-stream 410 and end."""
+        """Expire all history; open watches send what they had queued, then a 410, and end."""
         for watch in self.store.compact():
-            watch.queue.clear()
+            watch.state.watchers.discard(watch)  # nothing after the compaction reaches it
             watch.expired = "The resourceVersion for the provided watch is too old."
             watch.wake.set()
         self.notify()
 
-    def _take_fault(self, path: str, is_watch: bool) -> _Fault | None:
+    def _take_fault(self, path: str, is_watch: bool, query: Mapping[str, str]) -> _Fault | None:
         for fault in self.faults:
-            if fault.matches(path, is_watch):
+            if fault.matches(path, is_watch, query):
                 fault.remaining -= 1
                 if fault.remaining <= 0:
                     self.faults.remove(fault)
@@ -276,14 +279,13 @@ class ApiServer:
                 method=request.method, path=path, query=query, token=token, is_watch=is_watch
             )
         )
-        self.inflight += 1
         self.notify()
         try:
             while self.stalled and not self.stopping:
                 await self._gate.wait()
             if self.stopping:
                 return _abort(request)
-            fault = self._take_fault(path, is_watch)
+            fault = self._take_fault(path, is_watch, query)
             if fault is not None:
                 headers = {"Retry-After": "1"} if fault.status in (429, 503) else None
                 return _status(
@@ -304,7 +306,6 @@ class ApiServer:
         except BadRequest as exc:
             return _status(400, "BadRequest", str(exc))
         finally:
-            self.inflight -= 1
             self.notify()
 
     async def _route(
@@ -522,7 +523,7 @@ class ApiServer:
         if send_initial == "true" or (send_initial is None and rv_text in ("", "0")):
             watch.queue.extend(store.initial_events(state, selector))
             if send_initial == "true" and bookmarks:
-                watch.queue.append(Event(INITIAL_END, store.rv, ("", ""), Stored({}, b""), None))
+                watch.queue.append(Event(INITIAL_END, store.rv, ("", ""), Stored(b"{}", {}), None))
         elif rv_text not in ("", "0"):
             rv = _int_param(query, "resourceVersion")
             oldest = store.oldest_rv(state)

@@ -3,8 +3,9 @@
 Sync and loop-agnostic: object operations never await and never block on watchers. Each open
 watch owns a queue that object operations append to; the HTTP layer drains those queues.
 
-Stored objects are never mutated after they are stored: an update stores a new dict. Callers
-get copies, so they can edit what they receive without corrupting the cluster.
+Objects are stored as JSON bytes, never mutated: an update stores a new version. Callers get
+fresh copies, so they can edit what they receive (or what they passed in) without corrupting
+the cluster.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import bisect
 import datetime as dt
 import secrets
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -44,13 +46,24 @@ _META_ORDER = (
 
 
 class Stored:
-    """One version of an object: the dict and its JSON bytes (serialised once)."""
+    """One version of an object: its JSON bytes (serialised once), decoded only on demand.
 
-    __slots__ = ("obj", "raw")
+    Most paths (unfiltered watches and lists) only ever need the bytes; keeping 100k objects
+    as bytes rather than dicts also keeps the garbage collector out of the way.
+    """
 
-    def __init__(self, obj: dict[str, Any], raw: bytes) -> None:
-        self.obj = obj
+    __slots__ = ("_obj", "raw")
+
+    def __init__(self, raw: bytes, obj: dict[str, Any] | None = None) -> None:
         self.raw = raw
+        self._obj = obj
+
+    @property
+    def obj(self) -> dict[str, Any]:
+        """The object as a dict: shared and cached, so never mutate it."""
+        if self._obj is None:
+            self._obj = orjson.loads(self.raw)
+        return self._obj
 
 
 class Event:
@@ -66,7 +79,7 @@ class Event:
         self.prev = prev
 
 
-_NO_OBJECT = Stored({}, b"{}")
+_NO_OBJECT = Stored(b"{}", {})
 
 
 class Watch:
@@ -161,8 +174,16 @@ def _copy(stored: Stored) -> dict[str, Any]:
     return copy
 
 
+_clock: list[Any] = [0, ""]
+
+
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The current time as RFC 3339 seconds (formatted once per second)."""
+    second = int(time.time())
+    if second != _clock[0]:
+        stamp = dt.datetime.fromtimestamp(second, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        _clock[:] = [second, stamp]
+    return str(_clock[1])
 
 
 class ObjectStore:
@@ -258,8 +279,7 @@ class ObjectStore:
         for k, v in obj.items():
             if k not in _TOP_KEYS:
                 out[k] = v
-        raw = orjson.dumps(out)
-        return key, Stored(orjson.loads(raw), raw)  # a deep copy the caller cannot touch
+        return key, Stored(orjson.dumps(out))  # bytes: nothing the caller can still touch
 
     def _insert(self, state: ResourceState, objs: Iterable[Mapping[str, Any]]) -> list[Event]:
         events: list[Event] = []
@@ -334,7 +354,7 @@ class ObjectStore:
         state.invalidate_keys()
         self.rv += 1
         final = {**old.obj, "metadata": {**old.obj["metadata"], "resourceVersion": str(self.rv)}}
-        stored = Stored(final, orjson.dumps(final))
+        stored = Stored(orjson.dumps(final), final)
         state.record([Event(DELETED, self.rv, key, stored, old)], self.history_limit)
         self._on_change()
         return _copy(stored)
@@ -384,7 +404,10 @@ class ObjectStore:
             follow the page (an upper bound when the selector filters content).
         """
         overlay = state.state_at(rv) if rv < self.rv else {}
-        keys = sorted(state.objects.keys() | overlay.keys()) if overlay else state.sorted_keys()
+        keys = state.sorted_keys()
+        gone = [key for key, was in overlay.items() if was is not None and key not in state.objects]
+        if gone:  # deleted since the snapshot: merge them back in (timsort: nearly linear)
+            keys = sorted(keys + gone)
         lo, hi = 0, len(keys)
         if selector.namespace is not None:
             lo = bisect.bisect_left(keys, (selector.namespace, ""))

@@ -1,0 +1,206 @@
+"""The informer against FakeCluster faults: after each, the store equals the server's truth."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from kubemux import Backoff, WatcherRegistry, WatchSettings
+from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+
+TIMEOUT = 15
+FAST = WatchSettings(
+    backoff=Backoff(initial_delay=0.02, max_delay=0.1),
+    inactivity_timeout=0.5,
+    page_size=3,
+    min_healthy_watch=0.0,
+)
+_sentinels = itertools.count()
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[FakeCluster]:
+    async with FakeCluster(tokens={"t"}, bookmark_period=0.2) as c:
+        for i in range(10):
+            c.create("pods", make_pod(f"p-{i}", "default" if i % 2 else "other"))
+        yield c
+
+
+@contextlib.asynccontextmanager
+async def watching(tmp_path: Path, cluster: FakeCluster) -> AsyncIterator[WatcherRegistry]:
+    """A registry watching pods in context "c". (Not a fixture: pytest-asyncio may finish a
+    fixture in another task, and a registry's task group must exit where it was entered.)"""
+    path = write_kubeconfig(tmp_path / "config", {"c": cluster})
+    async with WatcherRegistry.from_kubeconfig(str(path), settings=FAST) as reg:
+        with anyio.fail_after(TIMEOUT):
+            await reg.watch("c", "pods")
+        yield reg
+
+
+def truth(cluster: FakeCluster) -> dict[tuple[str, str], str]:
+    return {
+        (o["metadata"]["namespace"], o["metadata"]["name"]): o["metadata"]["resourceVersion"]
+        for o in cluster.objects("pods")
+    }
+
+
+def cached(registry: WatcherRegistry) -> dict[tuple[str, str], str]:
+    store = registry.store("c", "pods")
+    assert store is not None
+    return {(e.namespace, e.name): e.resource_version for e in store._entries(None)}
+
+
+async def converge(registry: WatcherRegistry, cluster: FakeCluster) -> None:
+    """Create a sentinel and wait until the informer delivers it; then compare with truth."""
+    name = f"sentinel-{next(_sentinels)}"
+    async with registry.subscribe("pods", ["c"], snapshot=False) as changes:
+        cluster.create("pods", make_pod(name))
+        with anyio.fail_after(TIMEOUT):
+            async for change in changes:
+                if change.name == name:
+                    break
+    assert cached(registry) == truth(cluster)
+
+
+def watches(cluster: FakeCluster) -> int:
+    return sum(1 for r in cluster.requests if r.is_watch)
+
+
+def lists(cluster: FakeCluster) -> int:
+    return sum(1 for r in cluster.requests if not r.is_watch and r.path.endswith("/pods"))
+
+
+async def test_initial_list_is_paginated(tmp_path: Path, cluster: FakeCluster) -> None:
+    async with watching(tmp_path, cluster) as registry:
+        assert lists(cluster) == 4  # 10 objects, pages of 3
+        assert cached(registry) == truth(cluster)
+        store = registry.store("c", "pods")
+        assert store is not None and store.get("default", "p-1")["kind"] == "Pod"  # type: ignore[index]
+
+
+async def test_mid_stream_drop_rewatches_without_relist(
+    tmp_path: Path, cluster: FakeCluster
+) -> None:
+    async with watching(tmp_path, cluster) as registry:
+        before = lists(cluster)
+        with anyio.fail_after(TIMEOUT):
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
+        assert cluster.drop_watches() == 1
+        cluster.delete("pods", "default", "p-1")
+        cluster.update("pods", {**cluster.get("pods", "other", "p-0"), "spec": {"x": 1}})  # type: ignore[dict-item]
+        await converge(registry, cluster)
+        assert lists(cluster) == before  # resumed from the last resourceVersion
+        watch_rvs = [r.query.get("resourceVersion") for r in cluster.requests if r.is_watch]
+        assert all(watch_rvs)  # every watch resumed from a resourceVersion
+
+
+async def test_objects_deleted_while_server_down_come_back_as_deleted(
+    tmp_path: Path, cluster: FakeCluster
+) -> None:
+    async with watching(tmp_path, cluster) as registry:
+        await cluster.stop()
+        async with registry.subscribe("pods", ["c"], snapshot=False) as changes:
+            # while it is down: history is compacted, so the informer must relist
+            cluster.delete("pods", "default", "p-3")
+            cluster.delete("pods", "other", "p-4")
+            cluster.compact()
+            await cluster.start()  # same port
+            seen = set()
+            with anyio.fail_after(TIMEOUT):
+                async for change in changes:
+                    if change.type == "DELETED":
+                        seen.add(change.name)
+                    if seen == {"p-3", "p-4"}:
+                        break
+        await converge(registry, cluster)
+        st = registry.status().contexts["c"].informers[0]
+        assert st.relists >= 1
+
+
+async def test_in_stream_410_relists(tmp_path: Path, cluster: FakeCluster) -> None:
+    async with watching(tmp_path, cluster) as registry:
+        before = lists(cluster)
+        with anyio.fail_after(TIMEOUT):
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
+        cluster.delete("pods", "default", "p-5")
+        cluster.compact()  # open watches get an in-stream 410
+        await converge(registry, cluster)
+        assert lists(cluster) > before
+
+
+async def test_http_410_relists(tmp_path: Path) -> None:
+    async with FakeCluster(expired_as_http=True) as c:
+        for i in range(4):
+            c.create("pods", make_pod(f"p-{i}"))
+        path = write_kubeconfig(tmp_path / "config", {"c": c})
+        async with WatcherRegistry.from_kubeconfig(str(path), settings=FAST) as reg:
+            with anyio.fail_after(TIMEOUT):
+                await reg.watch("c", "pods")
+                await c.wait_for(lambda: c.open_watches == 1)
+            c.drop_watches()
+            c.delete("pods", "default", "p-2")
+            c.compact()  # the resume point is gone: HTTP 410 on the next watch
+            await converge(reg, c)
+            assert reg.store("c", "pods") is not None
+            assert ("default", "p-2") not in cached(reg)
+
+
+async def test_burst_of_5xx_backs_off_and_recovers(tmp_path: Path, cluster: FakeCluster) -> None:
+    async with watching(tmp_path, cluster) as registry:
+        with anyio.fail_after(TIMEOUT):
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
+        before = watches(cluster)
+        cluster.fail_next(5, status=503, reason="ServiceUnavailable")
+        cluster.drop_watches()
+        await converge(registry, cluster)
+        # five failed attempts plus the one that worked, nothing more: no spinning
+        assert watches(cluster) - before <= 7
+        st = registry.status().contexts["c"].informers[0]
+        assert st.last_error is not None and "503" in st.last_error
+
+
+async def test_stalled_stream_reconnects_on_inactivity(
+    tmp_path: Path, cluster: FakeCluster
+) -> None:
+    async with watching(tmp_path, cluster) as registry:
+        with anyio.fail_after(TIMEOUT):
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
+        before = watches(cluster)
+        cluster.stall()
+        with anyio.fail_after(TIMEOUT):  # the informer gives up on the silent stream and retries
+            await cluster.wait_for(lambda: watches(cluster) > before)
+        cluster.unstall()
+        await converge(registry, cluster)
+        st = registry.status().contexts["c"].informers[0]
+        assert st.last_error is not None and "inactive" in st.last_error
+
+
+async def test_two_mib_object(tmp_path: Path, cluster: FakeCluster) -> None:
+    async with watching(tmp_path, cluster) as registry:
+        big = make_pod("big", size=2 * 1024 * 1024)
+        cluster.create("pods", big)
+        await converge(registry, cluster)
+        store = registry.store("c", "pods")
+        assert store is not None
+        obj = store.get("default", "big")
+        assert obj is not None and len(store.get_raw("default", "big") or b"") > 2_000_000
+
+
+async def test_expired_continue_token_falls_back_to_full_list(
+    tmp_path: Path, cluster: FakeCluster
+) -> None:
+    path = write_kubeconfig(tmp_path / "config", {"c": cluster})
+    cluster.fail_next(1, status=410, reason="Expired", query_has=("continue",))
+    async with WatcherRegistry.from_kubeconfig(str(path), settings=FAST) as reg:
+        with anyio.fail_after(TIMEOUT):
+            # the first page is fine, the continuation expires: one full list instead
+            store = await reg.watch("c", "pods")
+        assert len(store) == 10
+        assert cached(reg) == truth(cluster)
+        pages = [r.query for r in cluster.requests if not r.is_watch]
+        assert pages[1].get("continue") and "limit" not in pages[2]
