@@ -17,6 +17,8 @@ from ._errors import ResourceExpired as ResourceExpired
 from ._errors import ResourceNotFound as ResourceNotFound
 from ._errors import SubscriberOverflow as SubscriberOverflow
 from ._errors import Unauthorized as Unauthorized
+from ._event_index import EventIndex as EventIndex
+from ._event_index import EventIndexStatistics as EventIndexStatistics
 from ._fanout import Change as Change
 from ._fanout import Subscription as Subscription
 from ._informer import InformerStatus as InformerStatus
@@ -47,6 +49,8 @@ __all__ = [
     "ContextNotFound",
     "ContextRemoved",
     "ContextStatus",
+    "EventIndex",
+    "EventIndexStatistics",
     "Forbidden",
     "InformerStatus",
     "KubeconfigError",

@@ -115,6 +115,7 @@ class Informer:
         self._last_failure_at = -math.inf
         self._rv = ""
         self._delivered = 0
+        self._pending: dict[tuple[str, str], tuple[str, Entry, Entry | None]] = {}
 
     def __repr__(self) -> str:
         return (
@@ -249,13 +250,46 @@ class Informer:
         return list_rv
 
     async def _emit_sliced(self, changes: list[tuple[str, Entry, Entry | None]]) -> None:
-        if self._on_change is None:
+        """Announce a relist's changes in slices, yielding to the loop between them.
+
+        The store was swapped already; until a change is announced, :meth:`snapshot_entries`
+        reports the object as it was, so a subscriber joining mid-way sees neither a gap nor
+        a duplicate.
+        """
+        if self._on_change is None or not changes:
             return
         step = self.settings.relist_slice
-        for i, (kind, entry, old) in enumerate(changes):
-            self._on_change(kind, entry, old)
-            if i % step == step - 1:
-                await anyio.lowlevel.checkpoint()
+        if len(changes) <= step:
+            for change in changes:
+                self._on_change(*change)
+            return
+        pending = self._pending = {(e.namespace, e.name): (k, e, o) for k, e, o in changes}
+        try:
+            for i, (kind, entry, old) in enumerate(changes):
+                del pending[(entry.namespace, entry.name)]
+                self._on_change(kind, entry, old)
+                if i % step == step - 1:
+                    await anyio.lowlevel.checkpoint()
+        finally:
+            self._pending = {}
+
+    def snapshot_entries(self, namespace: str | None = None) -> list[Entry]:
+        """The objects as announced so far to subscribers (the store minus unannounced changes)."""
+        entries = self.store._entries(namespace)
+        pending = self._pending
+        if not pending:
+            return entries
+        out: list[Entry] = []
+        for e in entries:
+            change = pending.get((e.namespace, e.name))
+            if change is None:
+                out.append(e)
+            elif change[0] == "MODIFIED" and change[2] is not None:
+                out.append(change[2])
+        for (ns, _), (kind, _, old) in pending.items():
+            if kind == "DELETED" and old is not None and (namespace is None or ns == namespace):
+                out.append(old)
+        return out
 
     # ------------------------------------------------------------------ WATCH
     async def _watch_loop(self, rv: str) -> None:

@@ -28,7 +28,8 @@ import anyio.abc
 
 from ._client import ContextClient, open_client
 from ._codec import Entry
-from ._errors import ContextNotFound, ContextRemoved, KubemuxError
+from ._errors import ContextNotFound, ContextRemoved, KubemuxError, ResourceNotFound
+from ._event_index import EventIndex
 from ._fanout import Change, Fanout, Subscription
 from ._informer import Informer, InformerKey, InformerStatus
 from ._kubeconfig import ContextConfig
@@ -102,6 +103,7 @@ class _ContextEntry:
         "config",
         "done",
         "error",
+        "event_index",
         "failures",
         "final_change",
         "generation",
@@ -122,6 +124,7 @@ class _ContextEntry:
         self.scope: anyio.CancelScope | None = None
         self.tg: anyio.abc.TaskGroup | None = None
         self.client: ContextClient | None = None
+        self.event_index: EventIndex | None = None
         self.slots: dict[InformerKey, _Slot] = {}
         self.failures: dict[InformerKey, _Failure] = {}
         self.ready = anyio.Event()  # client built (state running) or failed
@@ -154,6 +157,9 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         stop_timeout: Upper bound on the shielded cleanup of one context.
         subscriber_buffer: Default buffer size of a subscription.
         transform: Applied to every object before it is cached (default: drop managedFields).
+        event_cap: Keep at most this many events per object in the event index.
+        event_max_age: Drop events older than this many seconds from the event index
+            (for clusters whose event expiry lags).
     """
 
     def __init__(
@@ -166,6 +172,8 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         stop_timeout: float = 5.0,
         subscriber_buffer: int = 1000,
         transform: Transform | None = drop_managed_fields,
+        event_cap: int | None = None,
+        event_max_age: float | None = None,
     ) -> None:
         if not isinstance(source, KubeconfigSource):
             source = KubeconfigSource.static(source)
@@ -176,6 +184,8 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         self._stop_timeout = stop_timeout
         self._subscriber_buffer = subscriber_buffer
         self._transform = transform
+        self._event_cap = event_cap
+        self._event_max_age = event_max_age
         self._entries: dict[str, _ContextEntry] = {}
         self._failures: dict[str, _Failure] = {}  # context -> failed client build
         self._fanout = Fanout()
@@ -358,6 +368,9 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         # Runs in the entry task's finally: synchronous, so it cannot be interrupted.
         was_running = entry.client is not None
         entry.state = "stopped"
+        if entry.event_index is not None:
+            entry.event_index.clear()
+            entry.event_index = None
         entry.client = None
         entry.tg = None
         for slot in entry.slots.values():
@@ -497,12 +510,17 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
     ) -> Callable[[str, Entry, Entry | None], None]:
         fanout = self._fanout
         context, resource, generation = entry.key, slot.key.resource, entry.generation
+        feeds_index = slot.key in _EVENT_KEYS
 
         def publish(kind: str, obj: Entry, old: Entry | None) -> None:
             if len(fanout):
                 fanout.publish(
                     Change.from_entry(context, resource, kind, obj, generation), obj.namespace
                 )
+            if feeds_index:
+                index = entry.event_index
+                if index is not None:
+                    index.apply(kind, obj.decode())
 
         return publish
 
@@ -555,6 +573,51 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                 raise slot.error
             return slot.store
 
+    async def event_index(self, context: str) -> EventIndex:
+        """The live :class:`EventIndex` of ``context``, starting its event informer if needed.
+
+        Events come from ``events.k8s.io/v1``, or from core ``v1`` where that group is
+        absent. The index lives as long as the context's generation: ``stop_watcher`` (or a
+        reload) drops it, and a reload builds a new one.
+
+        Raises:
+            The same errors as :meth:`watch`.
+
+        Cancelling the caller does not cancel the shared start.
+        """
+        while True:
+            try:
+                store = await self.watch(context, _EVENTS_V1)
+            except ResourceNotFound:
+                store = await self.watch(context, _EVENTS_CORE)
+            entry = self._entries.get(context)
+            if entry is None or entry.state != "running":
+                continue  # stopped or reloaded in between: watch() decides what to raise
+            if entry.event_index is None:
+                index = EventIndex(
+                    max_events_per_object=self._event_cap, max_age=self._event_max_age
+                )
+                index.replace(store.list())
+                entry.event_index = index
+                if self._event_max_age is not None and entry.tg is not None:
+                    entry.tg.start_soon(
+                        _prune_forever,
+                        index,
+                        self._event_max_age / 10,
+                        name=f"kubemux event pruning {context!r}",
+                    )
+            return entry.event_index
+
+    async def events_for(
+        self, context: str, kind: str, namespace: str | None, name: str
+    ) -> list[Mapping[str, Any]]:
+        """The Kubernetes Events about one object, newest first.
+
+        Starts the context's event informer if it is not running (see :meth:`event_index`).
+        """
+        index = await self.event_index(context)
+        return index.events_for(kind, namespace, name)
+
     def store(
         self, context: str, resource: ResourceSpec, namespace: str | None = None
     ) -> Store | None:
@@ -600,7 +663,10 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                         continue
                     if not slot.store.has_synced:
                         continue
-                    for e in slot.store._entries(namespace):
+                    informer = slot.informer
+                    if informer is None:
+                        continue
+                    for e in informer.snapshot_entries(namespace):
                         ident = (slot.key.resource, e.namespace, e.name)
                         if ident in seen:
                             continue
@@ -709,6 +775,17 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             "subscribers": len(self._fanout),
             "slots": sum(len(e.slots) for e in self._entries.values()),
         }
+
+
+_EVENTS_V1 = parse_resource("events.events.k8s.io")
+_EVENTS_CORE = parse_resource("events")
+_EVENT_KEYS = frozenset({InformerKey(_EVENTS_V1.name), InformerKey(_EVENTS_CORE.name)})
+
+
+async def _prune_forever(index: EventIndex, period: float) -> None:
+    while True:
+        await anyio.sleep(period)
+        index.prune()
 
 
 def _single(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
