@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from kubemux import Backoff, EventIndex, WatcherRegistry, WatchSettings
@@ -106,7 +107,7 @@ async def test_stop_watcher_during_heavy_event_traffic(tmp_path: Path) -> None:
                 while not stop_traffic.is_set():
                     for _ in range(50):
                         emit(c, pod)
-                    await anyio.sleep(0)
+                    await anyio.lowlevel.checkpoint()
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(traffic)
