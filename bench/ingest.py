@@ -184,7 +184,7 @@ async def peer_kubemux(url: str, rv: str, n: int) -> dict[str, Any]:
         store.get(ns, name)
         reads += 1
     read_us = (time.perf_counter() - t1) / reads * 1e6
-    stored = sum(len(e.raw) for e in store._items.values()) / len(store)
+    stored = sum(len(e.raw) for e in store._entries(None)) / len(store)
     return {
         "events": count,
         "seconds": dt_,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,7 +20,9 @@ FAST = WatchSettings(
     inactivity_timeout=0.5,
     page_size=3,
     min_healthy_watch=0.0,
+    streaming_list=False,
 )
+STREAMING = dataclasses.replace(FAST, streaming_list=True)
 _sentinels = itertools.count()
 
 
@@ -204,3 +207,70 @@ async def test_expired_continue_token_falls_back_to_full_list(
         assert cached(reg) == truth(cluster)
         pages = [r.query for r in cluster.requests if not r.is_watch]
         assert pages[1].get("continue") and "limit" not in pages[2]
+
+
+async def test_malformed_lines_and_unknown_types_are_skipped(
+    tmp_path: Path, cluster: FakeCluster
+) -> None:
+    async with watching(tmp_path, cluster) as registry:
+        with anyio.fail_after(TIMEOUT):
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
+        assert cluster.inject_watch_line("pods", b'{"type":"ADDED","object":{"metadata":') == 1
+        cluster.inject_watch_line("pods", b"not json at all")
+        cluster.inject_watch_line("pods", b'{"type":"SURPRISE","object":{}}')
+        cluster.inject_watch_line(
+            "pods", b'{"type":"ADDED","object":{"metadata":{"name":"x"}},"extra":1}'
+        )
+        cluster.delete("pods", "default", "p-1")
+        await converge(registry, cluster)
+        st = registry.status().contexts["c"].informers[0]
+        assert st.skipped_lines == 4
+        assert st.state == "watching"
+
+
+async def test_unusual_envelope_is_decoded_properly(tmp_path: Path, cluster: FakeCluster) -> None:
+    async with watching(tmp_path, cluster) as registry:
+        with anyio.fail_after(TIMEOUT):
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
+        odd = (
+            b'{"object": {"metadata": {"name": "odd", "namespace": "default", '
+            b'"resourceVersion": "999"}}, "type": "ADDED"}'
+        )
+        cluster.inject_watch_line("pods", odd)
+        extra = (
+            b'{"type":"ADDED","object":{"metadata":{"name":"extra","namespace":"default",'
+            b'"resourceVersion":"998"}},"note":{"x":1}}'
+        )
+        cluster.inject_watch_line("pods", extra)
+        async with registry.subscribe("pods", ["c"], snapshot=False) as changes:
+            cluster.create("pods", make_pod("after"))
+            names = []
+            with anyio.fail_after(TIMEOUT):
+                async for change in changes:
+                    names.append(change.name)
+                    if change.name == "after":
+                        break
+        store = registry.store("c", "pods")
+        assert store is not None
+        assert store.get("default", "odd") is not None
+        assert store.get("default", "extra") is not None
+        assert registry.status().contexts["c"].informers[0].skipped_lines == 0
+
+
+@pytest.mark.parametrize("mode", [True, False, "ignore"])
+async def test_streaming_list_or_fallback(tmp_path: Path, mode: bool | str) -> None:
+    async with FakeCluster(streaming_list=mode, bookmark_period=0.2) as c:  # type: ignore[arg-type]
+        for i in range(7):
+            c.create("pods", make_pod(f"p-{i}"))
+        path = write_kubeconfig(tmp_path / "config", {"c": c})
+        async with WatcherRegistry.from_kubeconfig(str(path), settings=STREAMING) as reg:
+            with anyio.fail_after(TIMEOUT):
+                store = await reg.watch("c", "pods")
+                await reg.watch("c", "pods", "default")  # a second informer, same client
+            assert len(store) == 7
+            await converge(reg, c)
+            streamed = [r for r in c.requests if r.query.get("sendInitialEvents") == "true"]
+            if mode is True:
+                assert lists(c) == 0 and len(streamed) == 2
+            else:  # refused (422) or ignored: tried once per client, then LIST
+                assert len(streamed) == 1 and lists(c) == 2 * 3  # pages of 3

@@ -32,10 +32,11 @@ def test_apply_and_read() -> None:
     assert [o["metadata"]["name"] for o in s.list()] == ["a", "b"]
     assert [o["metadata"]["name"] for o in s.list("kube-system")] == ["b"]
     assert s.namespaces() == ["default", "kube-system"]
-    kind, _, old = s._apply_object("MODIFIED", pod("a", rv="2"))  # type: ignore[misc]
-    assert kind == "MODIFIED" and old is not None
+    change = s._apply_object("MODIFIED", pod("a", rv="2"))
+    assert change is not None and change.type == "MODIFIED" and change.old is not None
     assert s.resource_version == "2"
-    assert s._apply_object("DELETED", pod("b", "kube-system", rv="3"))[0] == "DELETED"  # type: ignore[index]
+    deleted = s._apply_object("DELETED", pod("b", "kube-system", rv="3"))
+    assert deleted is not None and deleted.type == "DELETED"
     assert s._apply_object("DELETED", pod("zz", rv="4")) is None  # unknown: nothing changed
     assert s.namespaces() == ["default"]  # no empty namespace bucket left
     assert len(s) == 1 and ("default", "a") in s
@@ -50,7 +51,7 @@ def test_replace_reports_missed_changes() -> None:
     s._replace(entries(pod("a"), pod("b"), pod("c")), "10")
     assert s.has_synced
     changes = s._replace(entries(pod("a"), pod("b", rv="11"), pod("d", rv="12")), "12")
-    assert sorted((k, e.name) for k, e, _ in changes) == [
+    assert sorted((c.type, c.entry.name) for c in changes) == [
         ("ADDED", "d"),
         ("DELETED", "c"),
         ("MODIFIED", "b"),
@@ -70,7 +71,7 @@ def test_indexers_drop_empty_buckets() -> None:
     for name in "abc":
         s._apply_object("DELETED", pod(name))
     assert s.index_values("app") == []
-    assert s._namespaces == {}
+    assert s._items == {} and s._keyvals == {}
 
 
 def test_no_transform_keeps_managed_fields() -> None:

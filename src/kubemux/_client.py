@@ -43,12 +43,13 @@ class ContextClient:
     the ``async with`` ends).
     """
 
-    __slots__ = ("_api", "context", "server")
+    __slots__ = ("_api", "context", "server", "streaming_list")
 
     def __init__(self, context: str, server: str, api: Any) -> None:
         self.context = context
         self.server = server
         self._api = api
+        self.streaming_list: bool | None = None  # does this server do streaming lists?
 
     def __repr__(self) -> str:
         return f"<ContextClient context={self.context!r} server={self.server!r}>"

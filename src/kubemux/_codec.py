@@ -22,6 +22,7 @@ import msgspec
 import orjson
 
 __all__ = [
+    "Change3",
     "Entry",
     "EventHead",
     "ListPage",
@@ -44,6 +45,15 @@ class Entry(msgspec.Struct, gc=False, frozen=True):
         """The object as a fresh dict (callers may change it freely)."""
         obj: dict[str, Any] = orjson.loads(self.raw)
         return obj
+
+
+class Change3(msgspec.Struct, gc=False, frozen=True):
+    """What one applied event changed: (type, entry, old entry). Not tracked by the collector,
+    so a 50k-object relist allocates nothing the cyclic collector has to count or scan."""
+
+    type: str
+    entry: Entry
+    old: Entry | None
 
 
 class _HeadMeta(msgspec.Struct, gc=False):

@@ -26,11 +26,11 @@ import anyio
 import orjson
 
 from ._client import ContextClient
-from ._codec import DecodeError, Entry, decode_list, split_event
+from ._codec import Change3, DecodeError, Entry, decode_list, split_event
 from ._errors import ApiError, ClusterUnreachable, KubemuxError, ResourceExpired
 from ._resources import Resource
 from ._settings import WatchSettings
-from ._store import Store
+from ._store import Replacement, Store
 
 __all__ = ["Informer", "InformerKey", "InformerStatus", "OnChange"]
 
@@ -115,7 +115,7 @@ class Informer:
         self._last_failure_at = -math.inf
         self._rv = ""
         self._delivered = 0
-        self._pending: dict[tuple[str, str], tuple[str, Entry, Entry | None]] = {}
+        self._pending: dict[str, dict[str, Change3]] = {}
 
     def __repr__(self) -> str:
         return (
@@ -172,7 +172,7 @@ class Informer:
             KubemuxError: the LIST failed; the error is also kept for :meth:`status`.
         """
         try:
-            self._rv = await self._list()
+            self._rv = await self._sync()
         except KubemuxError as exc:
             self._state = "error"
             self._last_error = str(exc)
@@ -193,12 +193,33 @@ class Informer:
             params["fieldSelector"] = self.key.field_selector
         return params
 
+    async def _sync(self) -> str:
+        """Fill the store from a full list; returns the resourceVersion to watch from.
+
+        Tries a streaming list first (when enabled and not known to be unsupported by this
+        server), else a paginated LIST.
+        """
+        self._state = "listing" if not self.has_synced else "relisting"
+        if self.settings.streaming_list and self.client.streaming_list is not False:
+            try:
+                rv = await self._stream_list()
+            except ApiError as exc:
+                if exc.status not in (400, 422):
+                    raise
+                rv = None
+                self.client.streaming_list = False
+                log.info(
+                    "%s: no streaming lists on %s (%s); using LIST", self, self.client.server, exc
+                )
+            if rv is not None:
+                return rv
+        return await self._list()
+
     async def _list(self) -> str:
         """A full paginated LIST, applied to the store; returns the list's resourceVersion."""
-        self._state = "listing" if not self.has_synced else "relisting"
         s = self.settings
         store = self.store
-        entries: list[Entry] = []
+        replacement = Replacement(store)
         params = self._base_params()
         if s.page_size:
             params["limit"] = str(s.page_size)
@@ -217,7 +238,7 @@ class Informer:
                     raise
                 # the continue token expired mid-list: start over with one full list
                 log.info("%s: continue token expired, listing in one request", self)
-                entries.clear()
+                replacement = Replacement(store)
                 params = self._base_params()
                 continue
             try:
@@ -230,7 +251,7 @@ class Informer:
             # decode in slices so a 50k-object list never stalls the event loop for long
             for i, raw in enumerate(page.items or ()):
                 try:
-                    entries.append(store._prepare(bytes(raw), from_list=True))
+                    replacement.add(store._prepare(bytes(raw), from_list=True))
                 except DecodeError as exc:
                     self._skip(f"malformed LIST item ({exc})")
                 if i % s.relist_slice == s.relist_slice - 1:
@@ -241,33 +262,114 @@ class Informer:
                 break
             params["continue"] = token
             await anyio.lowlevel.checkpoint()
-        changes = store._replace(entries, list_rv)
-        del entries
+        await self._commit(replacement, list_rv)
+        return list_rv
+
+    async def _stream_list(self) -> str | None:
+        """A streaming list (``sendInitialEvents``); None if the server turned out not to do it.
+
+        The server sends every current object as ADDED, then a BOOKMARK annotated
+        ``k8s.io/initial-events-end``. A server that ignores the parameter sends a plain watch
+        (a bookmark without the annotation, or a MODIFIED/DELETED before the end): that is
+        remembered per client, and the caller falls back to LIST.
+        """
+        s = self.settings
+        store = self.store
+        replacement = Replacement(store)
+        params = self._base_params()
+        params.update(
+            {
+                "watch": "true",
+                "sendInitialEvents": "true",
+                "resourceVersionMatch": "NotOlderThan",
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": str(s.watch_timeout()),
+            }
+        )
+        end_rv: str | None = None
+        unsupported = False
+        with anyio.move_on_after(s.request_timeout):
+            async with self.client.watch(
+                self.resource,
+                self.key.namespace,
+                params,
+                inactivity_timeout=s.inactivity_timeout,
+                connect_timeout=s.connect_timeout,
+                max_line_size=s.max_line_size,
+            ) as batches:
+                async for batch in batches:
+                    for line in batch:
+                        if not line or line.isspace():
+                            continue
+                        try:
+                            etype, raw, entry = self._parse(line)
+                            if entry is not None and etype == "ADDED":
+                                replacement.add(entry)
+                                continue
+                            if etype == "ERROR":
+                                status = orjson.loads(raw)
+                                raise _status_error(status if isinstance(status, dict) else {})
+                        except (*DecodeError, orjson.JSONDecodeError) as exc:
+                            self._skip(f"malformed watch line ({exc}): {line[:120]!r}")
+                            continue
+                        if etype == "BOOKMARK":
+                            meta = orjson.loads(raw).get("metadata") or {}
+                            annotations = meta.get("annotations") or {}
+                            if annotations.get(_INITIAL_EVENTS_END) == "true":
+                                end_rv = str(meta.get("resourceVersion") or "")
+                        else:
+                            unsupported = True
+                        if end_rv is not None or unsupported:
+                            break
+                        unsupported = True  # a plain bookmark before the end marker
+                        break
+                    if end_rv is not None or unsupported:
+                        break
+        if unsupported:
+            self.client.streaming_list = False
+            log.info("%s: %s ignores sendInitialEvents; using LIST", self, self.client.server)
+        if end_rv is None:
+            return None
+        self.client.streaming_list = True
+        await self._commit(replacement, end_rv)
+        return end_rv
+
+    async def _commit(self, replacement: Replacement, resource_version: str) -> None:
+        step = self.settings.relist_slice
+        for _ in replacement.find_deleted(step):
+            await anyio.lowlevel.checkpoint()
+        changes = replacement.commit(resource_version)
         self._last_sync = time.time()
         if self.has_synced:
             self._relists += 1
         await self._emit_sliced(changes)
-        return list_rv
 
-    async def _emit_sliced(self, changes: list[tuple[str, Entry, Entry | None]]) -> None:
+    async def _emit_sliced(self, changes: list[Change3]) -> None:
         """Announce a relist's changes in slices, yielding to the loop between them.
 
         The store was swapped already; until a change is announced, :meth:`snapshot_entries`
         reports the object as it was, so a subscriber joining mid-way sees neither a gap nor
         a duplicate.
         """
-        if self._on_change is None or not changes:
+        on_change = self._on_change
+        if on_change is None or not changes:
             return
         step = self.settings.relist_slice
         if len(changes) <= step:
-            for change in changes:
-                self._on_change(*change)
+            for c in changes:
+                on_change(c.type, c.entry, c.old)
             return
-        pending = self._pending = {(e.namespace, e.name): (k, e, o) for k, e, o in changes}
+        pending: dict[str, dict[str, Change3]] = {}
+        for c in changes:
+            bucket = pending.get(c.entry.namespace)
+            if bucket is None:
+                bucket = pending[c.entry.namespace] = {}
+            bucket[c.entry.name] = c
+        self._pending = pending
         try:
-            for i, (kind, entry, old) in enumerate(changes):
-                del pending[(entry.namespace, entry.name)]
-                self._on_change(kind, entry, old)
+            for i, c in enumerate(changes):
+                del pending[c.entry.namespace][c.entry.name]
+                on_change(c.type, c.entry, c.old)
                 if i % step == step - 1:
                     await anyio.lowlevel.checkpoint()
         finally:
@@ -281,14 +383,14 @@ class Informer:
             return entries
         out: list[Entry] = []
         for e in entries:
-            change = pending.get((e.namespace, e.name))
+            change = pending.get(e.namespace, {}).get(e.name)
             if change is None:
                 out.append(e)
-            elif change[0] == "MODIFIED" and change[2] is not None:
-                out.append(change[2])
-        for (ns, _), (kind, _, old) in pending.items():
-            if kind == "DELETED" and old is not None and (namespace is None or ns == namespace):
-                out.append(old)
+            elif change.type == "MODIFIED" and change.old is not None:
+                out.append(change.old)
+        for ns, bucket in pending.items():
+            if namespace is None or ns == namespace:
+                out.extend(c.old for c in bucket.values() if c.type == "DELETED" and c.old)
         return out
 
     # ------------------------------------------------------------------ WATCH
@@ -316,7 +418,7 @@ class Informer:
                 continue
             while True:  # RELIST until it succeeds
                 try:
-                    self._rv = await self._list()
+                    self._rv = await self._sync()
                     break
                 except KubemuxError as exc:
                     self._note_failure(exc)
@@ -352,41 +454,47 @@ class Informer:
                             self._rv = new_rv
                             self._delivered += 1
 
+    def _parse(self, line: bytes) -> tuple[str, bytes, Entry | None]:
+        """(event type, object bytes, cache entry for object events) of one watch line.
+
+        Raises:
+            msgspec.DecodeError, msgspec.ValidationError: not a watch event.
+        """
+        try:
+            etype, raw = split_event(line)
+            return etype, raw, self.store._prepare(raw) if etype in _OBJECT_EVENTS else None
+        except DecodeError:
+            # the prefix split can be fooled by an unusual envelope: decode it properly
+            etype, raw = split_event(line, fast=False)
+            return etype, raw, self.store._prepare(raw) if etype in _OBJECT_EVENTS else None
+
     def _handle_line(self, line: bytes) -> str | None:
         """Apply one watch line; returns its resourceVersion, or None if skipped."""
+        store = self.store
         try:
-            return self._apply_line(line, fast=True)
-        except (*DecodeError, orjson.JSONDecodeError):
-            pass
-        try:  # the prefix split can be fooled by an unusual envelope: decode it properly
-            return self._apply_line(line, fast=False)
+            etype, raw, entry = self._parse(line)
+            if etype == "BOOKMARK":
+                rv = store._prepare(raw).resource_version
+                if rv:
+                    store.resource_version = rv
+                    return rv
+                return None
+            if etype == "ERROR":
+                status = orjson.loads(raw)
+                raise _status_error(status if isinstance(status, dict) else {})
         except (*DecodeError, orjson.JSONDecodeError) as exc:
             self._skip(f"malformed watch line ({exc}): {line[:120]!r}")
             return None
-
-    def _apply_line(self, line: bytes, *, fast: bool) -> str | None:
-        store = self.store
-        etype, raw = split_event(line, fast=fast)
-        if etype in ("ADDED", "MODIFIED", "DELETED"):
-            entry = store._prepare(raw)
-            if not entry.name or not entry.resource_version:
-                self._skip(f"{etype} event without metadata.name/resourceVersion")
-                return None
-            change = store._apply(etype, entry)
-            if change is not None and self._on_change is not None:
-                self._on_change(*change)
-            return entry.resource_version
-        if etype == "BOOKMARK":
-            rv = store._prepare(raw).resource_version
-            if rv:
-                store.resource_version = rv
-                return rv
+        if entry is None:
+            self._skip(f"unknown watch event type {etype!r}")
             return None
-        if etype == "ERROR":
-            status = orjson.loads(raw)
-            raise _status_error(status if isinstance(status, dict) else {})
-        self._skip(f"unknown watch event type {etype!r}")
-        return None
+        if not entry.name or not entry.resource_version:
+            self._skip(f"{etype} event without metadata.name/resourceVersion")
+            return None
+        change = store._apply(etype, entry)
+        if change is not None and self._on_change is not None:
+            self._on_change(change.type, change.entry, change.old)
+        return entry.resource_version
 
     # ------------------------------------------------------------------ health
     def _skip(self, why: str) -> None:
@@ -406,6 +514,10 @@ class Informer:
     async def _backoff(self) -> None:
         await anyio.sleep(self.settings.backoff.delay(max(1, self._failures)))
         self._state = "watching"
+
+
+_INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+_OBJECT_EVENTS = frozenset({"ADDED", "MODIFIED", "DELETED"})
 
 
 def _status_error(obj: Mapping[str, Any]) -> ApiError:

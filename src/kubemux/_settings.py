@@ -41,7 +41,8 @@ class WatchSettings:
         request_timeout: total time allowed for one LIST page.
         connect_timeout: time allowed to open a connection.
         backoff: delays between failed attempts.
-        streaming_list: try a streaming list (``sendInitialEvents``) before a paginated LIST.
+        streaming_list: try a streaming list (``sendInitialEvents``) before a paginated LIST;
+            a server that refuses or ignores it is remembered per client and gets LISTs.
         max_line_size: a watch line longer than this is an error (protects memory).
         relist_slice: objects applied per slice of a relist before yielding to the event loop.
         min_healthy_watch: a watch that ends sooner than this having delivered nothing counts
@@ -54,7 +55,7 @@ class WatchSettings:
     request_timeout: float = 60.0
     connect_timeout: float = 10.0
     backoff: Backoff = dataclasses.field(default_factory=Backoff)
-    streaming_list: bool = False
+    streaming_list: bool = True
     max_line_size: int = 64 * 1024 * 1024
     relist_slice: int = 1000
     min_healthy_watch: float = 1.0

@@ -7,10 +7,11 @@ the contents are swapped in one step, so a reader never sees half an old list an
 one.
 
 Representation: each object is kept as its JSON bytes plus its identity (see
-:mod:`kubemux._codec`), so a large cache costs the collector nothing and about the size of the
-JSON in memory. :meth:`Store.get` and :meth:`Store.list` decode on read and return fresh dicts
-that the caller owns; :meth:`Store.get_raw` and :meth:`Store.list_raw` return the bytes for
-callers that pass JSON straight on (a dashboard's HTTP response).
+:mod:`kubemux._codec`), in a dict per namespace. Nothing per object is visible to the cyclic
+garbage collector (no per-object tuples or dicts), so a large cache costs the collector
+nothing and about the size of the JSON in memory. :meth:`Store.get` and :meth:`Store.list`
+decode on read and return fresh dicts that the caller owns; :meth:`Store.get_raw` and
+:meth:`Store.list_raw` return the bytes for callers that pass JSON straight on.
 """
 
 from __future__ import annotations
@@ -21,16 +22,25 @@ from typing import Any
 
 import orjson
 
-from ._codec import Entry, decode_entry
+from ._codec import Change3, Entry, decode_entry
 from ._resources import Resource
 
-__all__ = ["Indexer", "Key", "Store", "Transform", "drop_managed_fields", "object_key"]
+__all__ = [
+    "Indexer",
+    "Key",
+    "Replacement",
+    "Store",
+    "Transform",
+    "drop_managed_fields",
+    "object_key",
+]
 
 Key = tuple[str, str]
 """(namespace, name); namespace is ``""`` for cluster-scoped objects."""
 
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
 Indexer = Callable[[Mapping[str, Any]], Iterable[str]]
+_Items = dict[str, dict[str, Entry]]  # namespace -> name -> entry (no empty inner dicts)
 
 
 def drop_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
@@ -50,8 +60,20 @@ def object_key(obj: Mapping[str, Any]) -> Key:
     return (meta.get("namespace") or "", meta.get("name") or "")
 
 
-Change3 = tuple[str, Entry, Entry | None]
-"""(type, entry, old entry): what one applied event changed."""
+def by_label(label: str) -> Indexer:
+    """An indexer by the value of one label: ``Store(..., indexers={"app": by_label("app")})``."""
+
+    def index(obj: Mapping[str, Any]) -> Iterable[str]:
+        value = ((obj.get("metadata") or {}).get("labels") or {}).get(label)
+        return (value,) if isinstance(value, str) else ()
+
+    return index
+
+
+def by_owner(obj: Mapping[str, Any]) -> Iterable[str]:
+    """An indexer by owner: ``"Kind/name"`` of every ownerReference (e.g. ``ReplicaSet/web-7d4``)."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    return tuple(f"{r.get('kind')}/{r.get('name')}" for r in refs if isinstance(r, dict))
 
 
 class Store:
@@ -62,17 +84,17 @@ class Store:
         transform: Applied to every object before it is stored. The default,
             :func:`drop_managed_fields`, runs on the raw bytes; ``None`` stores objects as
             sent; any other function costs a full decode and re-encode per object.
-        indexers: Named functions returning index values for an object; query with
-            :meth:`by_index`. A namespace index is always present.
+        indexers: Named functions returning index values for an object (see :func:`by_label`
+            and :func:`by_owner`); query with :meth:`by_index`. Namespaces are always indexed.
     """
 
     __slots__ = (
         "_by_index",
+        "_count",
         "_drop_mf",
         "_indexers",
         "_items",
         "_keyvals",
-        "_namespaces",
         "_synced",
         "_transform",
         "_type_prefix",
@@ -91,8 +113,8 @@ class Store:
         self.resource_version = ""
         self._drop_mf = transform is drop_managed_fields
         self._transform = None if transform is drop_managed_fields else transform
-        self._items: dict[Key, Entry] = {}
-        self._namespaces: dict[str, set[Key]] = {}
+        self._items: _Items = {}
+        self._count = 0
         self._indexers: dict[str, Indexer] = dict(indexers or {})
         self._by_index: dict[str, dict[str, set[Key]]] = {n: {} for n in self._indexers}
         self._keyvals: dict[Key, tuple[tuple[str, ...], ...]] = {}
@@ -113,17 +135,21 @@ class Store:
         """True once the first LIST has been applied."""
         return self._synced
 
+    def _get(self, namespace: str | None, name: str) -> Entry | None:
+        bucket = self._items.get(namespace or "")
+        return None if bucket is None else bucket.get(name)
+
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         """The object as a fresh dict, or ``None``.
 
         Use ``None`` or ``""`` as namespace for cluster-scoped objects. Costs one JSON decode.
         """
-        entry = self._items.get((namespace or "", name))
+        entry = self._get(namespace, name)
         return None if entry is None else entry.decode()
 
     def get_raw(self, namespace: str | None, name: str) -> bytes | None:
         """The object's JSON bytes, or ``None``. Costs nothing."""
-        entry = self._items.get((namespace or "", name))
+        entry = self._get(namespace, name)
         return None if entry is None else entry.raw
 
     def list(self, namespace: str | None = None) -> builtins.list[dict[str, Any]]:
@@ -136,16 +162,22 @@ class Store:
 
     def _entries(self, namespace: str | None) -> builtins.list[Entry]:
         items = self._items
-        keys: Iterable[Key] = items if namespace is None else self._namespaces.get(namespace, ())
-        return [items[k] for k in sorted(keys)]
+        if namespace is not None:
+            bucket = items.get(namespace)
+            return [] if bucket is None else [bucket[n] for n in sorted(bucket)]
+        out: builtins.list[Entry] = []
+        for ns in sorted(items):
+            bucket = items[ns]
+            out.extend(bucket[n] for n in sorted(bucket))
+        return out
 
     def keys(self) -> builtins.list[Key]:
         """Every (namespace, name) key, sorted."""
-        return sorted(self._items)
+        return [(ns, name) for ns in sorted(self._items) for name in sorted(self._items[ns])]
 
     def namespaces(self) -> builtins.list[str]:
         """Namespaces that currently hold at least one object."""
-        return sorted(self._namespaces)
+        return sorted(self._items)
 
     def by_index(self, index: str, value: str) -> builtins.list[dict[str, Any]]:
         """Objects whose indexer ``index`` returned ``value``.
@@ -154,24 +186,27 @@ class Store:
             KeyError: no indexer of that name.
         """
         keys = self._by_index[index].get(value, ())
-        return [self._items[k].decode() for k in sorted(keys)]
+        return [e.decode() for k in sorted(keys) if (e := self._get(*k)) is not None]
 
     def index_values(self, index: str) -> builtins.list[str]:
         """The values an indexer currently holds."""
         return sorted(self._by_index[index])
 
     def __len__(self) -> int:
-        return len(self._items)
+        return self._count
 
     def __contains__(self, key: object) -> bool:
-        return key in self._items
+        if not isinstance(key, tuple) or len(key) != 2:
+            return False
+        bucket = self._items.get(key[0])
+        return bucket is not None and key[1] in bucket
 
     def __iter__(self) -> Iterator[Key]:
         return iter(self.keys())
 
     def __repr__(self) -> str:
         return (
-            f"<Store {self.resource.name} objects={len(self._items)} "
+            f"<Store {self.resource.name} objects={self._count} "
             f"synced={self._synced} rv={self.resource_version!r}>"
         )
 
@@ -190,41 +225,49 @@ class Store:
     def _prepare_object(self, obj: Mapping[str, Any]) -> Entry:
         return self._prepare(orjson.dumps(obj))
 
-    def _index_add(self, key: Key, entry: Entry) -> None:
-        self._namespaces.setdefault(key[0], set()).add(key)
-        if self._indexers:
-            obj = entry.decode()
-            vals = tuple(tuple(fn(obj)) for fn in self._indexers.values())
-            self._keyvals[key] = vals
-            for table, values in zip(self._by_index.values(), vals, strict=True):
-                for value in values:
-                    table.setdefault(value, set()).add(key)
+    def _index_values(self, entry: Entry) -> tuple[tuple[str, ...], ...]:
+        obj = entry.decode()
+        return tuple(tuple(fn(obj)) for fn in self._indexers.values())
+
+    def _index_add(self, key: Key, vals: tuple[tuple[str, ...], ...]) -> None:
+        self._keyvals[key] = vals
+        for table, values in zip(self._by_index.values(), vals, strict=True):
+            for value in values:
+                table.setdefault(value, set()).add(key)
 
     def _index_remove(self, key: Key) -> None:
-        _discard(self._namespaces, key[0], key)
-        if self._indexers:
-            vals = self._keyvals.pop(key, ())
-            for table, values in zip(self._by_index.values(), vals, strict=False):
-                for value in values:
-                    _discard(table, value, key)
+        vals = self._keyvals.pop(key, ())
+        for table, values in zip(self._by_index.values(), vals, strict=False):
+            for value in values:
+                _discard(table, value, key)
 
     def _apply(self, event_type: str, entry: Entry) -> Change3 | None:
         """Apply one watch event; returns what changed, or None if nothing did."""
         if entry.resource_version:
             self.resource_version = entry.resource_version
-        key = (entry.namespace, entry.name)
+        items = self._items
+        ns, name = entry.namespace, entry.name
+        bucket = items.get(ns)
         if event_type == "DELETED":
-            old = self._items.pop(key, None)
+            old = None if bucket is None else bucket.pop(name, None)
             if old is None:
                 return None
-            self._index_remove(key)
-            return ("DELETED", entry, old)
-        old = self._items.get(key)
-        if old is not None:
-            self._index_remove(key)
-        self._items[key] = entry
-        self._index_add(key, entry)
-        return ("ADDED" if old is None else "MODIFIED", entry, old)
+            if not bucket:
+                del items[ns]  # no empty buckets: memory is bounded by live objects
+            self._count -= 1
+            if self._indexers:
+                self._index_remove((ns, name))
+            return Change3("DELETED", entry, old)
+        if bucket is None:
+            bucket = items[ns] = {}
+        old = bucket.get(name)
+        bucket[name] = entry
+        if old is None:
+            self._count += 1
+        if self._indexers:
+            self._index_remove((ns, name))
+            self._index_add((ns, name), self._index_values(entry))
+        return Change3("ADDED" if old is None else "MODIFIED", entry, old)
 
     def _apply_object(self, event_type: str, obj: Mapping[str, Any]) -> Change3 | None:
         """:meth:`_apply` for a decoded object (tests and static data)."""
@@ -233,39 +276,93 @@ class Store:
     def _replace(self, entries: Iterable[Entry], resource_version: str) -> builtins.list[Change3]:
         """Swap in a full list in one step; returns the changes a watcher would have seen.
 
-        Objects missing from the list come back as DELETED (deletes missed while away),
-        changed ones (another resourceVersion) as MODIFIED, new ones as ADDED, unchanged ones
-        not at all.
+        See :class:`Replacement` for the sliced form an informer uses.
         """
-        old_items = self._items
-        new_items: dict[Key, Entry] = {(e.namespace, e.name): e for e in entries}
-        changes: builtins.list[Change3] = []
-        # indexes are updated by the difference only: cost grows with what changed
-        for key, entry in new_items.items():
-            old = old_items.get(key)
-            if old is None:
-                changes.append(("ADDED", entry, None))
-                self._index_add(key, entry)
-            elif old.resource_version != entry.resource_version or not entry.resource_version:
-                changes.append(("MODIFIED", entry, old))
-                if self._indexers:
-                    self._index_remove(key)
-                    self._index_add(key, entry)
-        for key, old in old_items.items():
-            if key not in new_items:
-                changes.append(("DELETED", old, old))
-                self._index_remove(key)
-        self._items = new_items
-        self.resource_version = resource_version
-        self._synced = True
-        return changes
+        replacement = Replacement(self)
+        for entry in entries:
+            replacement.add(entry)
+        for _ in replacement.find_deleted(slice_size=self._count + 1):
+            pass
+        return replacement.commit(resource_version)
 
     def _clear(self) -> None:
         self._items = {}
-        self._namespaces = {}
+        self._count = 0
         self._by_index = {n: {} for n in self._indexers}
         self._keyvals = {}
         self._synced = False
+
+
+class Replacement:
+    """A full list being built beside a store, then swapped in with :meth:`commit`.
+
+    The informer adds a relist's entries (and looks for deleted ones) in slices, yielding to
+    the event loop in between; the store keeps serving the old contents until the commit,
+    which is O(1). So a 50k-object relist is atomic for readers and never stalls the loop.
+    Objects missing from the new list come back as DELETED (deletes missed while away),
+    changed ones (another resourceVersion) as MODIFIED, new ones as ADDED, unchanged ones not
+    at all.
+    """
+
+    __slots__ = ("_by_index", "_changes", "_count", "_items", "_keyvals", "_store")
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._items: _Items = {}
+        self._count = 0
+        self._by_index: dict[str, dict[str, set[Key]]] = {n: {} for n in store._indexers}
+        self._keyvals: dict[Key, tuple[tuple[str, ...], ...]] = {}
+        self._changes: builtins.list[Change3] = []
+
+    def __len__(self) -> int:
+        return self._count
+
+    def add(self, entry: Entry) -> None:
+        """One object of the new list."""
+        ns, name = entry.namespace, entry.name
+        bucket = self._items.get(ns)
+        if bucket is None:
+            bucket = self._items[ns] = {}
+        if name not in bucket:
+            self._count += 1
+        bucket[name] = entry
+        store = self._store
+        if store._indexers:
+            key = (ns, name)
+            vals = store._index_values(entry)
+            self._keyvals[key] = vals
+            for table, values in zip(self._by_index.values(), vals, strict=True):
+                for value in values:
+                    table.setdefault(value, set()).add(key)
+        old = store._get(ns, name)
+        if old is None:
+            self._changes.append(Change3("ADDED", entry, None))
+        elif old.resource_version != entry.resource_version or not entry.resource_version:
+            self._changes.append(Change3("MODIFIED", entry, old))
+
+    def find_deleted(self, slice_size: int) -> Iterator[None]:
+        """Record the old objects missing from the new list; yields every ``slice_size``."""
+        new = self._items
+        i = 0
+        for ns, bucket in self._store._items.items():
+            new_bucket = new.get(ns, {})
+            for name, old in bucket.items():
+                if name not in new_bucket:
+                    self._changes.append(Change3("DELETED", old, old))
+                i += 1
+                if i % slice_size == 0:
+                    yield
+
+    def commit(self, resource_version: str) -> builtins.list[Change3]:
+        """Swap the new list in (in one step) and return what changed."""
+        store = self._store
+        store._items = self._items
+        store._count = self._count
+        store._by_index = self._by_index
+        store._keyvals = self._keyvals
+        store.resource_version = resource_version
+        store._synced = True
+        return self._changes
 
 
 def _discard(table: dict[str, set[Key]], value: str, key: Key) -> None:

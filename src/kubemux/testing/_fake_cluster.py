@@ -64,7 +64,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from .._resources import Resource
 from ._http import ApiServer, RecordedRequest, StreamingList, _Fault
-from ._state import ObjectStore
+from ._state import RAW_LINE, Event, ObjectStore, Stored
 
 __all__ = ["FakeCluster", "RecordedRequest"]
 
@@ -377,6 +377,18 @@ class FakeCluster:
         """
         if n > 0:
             self._api.faults.append(_Fault(n, status, reason, path_prefix, watch, tuple(query_has)))
+
+    def inject_watch_line(self, resource: str | Resource, line: bytes) -> int:
+        """Send ``line`` (plus a newline) verbatim on every open watch of ``resource``.
+
+        For testing how clients cope with malformed lines or unknown event types. Returns the
+        number of streams it was queued on.
+        """
+        state = self._store.state(resource)
+        event = Event(RAW_LINE, 0, ("", ""), Stored(bytes(line), {}), None)
+        for watch in state.watchers:
+            watch.push([event])
+        return len(state.watchers)
 
     def stall(self) -> None:
         """Freeze the server: watch streams send nothing, new requests hang.

@@ -25,6 +25,7 @@ from ._state import (
     DELETED,
     INITIAL_END,
     MODIFIED,
+    RAW_LINE,
     Event,
     ObjectStore,
     ResourceState,
@@ -613,6 +614,10 @@ class ApiServer:
             kind = event.type
             if kind == INITIAL_END:
                 parts.append(self._bookmark(watch.state, event.rv, end=True))
+                continue
+            if kind == RAW_LINE:
+                parts.append(event.cur.raw + b"\n")
+                size += len(event.cur.raw)
                 continue
             if check:
                 seen = _transition(selector, event)

@@ -25,12 +25,22 @@ import orjson
 from .._resources import BUILTIN_RESOURCES, Resource, parse_resource, register_resource
 from ._protocol import Key, Selector
 
-__all__ = ["ADDED", "DELETED", "INITIAL_END", "MODIFIED", "Event", "ObjectStore", "Watch"]
+__all__ = [
+    "ADDED",
+    "DELETED",
+    "INITIAL_END",
+    "MODIFIED",
+    "RAW_LINE",
+    "Event",
+    "ObjectStore",
+    "Watch",
+]
 
 ADDED = "ADDED"
 MODIFIED = "MODIFIED"
 DELETED = "DELETED"
 INITIAL_END = "INITIAL_END"
+RAW_LINE = "RAW_LINE"  # a test-injected line, sent verbatim
 """Queue marker: the initial events of a streaming list end here (becomes a BOOKMARK)."""
 
 _TOP_KEYS = ("kind", "apiVersion", "metadata")

@@ -1,0 +1,246 @@
+"""What the dashboard shows, as plain functions: table rows, events, context states, redaction.
+
+Everything here is synchronous and free of I/O, so it is tested without a server. The browser
+receives these dicts as JSON and builds its DOM with ``textContent`` only: nothing that comes
+from a cluster is ever interpreted as HTML.
+"""
+
+from __future__ import annotations
+
+import math
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+from kubemux import Change, RegistryStatus, Resource
+
+__all__ = [
+    "LAST_APPLIED",
+    "change_payload",
+    "event_payload",
+    "redact",
+    "safe_server",
+    "status_payload",
+    "summarize",
+]
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+_REDACTED = "(redacted)"
+
+
+def _dict(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _text(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def summarize(resource: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """One table row: a few cheap columns, the same for every resource.
+
+    ``status``, ``ready``, ``restarts`` and ``node`` follow ``kubectl get`` where the resource
+    has them (pods, workloads, nodes) and are empty otherwise.
+    """
+    meta = _dict(obj.get("metadata"))
+    spec = _dict(obj.get("spec"))
+    status = _dict(obj.get("status"))
+    kind = _text(obj.get("kind"))
+    row: dict[str, Any] = {
+        "status": _text(status.get("phase")),
+        "ready": "",
+        "restarts": None,
+        "node": "",
+        "created": _text(meta.get("creationTimestamp")),
+        "labels": {str(k): _text(v) for k, v in _dict(meta.get("labels")).items()},
+    }
+    if resource == "pods" or kind == "Pod":
+        containers = [_dict(c) for c in _list(status.get("containerStatuses"))]
+        total = len(_list(spec.get("containers"))) or len(containers)
+        ready = sum(1 for c in containers if c.get("ready") is True)
+        reason = _text(status.get("reason")) or _text(status.get("phase"))
+        for c in containers:
+            state = _dict(c.get("state"))
+            waiting = _text(_dict(state.get("waiting")).get("reason"))
+            terminated = _text(_dict(state.get("terminated")).get("reason"))
+            if waiting or terminated:
+                reason = waiting or terminated
+        if meta.get("deletionTimestamp"):
+            reason = "Terminating"
+        row.update(
+            status=reason,
+            ready=f"{ready}/{total}",
+            restarts=sum(int(c.get("restartCount") or 0) for c in containers),
+            node=_text(spec.get("nodeName")),
+        )
+    elif "replicas" in spec or "replicas" in status:
+        wanted = spec.get("replicas", status.get("replicas", 0))
+        row["ready"] = f"{int(status.get('readyReplicas') or 0)}/{int(wanted or 0)}"
+    elif kind == "Node" or resource == "nodes":
+        for cond in _list(status.get("conditions")):
+            cond = _dict(cond)
+            if cond.get("type") == "Ready":
+                row["status"] = "Ready" if cond.get("status") == "True" else "NotReady"
+    elif kind == "Event" or resource in ("events", "events.events.k8s.io"):
+        row["status"] = " ".join(
+            p for p in (_text(obj.get("type")), _text(obj.get("reason"))) if p
+        )
+    return row
+
+
+def change_payload(change: Change) -> dict[str, Any]:
+    """A subscription change as the browser's table consumes it."""
+    out: dict[str, Any] = {"type": change.type, "context": change.context}
+    if change.type in ("RESET", "REMOVED"):
+        out["resource"] = change.resource
+        return out
+    out["namespace"] = change.namespace
+    out["name"] = change.name
+    if change.type != "DELETED":
+        obj = change.object
+        out["row"] = summarize(change.resource, obj or {})
+    return out
+
+
+def redact(resource: Resource | None, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``obj`` that is safe to show: a Secret's values are replaced.
+
+    The keys of ``data`` and ``stringData`` stay (as ``kubectl describe`` shows them), and
+    the last-applied annotation, which holds the whole Secret, is replaced too.
+    """
+    out = dict(obj)
+    is_secret = (resource is not None and resource.kind == "Secret") or out.get("kind") == "Secret"
+    if not is_secret:
+        return out
+    for field in ("data", "stringData"):
+        values = out.get(field)
+        if isinstance(values, Mapping):
+            out[field] = dict.fromkeys(values, _REDACTED)
+    meta = out.get("metadata")
+    if isinstance(meta, Mapping):
+        meta = dict(meta)
+        annotations = meta.get("annotations")
+        if isinstance(annotations, Mapping) and LAST_APPLIED in annotations:
+            meta["annotations"] = {**annotations, LAST_APPLIED: _REDACTED}
+        out["metadata"] = meta
+    return out
+
+
+_EVENT_TIMES = (
+    ("series", "lastObservedTime"),
+    ("eventTime",),
+    ("lastTimestamp",),
+    ("deprecatedLastTimestamp",),
+    ("firstTimestamp",),
+    ("deprecatedFirstTimestamp",),
+    ("metadata", "creationTimestamp"),
+)
+
+
+def event_payload(event: Mapping[str, Any]) -> dict[str, Any]:
+    """A Kubernetes Event (``events.k8s.io/v1`` or core ``v1``) in one shape."""
+    when = ""
+    for path in _EVENT_TIMES:
+        value: object = event
+        for part in path:
+            value = _dict(value).get(part)
+        if value:
+            when = _text(value)
+            break
+    series = _dict(event.get("series"))
+    count = series.get("count") or event.get("count") or event.get("deprecatedCount") or 1
+    source = _text(event.get("reportingController")) or _text(
+        _dict(event.get("source")).get("component")
+    )
+    return {
+        "name": _text(_dict(event.get("metadata")).get("name")),
+        "type": _text(event.get("type")),
+        "reason": _text(event.get("reason")),
+        "message": _text(event.get("note")) or _text(event.get("message")),
+        "time": when,
+        "count": _count(count),
+        "source": source,
+    }
+
+
+def _count(value: object) -> int:
+    try:
+        return max(1, int(str(value)))
+    except ValueError:
+        return 1
+
+
+def safe_server(url: str) -> str:
+    """The server URL without any ``user:password@`` part."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return ""
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def status_payload(
+    status: RegistryStatus, watch_errors: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The registry's state for the contexts panel; never holds a secret.
+
+    ``watch_errors`` are per-context failures to start the resource a page looks at (a
+    resource the registry does not watch by itself).
+    """
+    watch_errors = watch_errors or {}
+    contexts = []
+    for ctx in status.contexts.values():
+        informers = [
+            {
+                "resource": i.resource,
+                "namespace": i.namespace,
+                "state": i.state,
+                "synced": i.has_synced,
+                "objects": i.objects,
+                "last_sync": i.last_sync,
+                "last_error": i.last_error,
+                "relists": i.relists,
+                "reconnects": i.reconnects,
+            }
+            for i in ctx.informers
+        ]
+        objects: dict[str, int] = {}
+        for i in ctx.informers:
+            if i.namespace is None and i.label_selector is None and i.field_selector is None:
+                objects[i.resource] = i.objects
+        syncs = [i.last_sync for i in ctx.informers if i.last_sync is not None]
+        contexts.append(
+            {
+                "name": ctx.name,
+                "current": ctx.name == status.current_context,
+                "state": ctx.state,
+                "generation": ctx.generation,
+                "server": safe_server(ctx.server),
+                "cluster": ctx.cluster_name,
+                "user": ctx.user_name,
+                "namespace": ctx.namespace,
+                "source": ctx.source,
+                "last_error": ctx.last_error or watch_errors.get(ctx.name),
+                "retry_in": math.ceil(ctx.retry_in) if ctx.retry_in is not None else None,
+                "objects": objects,
+                "last_sync": max(syncs) if syncs else None,
+                "informers": informers,
+            }
+        )
+    return {
+        "current_context": status.current_context,
+        "kubeconfig_syncs": status.kubeconfig_syncs,
+        "kubeconfig_errors": dict(status.kubeconfig_errors),
+        "invalid_contexts": dict(status.invalid_contexts),
+        "contexts": contexts,
+    }
