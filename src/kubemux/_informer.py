@@ -26,7 +26,7 @@ import anyio
 import orjson
 
 from ._client import ContextClient
-from ._codec import Change3, DecodeError, Entry, decode_list, split_event
+from ._codec import Change3, DecodeError, Entry, decode_list, object_event_entry, split_event
 from ._errors import ApiError, ClusterUnreachable, KubemuxError, ResourceExpired
 from ._resources import Resource
 from ._settings import WatchSettings
@@ -472,7 +472,18 @@ class Informer:
         """Apply one watch line; returns its resourceVersion, or None if skipped."""
         store = self.store
         try:
-            etype, raw, entry = self._parse(line)
+            fast: tuple[str, Entry] | None = None
+            entry: Entry | None
+            if store._transform is None:
+                try:
+                    fast = object_event_entry(line, store._drop_mf)
+                except DecodeError:
+                    fast = None  # an unusual envelope, or a bad object: the general path decides
+            if fast is not None:
+                etype, entry = fast
+                raw = b""
+            else:
+                etype, raw, entry = self._parse(line)
             if etype == "BOOKMARK":
                 rv = store._prepare(raw).resource_version
                 if rv:
