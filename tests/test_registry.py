@@ -401,3 +401,64 @@ async def test_static_mapping_and_registry_close_cleans_up(
     with pytest.raises(RuntimeError):
         async with registry:
             pass
+
+
+async def test_every_task_belongs_to_a_live_entry(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, b = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a, "b": b})
+
+    def owners() -> set[str]:
+        import asyncio
+
+        names = [t.get_name() for t in asyncio.all_tasks() if not t.done()]
+        return {n.split("'")[1] for n in names if n.startswith("kubemux ") and "'" in n}
+
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+        with anyio.fail_after(TIMEOUT):
+            await registry.watch("a", "pods")
+            await registry.watch("b", "pods")
+            await registry.watch("b", "pods", "kube-system")
+        assert owners() == {"a", "b"} == set(registry.live_contexts)
+        await registry.stop_watcher("a")
+        assert owners() == {"b"} == set(registry.live_contexts)
+
+
+async def test_snapshot_during_a_sliced_initial_list_has_no_gap_or_duplicate(
+    tmp_path: Path,
+) -> None:
+    from kubemux import WatchSettings
+
+    async with FakeCluster() as c:
+        c.create_many("pods", [make_pod(f"p-{i:04d}", size=300) for i in range(3000)])
+        path = _kubeconfig(tmp_path, {"c": c})
+        settings = WatchSettings(relist_slice=50, page_size=0, streaming_list=False)
+        registry = WatcherRegistry.from_kubeconfig(str(path), settings=settings)
+        async with registry, registry.subscribe("pods", ["c"], snapshot=False) as early:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(registry.watch, "c", "pods")
+                with anyio.fail_after(TIMEOUT):
+                    while registry.store("c", "pods") is None:
+                        await anyio.lowlevel.checkpoint()
+                entry = registry._entries["c"]
+                informer = next(iter(entry.slots.values())).informer
+                assert informer is not None and informer._pending  # mid-announcement
+                late = registry.subscribe("pods", ["c"], buffer_size=5000)
+            got: list[str] = []
+            async with late:
+                with anyio.fail_after(TIMEOUT):
+                    while len(got) < 3000:
+                        got.append((await late.__anext__()).name)
+                assert late.pending == 0
+            assert len(got) == len(set(got)) == 3000  # no gap, no duplicate
+            # the early subscriber (buffer 1000, never read) was closed, not waited for
+            received: list[kubemux.Change] = []
+
+            async def drain() -> None:
+                async for change in early:
+                    received.append(change)
+
+            with pytest.raises(kubemux.SubscriberOverflow):
+                await drain()
+            assert len(received) == 1000
