@@ -274,3 +274,35 @@ async def test_streaming_list_or_fallback(tmp_path: Path, mode: bool | str) -> N
                 assert lists(c) == 0 and len(streamed) == 2
             else:  # refused (422) or ignored: tried once per client, then LIST
                 assert len(streamed) == 1 and lists(c) == 2 * 3  # pages of 3
+
+
+async def test_429_is_retried_with_backoff(tmp_path: Path, cluster: FakeCluster) -> None:
+    async with watching(tmp_path, cluster) as registry:
+        with anyio.fail_after(TIMEOUT):
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
+        before = watches(cluster)
+        cluster.fail_next(3, status=429, reason="TooManyRequests", watch=True)
+        cluster.drop_watches()
+        await converge(registry, cluster)
+        assert watches(cluster) - before == 4  # three refused, then one that worked
+
+
+async def test_a_failing_server_is_not_hammered(tmp_path: Path, cluster: FakeCluster) -> None:
+    slow = dataclasses.replace(
+        FAST, backoff=Backoff(initial_delay=0.05, max_delay=0.2, jitter=False)
+    )
+    path = write_kubeconfig(tmp_path / "config", {"c": cluster})
+    async with WatcherRegistry.from_kubeconfig(str(path), settings=slow) as registry:
+        with anyio.fail_after(TIMEOUT):
+            await registry.watch("c", "pods")
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
+        before = watches(cluster)
+        cluster.fail_next(10_000, status=500, watch=True)
+        cluster.drop_watches()
+        await anyio.sleep(1.0)  # time passing is what is measured here, not a synchronisation
+        attempts = watches(cluster) - before
+        # delays 0.05, 0.1, 0.2, 0.2, ... : at most 7 attempts fit in one second
+        assert 2 <= attempts <= 7
+        st = registry.status().contexts["c"]
+        assert st.state == "backing off"
+        assert registry.store("c", "pods") is not None  # the cache is kept meanwhile
