@@ -79,3 +79,41 @@ def test_no_transform_keeps_managed_fields() -> None:
     s._apply_object("ADDED", pod("a"))
     assert "managedFields" in s.get("default", "a")["metadata"]  # type: ignore[index]
     assert "objects=1" in repr(s)
+
+
+def test_label_and_owner_indexers_added_later() -> None:
+    from kubemux import by_label, by_owner
+
+    s = Store(PODS)
+    a = pod("a", app="web")
+    a["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "web-1"}]
+    s._apply_object("ADDED", a)
+    s._apply_object("ADDED", pod("b", app="db"))
+    s.add_indexer("app", by_label("app"))
+    s.add_indexer("owner", by_owner)
+    assert [o["metadata"]["name"] for o in s.by_index("app", "web")] == ["a"]
+    assert [o["metadata"]["name"] for o in s.by_index("owner", "ReplicaSet/web-1")] == ["a"]
+    s._apply_object("ADDED", pod("c", app="web"))
+    assert [o["metadata"]["name"] for o in s.by_index("app", "web")] == ["a", "c"]
+    s._apply_object("DELETED", a)
+    assert s.index_values("owner") == []
+    assert s.index_values("app") == ["db", "web"]
+
+
+def test_custom_transform_and_unusual_json() -> None:
+    def strip_status(obj: dict[str, Any]) -> dict[str, Any]:
+        obj.pop("status", None)
+        return obj
+
+    s = Store(PODS, transform=strip_status)
+    p = pod("a")
+    p["status"] = {"phase": "Running"}
+    s._apply_object("ADDED", p)
+    got = s.get("default", "a")
+    assert got is not None and "status" not in got and "managedFields" in got["metadata"]
+    # non-compact JSON: managedFields still dropped by the default transform
+    d = Store(PODS)
+    import json
+
+    entry = d._prepare(json.dumps(pod("b"), indent=2).encode())
+    assert "managedFields" not in entry.decode()["metadata"]

@@ -36,6 +36,8 @@ from ._resources import register_resource as register_resource
 from ._settings import Backoff as Backoff
 from ._settings import WatchSettings as WatchSettings
 from ._store import Store as Store
+from ._store import by_label as by_label
+from ._store import by_owner as by_owner
 
 __version__ = "0.1.0"
 
@@ -67,6 +69,8 @@ __all__ = [
     "Subscription",
     "Unauthorized",
     "WatcherRegistry",
+    "by_label",
+    "by_owner",
     "load_kubeconfig",
     "parse_resource",
     "register_resource",

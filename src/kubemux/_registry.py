@@ -36,7 +36,7 @@ from ._kubeconfig import ContextConfig
 from ._kubeconfig_watch import ContextDiff, KubeconfigSource
 from ._resources import Resource, parse_resource
 from ._settings import Backoff, WatchSettings
-from ._store import Store, Transform, drop_managed_fields
+from ._store import Indexer, Store, Transform, drop_managed_fields
 
 __all__ = ["ContextStatus", "RegistryStatus", "WatcherRegistry"]
 
@@ -157,6 +157,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         stop_timeout: Upper bound on the shielded cleanup of one context.
         subscriber_buffer: Default buffer size of a subscription.
         transform: Applied to every object before it is cached (default: drop managedFields).
+        transforms: Per-resource transforms (``{"pods": fn}``), overriding ``transform``.
         event_cap: Keep at most this many events per object in the event index.
         event_max_age: Drop events older than this many seconds from the event index
             (for clusters whose event expiry lags).
@@ -174,6 +175,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         transform: Transform | None = drop_managed_fields,
         event_cap: int | None = None,
         event_max_age: float | None = None,
+        transforms: Mapping[str, Transform | None] | None = None,
     ) -> None:
         if not isinstance(source, KubeconfigSource):
             source = KubeconfigSource.static(source)
@@ -184,6 +186,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         self._stop_timeout = stop_timeout
         self._subscriber_buffer = subscriber_buffer
         self._transform = transform
+        self._transforms = {parse_resource(k).name: v for k, v in (transforms or {}).items()}
         self._event_cap = event_cap
         self._event_max_age = event_max_age
         self._entries: dict[str, _ContextEntry] = {}
@@ -465,7 +468,8 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
     def _start_slot(
         self, entry: _ContextEntry, key: InformerKey, resource: Resource, *, persistent: bool
     ) -> _Slot:
-        store = Store(resource, transform=self._transform)
+        transform = self._transforms.get(resource.name, self._transform)
+        store = Store(resource, transform=transform)
         slot = _Slot(key, resource, store, persistent)
         entry.slots[key] = slot
         if entry.tg is not None:
@@ -533,6 +537,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        indexers: Mapping[str, Indexer] | None = None,
     ) -> Store:
         """Start (or reuse) an informer and return its store once it has synced.
 
@@ -548,6 +553,9 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
 
         After a failure, calls within the backoff delay raise the same error at once
         without a request. Cancelling the caller does not cancel the shared start.
+
+        ``indexers`` (see :func:`kubemux.by_label`, :func:`kubemux.by_owner`) are added to
+        the store if it lacks them; query with ``store.by_index(name, value)``.
         """
         res = parse_resource(resource)
         key = InformerKey(
@@ -571,6 +579,8 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                 raise ContextRemoved(context, entry.stop_reason or "stopped")
             if slot.error is not None:
                 raise slot.error
+            for name, fn in (indexers or {}).items():
+                slot.store.add_indexer(name, fn)
             return slot.store
 
     async def event_index(self, context: str) -> EventIndex:

@@ -31,6 +31,8 @@ __all__ = [
     "Replacement",
     "Store",
     "Transform",
+    "by_label",
+    "by_owner",
     "drop_managed_fields",
     "object_key",
 ]
@@ -187,6 +189,25 @@ class Store:
         """
         keys = self._by_index[index].get(value, ())
         return [e.decode() for k in sorted(keys) if (e := self._get(*k)) is not None]
+
+    def add_indexer(self, name: str, indexer: Indexer) -> None:
+        """Add an index over the current contents and every later change.
+
+        Costs one decode per cached object now. Adding a name that exists is a no-op.
+        """
+        if name in self._indexers:
+            return
+        old_names = builtins.list(self._indexers)
+        self._indexers[name] = indexer
+        table: dict[str, set[Key]] = {}
+        self._by_index[name] = table
+        for entry in self._entries(None):
+            key = (entry.namespace, entry.name)
+            values = tuple(indexer(entry.decode()))
+            prev = self._keyvals.get(key, tuple(() for _ in old_names))
+            self._keyvals[key] = (*prev, values)
+            for value in values:
+                table.setdefault(value, set()).add(key)
 
     def index_values(self, index: str) -> builtins.list[str]:
         """The values an indexer currently holds."""

@@ -1,6 +1,8 @@
-"""The ``kubemux`` command: ``watch``, ``status``, ``demo``.
+"""The ``kubemux`` command: ``watch``, ``status``, ``demo``, ``dashboard``.
 
 Errors are one line on stderr naming the problem, with exit status 1 (2 for usage errors).
+``demo`` and ``dashboard`` serve the web dashboard of ``examples/dashboard`` (it needs the
+``dashboard`` extra: starlette, sse-starlette, uvicorn).
 """
 
 from __future__ import annotations
@@ -8,21 +10,33 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import importlib.util
+import ipaddress
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TextIO
 
 import anyio
+import anyio.abc
+import anyio.to_thread
 import orjson
 
 from ._errors import ContextNotFound, KubemuxError
 from ._fanout import Change
+from ._kubeconfig import load_kubeconfig
 from ._registry import WatcherRegistry
 from ._resources import parse_resource
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
+
+DASHBOARD_DIR = Path(__file__).resolve().parents[2] / "examples" / "dashboard"
+
+
+class CommandError(Exception):
+    """A problem the command reports as one line (not a kubemux error)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -77,13 +91,23 @@ def _parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser(
         "demo",
-        help="simulated clusters and a live watch, no cluster needed",
-        description="Start FakeClusters with a simulated workload, write a "
-        "temporary kubeconfig, watch pods across every context, and "
-        "edit the kubeconfig every few seconds (add, remove, reload "
-        "a context) so you can watch the registry follow it.",
+        help="simulated clusters in a live web dashboard, no cluster needed",
+        description="Start FakeClusters with a simulated workload (pods created, updated and "
+        "deleted, events emitted), write a temporary kubeconfig and serve the dashboard on "
+        "127.0.0.1. Every few seconds the kubeconfig is edited (a context is added, reloaded "
+        "with a new token, removed) so you can watch the registry follow it. With --watch, "
+        "print the changes in the terminal instead.",
     )
     d.add_argument("--contexts", type=int, default=3, help="simulated contexts (default 3)")
+    d.add_argument(
+        "--port", type=int, default=8000, help="dashboard port (default 8000; 0: any free port)"
+    )
+    d.add_argument(
+        "--watch",
+        action="store_true",
+        help="no web server: print the changes in the terminal, like `kubemux watch`",
+    )
+    d.add_argument("--open", action="store_true", help="open the dashboard in a web browser")
     d.add_argument(
         "--edit-period",
         type=float,
@@ -96,6 +120,29 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="stop after this many seconds (default: until Ctrl-C)",
     )
+
+    b = sub.add_parser(
+        "dashboard",
+        help="serve the live web dashboard for your clusters",
+        description="Serve the web dashboard for every context of the kubeconfig: the "
+        "contexts and their state, a live table of a resource across contexts, each "
+        "object's events. It listens on 127.0.0.1 only, unless --host says otherwise "
+        "(it has no authentication of its own).",
+    )
+    b.add_argument("--kubeconfig", default=None, help="kubeconfig path(s), os.pathsep-separated")
+    b.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
+    b.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; anything else exposes your clusters)",
+    )
+    b.add_argument(
+        "--resource",
+        default="pods",
+        help="the resource every context watches from the start (default pods)",
+    )
+    b.add_argument("--open", action="store_true", help="open the dashboard in a web browser")
+    b.add_argument("--duration", type=float, default=None, help=argparse.SUPPRESS)
     return p
 
 
@@ -103,11 +150,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kubemux`` command; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
-        return anyio.run(_dispatch, args)
+        return anyio.run(_run_parsed, args, sys.stdout, sys.stderr)
     except KeyboardInterrupt:
         return 130
-    except (KubemuxError, ValueError, OSError) as exc:
-        print(f"kubemux: error: {_one_line(exc)}", file=sys.stderr)
+
+
+async def run(
+    argv: Sequence[str], *, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
+    """Run a ``kubemux`` command in the running event loop (for tests and embedding).
+
+    Usage errors raise ``SystemExit`` like the command does; other errors are printed as
+    one line on ``stderr`` and give exit status 1.
+    """
+    args = _parser().parse_args(argv)
+    return await _run_parsed(args, stdout or sys.stdout, stderr or sys.stderr)
+
+
+async def _run_parsed(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        return await _dispatch(args, out)
+    except (KubemuxError, ValueError, OSError, CommandError) as exc:
+        print(f"kubemux: error: {_one_line(exc)}", file=err)
         return 1
 
 
@@ -117,12 +181,14 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-async def _dispatch(args: argparse.Namespace) -> int:
+async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "watch":
-        return await _watch(args, sys.stdout)
+        return await _watch(args, out)
     if args.command == "status":
-        return await _status(args, sys.stdout)
-    return await _demo(args, sys.stdout)
+        return await _status(args, out)
+    if args.command == "dashboard":
+        return await _dashboard(args, out)
+    return await _demo(args, out)
 
 
 # ---------------------------------------------------------------------- watch
@@ -259,11 +325,108 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     )
 
 
+# ---------------------------------------------------------------------- dashboard
+def load_dashboard() -> ModuleType:
+    """Import the dashboard package of ``examples/dashboard`` (as ``kubemux_dashboard``).
+
+    Raises:
+        CommandError: It is not there (an installed wheel has no examples) or its
+            dependencies (the ``dashboard`` extra) are missing.
+    """
+    name = "kubemux_dashboard"
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return loaded
+    init = DASHBOARD_DIR / "__init__.py"
+    spec = importlib.util.spec_from_file_location(
+        name, init, submodule_search_locations=[str(DASHBOARD_DIR)]
+    )
+    if not init.is_file() or spec is None or spec.loader is None:
+        raise CommandError(
+            f"the dashboard is not installed (looked for {DASHBOARD_DIR}): it is part of a "
+            "kubemux source checkout; `kubemux demo --watch` works without it"
+        )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as exc:
+        del sys.modules[name]
+        raise CommandError(
+            f"the dashboard needs starlette, sse-starlette and uvicorn "
+            f"(pip install 'kubemux[dashboard]'): {exc}"
+        ) from exc
+    return module
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def _serve(server: Any, duration: float | None, announce: Callable[[str], None]) -> None:
+    """Run a DashboardServer until Ctrl-C (or for ``duration`` seconds)."""
+    async with anyio.create_task_group() as tg:
+
+        async def run(*, task_status: anyio.abc.TaskStatus[str]) -> None:
+            await server.serve(task_status=task_status)
+            tg.cancel_scope.cancel("the dashboard stopped")
+
+        async def stop_later(delay: float) -> None:
+            await anyio.sleep(delay)
+            server.shutdown()
+
+        url: str = await tg.start(run)
+        announce(url)
+        if duration is not None:
+            tg.start_soon(stop_later, duration)
+
+
+async def _open_browser(url: str) -> None:
+    import webbrowser
+
+    await anyio.to_thread.run_sync(webbrowser.open, url)
+
+
+async def _dashboard(args: argparse.Namespace, out: TextIO) -> int:
+    module = load_dashboard()
+    parse_resource(args.resource)
+    load_kubeconfig(args.kubeconfig)  # fail now, with one line, rather than in the server
+    local = _is_loopback(args.host)
+    app = module.create_app(
+        args.kubeconfig,
+        resource=args.resource,
+        allowed_hosts=module.LOCAL_HOSTS if local else None,
+    )
+    server = module.DashboardServer(app, host=args.host, port=args.port)
+
+    async with anyio.create_task_group() as tg:
+
+        def announce(url: str) -> None:
+            out.write(f"kubemux dashboard: open {url}  (Ctrl-C to stop)\n")
+            if not local:
+                out.write(
+                    f"warning: listening on {args.host}: the dashboard has no authentication; "
+                    "anyone who can reach it sees your clusters\n"
+                )
+            out.flush()
+            if args.open:
+                tg.start_soon(_open_browser, url)
+
+        await _serve(server, args.duration, announce)
+    return 0
+
+
 # ---------------------------------------------------------------------- demo
 async def _demo(args: argparse.Namespace, out: TextIO) -> int:
     from .testing import FakeCluster, write_kubeconfig
     from .testing._workload import simulate_workload
 
+    module = None if args.watch else load_dashboard()
     n = max(1, args.contexts)
     with tempfile.TemporaryDirectory(prefix="kubemux-demo-") as tmp:
         path = Path(tmp) / "config"
@@ -274,18 +437,40 @@ async def _demo(args: argparse.Namespace, out: TextIO) -> int:
             names = [f"sim-{i}" for i in range(n)]
             live = dict(zip(names, clusters[:n], strict=True))
             write_kubeconfig(path, live)
-            out.write(
-                f"kubemux demo: {n} simulated contexts, kubeconfig at {path}\nCtrl-C to stop.\n\n"
-            )
-            out.flush()
-            args.kubeconfig, args.all_contexts, args.context = str(path), True, None
-            args.namespace, args.output, args.no_snapshot, args.resource = None, None, False, "pods"
             async with anyio.create_task_group() as tg:
                 for i, c in enumerate(clusters):
                     tg.start_soon(functools.partial(simulate_workload, c, seed=i))
-                tg.start_soon(_edit_kubeconfig, path, live, clusters[n], args.edit_period, out)
-                with anyio.move_on_after(args.duration):
-                    await _watch(args, out)
+                editor = functools.partial(
+                    _edit_kubeconfig, path, live, clusters[n], args.edit_period, out
+                )
+                if module is None:
+                    out.write(
+                        f"kubemux demo: {n} simulated contexts, kubeconfig at {path}\n"
+                        "Ctrl-C to stop.\n\n"
+                    )
+                    out.flush()
+                    tg.start_soon(editor)
+                    args.kubeconfig, args.all_contexts, args.context = str(path), True, None
+                    args.namespace, args.output, args.no_snapshot = None, None, False
+                    args.resource = "pods"
+                    with anyio.move_on_after(args.duration):
+                        await _watch(args, out)
+                else:
+                    app = module.create_app(str(path), title="kubemux demo")
+                    server = module.DashboardServer(app, host="127.0.0.1", port=args.port)
+
+                    def announce(url: str) -> None:
+                        out.write(
+                            f"kubemux demo: {n} simulated contexts, kubeconfig at {path}\n"
+                            f"Open {url} to watch them live. The kubeconfig is edited every "
+                            f"{args.edit_period:g}s. Ctrl-C to stop.\n\n"
+                        )
+                        out.flush()
+                        tg.start_soon(editor)
+                        if args.open:
+                            tg.start_soon(_open_browser, url)
+
+                    await _serve(server, args.duration, announce)
                 tg.cancel_scope.cancel("demo finished")
     return 0
 
