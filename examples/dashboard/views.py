@@ -86,9 +86,7 @@ def summarize(resource: str, obj: Mapping[str, Any]) -> dict[str, Any]:
             if cond.get("type") == "Ready":
                 row["status"] = "Ready" if cond.get("status") == "True" else "NotReady"
     elif kind == "Event" or resource in ("events", "events.events.k8s.io"):
-        row["status"] = " ".join(
-            p for p in (_text(obj.get("type")), _text(obj.get("reason"))) if p
-        )
+        row["status"] = " ".join(p for p in (_text(obj.get("type")), _text(obj.get("reason"))) if p)
     return row
 
 
