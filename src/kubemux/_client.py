@@ -202,7 +202,7 @@ async def open_client(config: ContextConfig) -> AsyncIterator[ContextClient]:
     base = os.path.dirname(config.source) if os.path.isabs(config.source) else None
     try:
         loader = KubeConfigLoader(
-            config_dict=_plain(config.config),
+            config_dict=config.client_config(),
             config_base_path=base,
             active_context=config.name,
             temp_file_path=tempfile.gettempdir(),
@@ -221,14 +221,6 @@ async def open_client(config: ContextConfig) -> AsyncIterator[ContextClient]:
         # shielded and bounded: closing must finish even when we are being cancelled
         with anyio.move_on_after(5.0, shield=True):
             await api.close()
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 def _redact(text: str) -> str:

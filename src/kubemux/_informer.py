@@ -15,11 +15,12 @@ missed while away as DELETED. Malformed lines are logged, counted and skipped.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -289,14 +290,7 @@ class Informer:
         end_rv: str | None = None
         unsupported = False
         with anyio.move_on_after(s.request_timeout):
-            async with self.client.watch(
-                self.resource,
-                self.key.namespace,
-                params,
-                inactivity_timeout=s.inactivity_timeout,
-                connect_timeout=s.connect_timeout,
-                max_line_size=s.max_line_size,
-            ) as batches:
+            async with self._open_watch(params) as batches:
                 async for batch in batches:
                     for line in batch:
                         if not line or line.isspace():
@@ -333,6 +327,19 @@ class Informer:
         self.client.streaming_list = True
         await self._commit(replacement, end_rv)
         return end_rv
+
+    def _open_watch(
+        self, params: Mapping[str, str]
+    ) -> contextlib.AbstractAsyncContextManager[AsyncIterator[list[bytes]]]:
+        s = self.settings
+        return self.client.watch(
+            self.resource,
+            self.key.namespace,
+            params,
+            inactivity_timeout=s.inactivity_timeout,
+            connect_timeout=s.connect_timeout,
+            max_line_size=s.max_line_size,
+        )
 
     async def _commit(self, replacement: Replacement, resource_version: str) -> None:
         step = self.settings.relist_slice
@@ -437,14 +444,7 @@ class Informer:
         )
         if self._rv:
             params["resourceVersion"] = self._rv
-        async with self.client.watch(
-            self.resource,
-            self.key.namespace,
-            params,
-            inactivity_timeout=s.inactivity_timeout,
-            connect_timeout=s.connect_timeout,
-            max_line_size=s.max_line_size,
-        ) as batches:
+        async with self._open_watch(params) as batches:
             handle = self._handle_line
             async for batch in batches:
                 for line in batch:

@@ -117,6 +117,11 @@ class ContextConfig:
     fingerprint: str
     config: Mapping[str, Any] = dataclasses.field(repr=False, compare=False)
 
+    def client_config(self) -> dict[str, Any]:
+        """A fresh, plain copy of :attr:`config` (for building a client; holds secrets)."""
+        plain: dict[str, Any] = _plain(self.config)
+        return plain
+
     def __repr__(self) -> str:
         return (
             f"ContextConfig(name={self.name!r}, server={self.server!r}, "
