@@ -306,3 +306,22 @@ async def test_a_failing_server_is_not_hammered(tmp_path: Path, cluster: FakeClu
         st = registry.status().contexts["c"]
         assert st.state == "backing off"
         assert registry.store("c", "pods") is not None  # the cache is kept meanwhile
+
+
+async def test_watches_that_end_at_once_count_as_failures(tmp_path: Path) -> None:
+    async with FakeCluster(bookmark_period=3600) as c:
+        c.create("pods", make_pod("p"))
+        quick = dataclasses.replace(
+            FAST,
+            watch_timeout_range=(1.0, 1.0),
+            min_healthy_watch=5.0,
+            inactivity_timeout=30.0,
+        )
+        path = write_kubeconfig(tmp_path / "config", {"c": c})
+        async with WatcherRegistry.from_kubeconfig(str(path), settings=quick) as reg:
+            with anyio.fail_after(TIMEOUT):
+                await reg.watch("c", "pods")
+                # the server ends each watch after 1 s having sent nothing: a failure each time
+                await c.wait_for(lambda: watches(c) >= 2, timeout=TIMEOUT)
+            st = reg.status().contexts["c"].informers[0]
+            assert st.last_error is not None and "closed at once" in st.last_error
