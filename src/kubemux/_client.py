@@ -157,8 +157,8 @@ async def _lines(
             if tail.strip():
                 yield [tail]
             return
-        end = chunk.rfind(b"\n")
-        if end < 0:
+        lines = chunk.split(b"\n")
+        if len(lines) == 1:  # no newline yet: part of a (long) line
             pending.append(chunk)
             pending_size += len(chunk)
             if pending_size > max_line_size:
@@ -166,18 +166,13 @@ async def _lines(
                     0, "LineTooLong", f"watch line exceeds {max_line_size} bytes; stream abandoned"
                 )
             continue
+        tail = lines.pop()  # what follows the last newline
         if pending:
-            pending.append(chunk[:end])
-            data = b"".join(pending)
-            pending = []
-        else:
-            data = chunk[:end]
-        if end + 1 < len(chunk):
-            pending = [chunk[end + 1 :]]
-            pending_size = len(chunk) - end - 1
-        else:
-            pending_size = 0
-        yield data.split(b"\n")
+            pending.append(lines[0])
+            lines[0] = b"".join(pending)
+        pending = [tail] if tail else []
+        pending_size = len(tail)
+        yield lines
 
 
 def _unreachable(server: str, exc: BaseException) -> ClusterUnreachable:

@@ -132,7 +132,7 @@ def split_event(line: bytes, *, fast: bool = True) -> tuple[str, bytes]:
     return event.type, bytes(event.object)
 
 
-_FAST_OBJECT = tuple((p, t) for p, t in _FAST if t != "BOOKMARK")
+_FAST_BY_INITIAL = {p[9]: (p, t) for p, t in _FAST if t != "BOOKMARK"}  # A, M, D
 
 
 def object_event_entry(line: bytes, drop_managed_fields: bool) -> tuple[str, Entry] | None:
@@ -147,13 +147,12 @@ def object_event_entry(line: bytes, drop_managed_fields: bool) -> tuple[str, Ent
         msgspec.DecodeError, msgspec.ValidationError: the object is not valid JSON, or the
             envelope has extra keys after the object (then the general path decodes it).
     """
-    if line[:9] != b'{"type":"' or line[-1:] != b"}":
+    if not line.startswith(b'{"type":"') or line[-1] != 125:  # b"}"
         return None
-    for prefix, event_type in _FAST_OBJECT:  # noqa: B007 - used after the loop
-        if line.startswith(prefix):
-            break
-    else:
+    fast = _FAST_BY_INITIAL.get(line[9])
+    if fast is None or not line.startswith(fast[0]):
         return None
+    prefix, event_type = fast
     start, end = len(prefix), len(line) - 1
     meta = _head_decoder.decode(memoryview(line)[start:end]).metadata
     mf = meta.managedFields

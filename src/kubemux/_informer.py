@@ -444,15 +444,33 @@ class Informer:
         )
         if self._rv:
             params["resourceVersion"] = self._rv
+        store = self.store
+        apply, on_change, handle = store._apply, self._on_change, self._handle_line
+        drop, fast_ok = store._drop_mf, store._transform is None
         async with self._open_watch(params) as batches:
-            handle = self._handle_line
             async for batch in batches:
                 for line in batch:
-                    if line and not line.isspace():
-                        new_rv = handle(line)
-                        if new_rv is not None:
-                            self._rv = new_rv
-                            self._delivered += 1
+                    if not line:
+                        continue
+                    # the hot path, inlined: an object event exactly as the server writes it
+                    fast = None
+                    if fast_ok:
+                        try:
+                            fast = object_event_entry(line, drop)
+                        except DecodeError:
+                            fast = None  # unusual envelope or bad object: handle() decides
+                    if fast is not None and fast[1].name and fast[1].resource_version:
+                        entry = fast[1]
+                        change = apply(fast[0], entry)
+                        if change is not None and on_change is not None:
+                            on_change(change.type, change.entry, change.old)
+                        self._rv = entry.resource_version
+                        self._delivered += 1
+                        continue
+                    new_rv = handle(line)
+                    if new_rv is not None:
+                        self._rv = new_rv
+                        self._delivered += 1
 
     def _parse(self, line: bytes) -> tuple[str, bytes, Entry | None]:
         """(event type, object bytes, cache entry for object events) of one watch line.
@@ -469,21 +487,13 @@ class Informer:
             return etype, raw, self.store._prepare(raw) if etype in _OBJECT_EVENTS else None
 
     def _handle_line(self, line: bytes) -> str | None:
-        """Apply one watch line; returns its resourceVersion, or None if skipped."""
+        """Apply one watch line (the general path); returns its resourceVersion, or None."""
+        if line.isspace():
+            return None
         store = self.store
+        entry: Entry | None
         try:
-            fast: tuple[str, Entry] | None = None
-            entry: Entry | None
-            if store._transform is None:
-                try:
-                    fast = object_event_entry(line, store._drop_mf)
-                except DecodeError:
-                    fast = None  # an unusual envelope, or a bad object: the general path decides
-            if fast is not None:
-                etype, entry = fast
-                raw = b""
-            else:
-                etype, raw, entry = self._parse(line)
+            etype, raw, entry = self._parse(line)
             if etype == "BOOKMARK":
                 rv = store._prepare(raw).resource_version
                 if rv:

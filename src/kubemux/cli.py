@@ -153,6 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return anyio.run(_run_parsed, args, sys.stdout, sys.stderr)
     except KeyboardInterrupt:
         return 130
+    except BaseExceptionGroup as group:
+        if all(isinstance(e, KeyboardInterrupt) for e in _leaves(group)):
+            return 130
+        raise
 
 
 async def run(
@@ -167,12 +171,28 @@ async def run(
     return await _run_parsed(args, stdout or sys.stdout, stderr or sys.stderr)
 
 
+_REPORTED = (KubemuxError, ValueError, OSError, CommandError)
+
+
 async def _run_parsed(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         return await _dispatch(args, out)
-    except (KubemuxError, ValueError, OSError, CommandError) as exc:
+    except _REPORTED as exc:
         print(f"kubemux: error: {_one_line(exc)}", file=err)
         return 1
+    except BaseExceptionGroup as group:  # from a task group: report its one error
+        leaves = _leaves(group)
+        if len(leaves) == 1 and isinstance(leaves[0], _REPORTED):
+            print(f"kubemux: error: {_one_line(leaves[0])}", file=err)
+            return 1
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
 
 
 def _one_line(exc: BaseException) -> str:
