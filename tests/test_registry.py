@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 from collections.abc import AsyncIterator
@@ -435,7 +436,11 @@ async def test_snapshot_during_a_sliced_initial_list_has_no_gap_or_duplicate(
         path = _kubeconfig(tmp_path, {"c": c})
         settings = WatchSettings(relist_slice=50, page_size=0, streaming_list=False)
         registry = WatcherRegistry.from_kubeconfig(str(path), settings=settings)
-        async with registry, registry.subscribe("pods", ["c"], snapshot=False) as early:
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(registry)
+            early = await stack.enter_async_context(
+                registry.subscribe("pods", ["c"], snapshot=False)
+            )
             async with anyio.create_task_group() as tg:
                 tg.start_soon(registry.watch, "c", "pods")
                 with anyio.fail_after(TIMEOUT):
@@ -444,13 +449,14 @@ async def test_snapshot_during_a_sliced_initial_list_has_no_gap_or_duplicate(
                 entry = registry._entries["c"]
                 informer = next(iter(entry.slots.values())).informer
                 assert informer is not None and informer._pending  # mid-announcement
-                late = registry.subscribe("pods", ["c"], buffer_size=5000)
+                late = await stack.enter_async_context(
+                    registry.subscribe("pods", ["c"], buffer_size=5000)
+                )
             got: list[str] = []
-            async with late:
-                with anyio.fail_after(TIMEOUT):
-                    while len(got) < 3000:
-                        got.append((await late.__anext__()).name)
-                assert late.pending == 0
+            with anyio.fail_after(TIMEOUT):
+                while len(got) < 3000:
+                    got.append((await late.__anext__()).name)
+            assert late.pending == 0
             assert len(got) == len(set(got)) == 3000  # no gap, no duplicate
             # the early subscriber (buffer 1000, never read) was closed, not waited for
             received: list[kubemux.Change] = []

@@ -11,10 +11,12 @@ with orjson into plain dicts. Every foreign exception is converted here: HTTP er
 from __future__ import annotations
 
 import asyncio
+import base64
 import builtins
 import contextlib
 import logging
 import os
+import shutil
 import ssl
 import tempfile
 from collections.abc import AsyncIterator, Mapping
@@ -195,12 +197,19 @@ async def open_client(config: ContextConfig) -> AsyncIterator[ContextClient]:
 
     cfg = type.__call__(Configuration)
     base = os.path.dirname(config.source) if os.path.isabs(config.source) else None
+    # kubernetes-asyncio would write inline credentials (*-data, private keys included) to
+    # the shared temp folder and keep them there, and in a module-level cache, until the
+    # process exits. We write them to a private folder that lives only while the client is
+    # built: the TLS context has read them by the time ApiClient() returns.
+    folder = tempfile.mkdtemp(prefix="kubemux-")
     try:
+        client_config = config.client_config()
+        _materialise_inline_credentials(client_config, folder)
         loader = KubeConfigLoader(
-            config_dict=config.client_config(),
+            config_dict=client_config,
             config_base_path=base,
             active_context=config.name,
-            temp_file_path=tempfile.gettempdir(),
+            temp_file_path=folder,
         )
         await loader.load_and_set(cfg)
         api = ApiClient(configuration=cfg)
@@ -210,12 +219,55 @@ async def open_client(config: ContextConfig) -> AsyncIterator[ContextClient]:
             f"{_redact(str(exc))}",
             path=config.source,
         ) from exc
+    finally:
+        _remove_private_folder(folder)
     try:
         yield ContextClient(config.name, config.server, api)
     finally:
         # shielded and bounded: closing must finish even when we are being cancelled
         with anyio.move_on_after(5.0, shield=True):
             await api.close()
+
+
+_INLINE_FIELDS = (
+    ("clusters", "cluster", ("certificate-authority",)),
+    ("users", "user", ("client-certificate", "client-key")),
+)
+
+
+def _materialise_inline_credentials(config: dict[str, Any], folder: str) -> None:
+    """Replace ``*-data`` fields by files (mode 0600) in ``folder``."""
+    for section, inner, fields in _INLINE_FIELDS:
+        for i, item in enumerate(config.get(section) or ()):
+            body = item.get(inner) if isinstance(item, dict) else None
+            if not isinstance(body, dict):
+                continue
+            for field in fields:
+                data = body.pop(f"{field}-data", None)
+                if not data:
+                    continue
+                try:
+                    content = base64.b64decode(data, validate=True)
+                except (ValueError, TypeError) as exc:
+                    raise ValueError(f"{field}-data is not valid base64") from exc
+                path = os.path.join(folder, f"{section}-{i}-{field}")
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as out:
+                    out.write(content)
+                body[field] = path
+
+
+def _remove_private_folder(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    # anything kubernetes-asyncio wrote there itself (exec plugin certificates) sits in its
+    # module-level cache too: drop those entries, their files are gone
+    from kubernetes_asyncio.config import kube_config
+
+    cache = getattr(kube_config, "_temp_files", None)
+    if isinstance(cache, dict):
+        prefix = folder + os.sep
+        for key in [k for k, v in cache.items() if str(v).startswith(prefix)]:
+            del cache[key]
 
 
 def _redact(text: str) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import builtins
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -170,8 +170,11 @@ class Change:
 class Subscription:
     """An async iterator of :class:`Change`; returned by ``registry.subscribe(...)``.
 
-    Iteration ends when the subscription is closed; it raises :class:`SubscriberOverflow`
-    if this subscriber fell more than its buffer behind.
+    Use it as ``async with registry.subscribe(...) as changes: async for change in changes``.
+    It is registered (and its snapshot taken) when the ``async with`` is entered, and removed
+    when it is left, so one that is never entered holds nothing. Iteration ends when the
+    subscription is closed; it raises :class:`SubscriberOverflow` if this subscriber fell
+    more than its buffer behind.
     """
 
     def __init__(
@@ -182,17 +185,26 @@ class Subscription:
         contexts: frozenset[str] | None,
         namespace: str | None,
         buffer_size: int,
+        snapshot: Callable[[], Iterable[Change]] | None = None,
     ) -> None:
         self._fanout = fanout
         self.resource = resource
         self.contexts = contexts
         self.namespace = namespace
-        send, receive = anyio.create_memory_object_stream[Change](buffer_size)
-        self._send: MemoryObjectSendStream[Change] = send
-        self._receive: MemoryObjectReceiveStream[Change] = receive
+        self.buffer_size = buffer_size
+        self._take_snapshot = snapshot
+        self._send: MemoryObjectSendStream[Change] | None = None
+        self._receive: MemoryObjectReceiveStream[Change] | None = None
         self._snapshot: deque[Change] = deque()
         self._overflowed = False
+        self._state = "new"  # new -> open -> closed
         self.delivered = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<Subscription {self._state} resource={self.resource} pending={self.pending} "
+            f"delivered={self.delivered}>"
+        )
 
     def wants(self, context: str, resource: str, namespace: str | None) -> bool:
         """Whether a change about (context, resource, namespace) is for this subscriber."""
@@ -203,13 +215,14 @@ class Subscription:
         )
 
     def _offer(self, change: Change) -> None:
-        if self._overflowed:
+        send = self._send
+        if send is None or self._overflowed:
             return
         try:
-            self._send.send_nowait(change)
+            send.send_nowait(change)
         except anyio.WouldBlock:
             self._overflowed = True
-            self._send.close()
+            send.close()
             self._fanout._discard(self)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._fanout._discard(self)
@@ -217,17 +230,25 @@ class Subscription:
     def __aiter__(self) -> Subscription:
         return self
 
+    def _stream(self) -> MemoryObjectReceiveStream[Change]:
+        if self._receive is None:
+            raise RuntimeError(
+                "enter the subscription first: `async with registry.subscribe(...) as changes`"
+            )
+        return self._receive
+
     async def __anext__(self) -> Change:
+        receive = self._stream()
         if self._snapshot:
             self.delivered += 1
             return self._snapshot.popleft()
         try:
-            change = await self._receive.receive()
+            change = await receive.receive()
         except anyio.EndOfStream:
             if self._overflowed:
                 raise SubscriberOverflow(
-                    f"subscriber fell more than {self._send.statistics().max_buffer_size:g} "
-                    "changes behind and was closed; resubscribe with snapshot=True"
+                    f"subscriber fell more than {self.buffer_size} changes behind and was "
+                    "closed; resubscribe with snapshot=True"
                 ) from None
             raise StopAsyncIteration from None
         except anyio.ClosedResourceError:
@@ -237,29 +258,44 @@ class Subscription:
 
     def receive_nowait(self) -> Change:
         """The next change if one is ready; raises ``anyio.WouldBlock`` otherwise."""
+        receive = self._stream()
         if self._snapshot:
             self.delivered += 1
             return self._snapshot.popleft()
-        change = self._receive.receive_nowait()
+        change = receive.receive_nowait()
         self.delivered += 1
         return change
 
     @property
     def pending(self) -> int:
         """Changes buffered and not yet read."""
-        return len(self._snapshot) + self._receive.statistics().current_buffer_used
+        buffered = 0 if self._receive is None else self._receive.statistics().current_buffer_used
+        return len(self._snapshot) + buffered
 
     def close(self) -> None:
         """Stop receiving; the iterator ends once the buffer is drained. Idempotent."""
         self._fanout._discard(self)
-        self._send.close()
+        if self._send is not None:
+            self._send.close()
 
     async def aclose(self) -> None:
+        """Unregister and drop everything buffered. Idempotent."""
         self.close()
-        self._receive.close()
+        if self._receive is not None:
+            self._receive.close()
         self._snapshot.clear()
+        self._state = "closed"
 
     async def __aenter__(self) -> Self:
+        if self._state != "new":
+            raise RuntimeError(f"a Subscription can be entered once (it is {self._state})")
+        self._send, self._receive = anyio.create_memory_object_stream[Change](self.buffer_size)
+        # snapshot and registration in one synchronous step: no gap, no duplicate
+        if self._take_snapshot is not None:
+            self._snapshot.extend(self._take_snapshot())
+            self._take_snapshot = None
+        self._fanout._add(self)
+        self._state = "open"
         return self
 
     async def __aexit__(
@@ -287,19 +323,20 @@ class Fanout:
         contexts: Iterable[str] | None,
         namespace: str | None,
         buffer_size: int,
-        snapshot: Iterable[Change] = (),
+        snapshot: Callable[[], Iterable[Change]] | None = None,
     ) -> Subscription:
-        """Register a subscriber; ``snapshot`` is delivered before any live change."""
-        sub = Subscription(
+        """A subscriber, registered when entered; ``snapshot()`` is delivered first."""
+        return Subscription(
             self,
             resource=resource,
             contexts=frozenset(contexts) if contexts is not None else None,
             namespace=namespace,
             buffer_size=buffer_size,
+            snapshot=snapshot,
         )
-        sub._snapshot.extend(snapshot)
+
+    def _add(self, sub: Subscription) -> None:
         self._subs[id(sub)] = sub
-        return sub
 
     def publish(self, change: Change, namespace: str | None) -> None:
         """Offer ``change`` to every interested subscriber. Never blocks."""

@@ -21,7 +21,8 @@ import logging
 import math
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from types import TracebackType
+from typing import Any, NoReturn
 
 import anyio
 import anyio.abc
@@ -75,15 +76,34 @@ class RegistryStatus:
 
 @dataclasses.dataclass(slots=True)
 class _Failure:
+    """A failure kept for backoff and status; raised again without growing its traceback."""
+
     error: BaseException
-    count: int
-    retry_at: float
+    count: int = 0
+    retry_at: float = 0.0
+    tb: TracebackType | None = None
+
+    @classmethod
+    def record(cls, exc: BaseException, previous: _Failure | None, backoff: Backoff) -> _Failure:
+        count = previous.count + 1 if previous else 1
+        retry_at = time.monotonic() + backoff.delay(count)
+        return cls(exc, count, retry_at, exc.__traceback__)
+
+    @property
+    def pending(self) -> bool:
+        """Still inside its backoff window."""
+        return time.monotonic() < self.retry_at
+
+    def reraise(self) -> NoReturn:
+        # with_traceback: each re-raise starts from the saved traceback instead of adding
+        # this caller's frames to an ever longer one (and keeping them alive)
+        raise self.error.with_traceback(self.tb)
 
 
 class _Slot:
     """One informer of one entry (single-flight start, then the running informer)."""
 
-    __slots__ = ("error", "informer", "key", "persistent", "ready", "resource", "store")
+    __slots__ = ("failure", "informer", "key", "persistent", "ready", "resource", "store")
 
     def __init__(
         self, key: InformerKey, resource: Resource, store: Store, persistent: bool
@@ -94,7 +114,7 @@ class _Slot:
         self.persistent = persistent  # keep retrying the first LIST (autowatch, reloads)
         self.informer: Informer | None = None
         self.ready = anyio.Event()  # the first LIST attempt finished (error or not)
-        self.error: BaseException | None = None
+        self.failure: _Failure | None = None
 
 
 class _ContextEntry:
@@ -102,9 +122,8 @@ class _ContextEntry:
         "client",
         "config",
         "done",
-        "error",
         "event_index",
-        "failures",
+        "failure",
         "final_change",
         "generation",
         "key",
@@ -126,10 +145,9 @@ class _ContextEntry:
         self.client: ContextClient | None = None
         self.event_index: EventIndex | None = None
         self.slots: dict[InformerKey, _Slot] = {}
-        self.failures: dict[InformerKey, _Failure] = {}
         self.ready = anyio.Event()  # client built (state running) or failed
         self.done = anyio.Event()  # the entry's task has exited and cleaned up
-        self.error: BaseException | None = None
+        self.failure: _Failure | None = None  # the client could not be built
         self.stop_reason = ""
         self.final_change: str | None = "REMOVED"
 
@@ -191,6 +209,9 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         self._event_max_age = event_max_age
         self._entries: dict[str, _ContextEntry] = {}
         self._failures: dict[str, _Failure] = {}  # context -> failed client build
+        # context -> informer -> failed first LIST; kept here, not on the entry, so that an
+        # entry whose only informer failed can be stopped (no idle session left open)
+        self._slot_failures: dict[str, dict[InformerKey, _Failure]] = {}
         self._fanout = Fanout()
         self._generations = itertools.count(1)
         self._tg: anyio.abc.TaskGroup | None = None
@@ -300,13 +321,13 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         async with self._reconcile_lock:
             to_stop = []
             for name in diff.removed:
-                self._failures.pop(name, None)
+                self._forget_failures(name)
                 entry = self._entries.get(name)
                 if entry is not None:
                     to_stop.append(entry)
             reloads: list[tuple[ContextConfig, list[tuple[InformerKey, Resource]]]] = []
             for cfg in diff.changed:
-                self._failures.pop(cfg.name, None)
+                self._forget_failures(cfg.name)
                 entry = self._entries.get(cfg.name)
                 if entry is not None:
                     specs = [(s.key, s.resource) for s in entry.slots.values()]
@@ -358,12 +379,14 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                         tg.start_soon(self._run_slot, entry, slot, name=_task_name(entry, slot))
                     await anyio.sleep_forever()
         except Exception as exc:  # noqa: BLE001 - contained per context, recorded, backed off
-            entry.error = exc
-            old = self._failures.get(entry.key)
-            count = old.count + 1 if old else 1
-            delay = self._start_backoff.delay(count)
-            self._failures[entry.key] = _Failure(exc, count, time.monotonic() + delay)
-            log.warning("context %r: %s (retry allowed in %.1fs)", entry.key, exc, delay)
+            failure = _Failure.record(exc, self._failures.get(entry.key), self._start_backoff)
+            entry.failure = self._failures[entry.key] = failure
+            log.warning(
+                "context %r: %s (retry allowed in %.1fs)",
+                entry.key,
+                exc,
+                failure.retry_at - time.monotonic(),
+            )
         finally:
             self._cleanup_entry(entry)
 
@@ -378,8 +401,8 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         entry.tg = None
         for slot in entry.slots.values():
             if not slot.ready.is_set():
-                slot.error = entry.error or ContextRemoved(
-                    entry.key, entry.stop_reason or "stopped"
+                slot.failure = entry.failure or _Failure(
+                    ContextRemoved(entry.key, entry.stop_reason or "stopped")
                 )
                 slot.ready.set()
             slot.store._clear()
@@ -391,7 +414,6 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                     None,
                 )
         entry.slots.clear()
-        entry.failures.clear()
         entry.ready.set()
         if self._entries.get(entry.key) is entry:  # compare-and-delete, never a newer one
             del self._entries[entry.key]
@@ -432,7 +454,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         Cancellation: the cleanup itself is shielded; cancelling the caller does not leave a
         half-stopped context.
         """
-        self._failures.pop(context, None)
+        self._forget_failures(context)
         entry = self._entries.get(context)
         if entry is None:
             return False
@@ -449,21 +471,37 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                     reason = self._source.snapshot.invalid.get(context)
                     raise ContextNotFound(context, reason)
                 failure = self._failures.get(context)
-                if failure is not None and time.monotonic() < failure.retry_at:
-                    raise failure.error
+                if failure is not None and failure.pending:
+                    failure.reraise()
                 entry = self._new_entry(context)
             if entry.state in ("stopping", "stopped"):
                 with anyio.move_on_after(self._stop_timeout):
                     await entry.done.wait()
-                if entry.final_change != "RESET":
+                if entry.final_change not in ("RESET", None):  # not a reload or idle stop
                     raise ContextRemoved(context, entry.stop_reason or "stopped")
                 continue
             await entry.ready.wait()
-            if entry.error is not None:
-                raise entry.error
+            if entry.failure is not None:
+                entry.failure.reraise()
             if entry.state != "running":
                 continue
             return entry
+
+    def _live_slots(self, context: str) -> Mapping[InformerKey, _Slot]:
+        entry = self._entries.get(context)
+        return entry.slots if entry is not None and entry.state == "running" else {}
+
+    def _forget_failures(self, context: str, key: InformerKey | None = None) -> None:
+        """Drop the failure records of a context (or of one of its informers)."""
+        if key is None:
+            self._failures.pop(context, None)
+            self._slot_failures.pop(context, None)
+            return
+        failures = self._slot_failures.get(context)
+        if failures is not None:
+            failures.pop(key, None)
+            if not failures:
+                del self._slot_failures[context]
 
     def _start_slot(
         self, entry: _ContextEntry, key: InformerKey, resource: Resource, *, persistent: bool
@@ -492,20 +530,22 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                 await informer.initial_sync()
                 break
             except KubemuxError as exc:
-                old = entry.failures.get(slot.key)
-                count = old.count + 1 if old else 1
-                delay = self._start_backoff.delay(count)
-                entry.failures[slot.key] = _Failure(exc, count, time.monotonic() + delay)
-                slot.error = exc
+                failures = self._slot_failures.setdefault(entry.key, {})
+                for key in [k for k, f in failures.items() if not f.pending]:
+                    del failures[key]  # expired records go: at most one per live backoff
+                failure = _Failure.record(exc, failures.get(slot.key), self._start_backoff)
+                failures[slot.key] = slot.failure = failure
                 slot.ready.set()
                 log.warning("context %r: %s failed: %s", entry.key, slot.key, exc)
                 if not slot.persistent:
                     if entry.slots.get(slot.key) is slot:
                         del entry.slots[slot.key]
+                    if not entry.slots:  # nothing left to run: close the session too
+                        self._request_stop(entry, "idle after a failed start", None)
                     return
-                await anyio.sleep(delay)
-        entry.failures.pop(slot.key, None)
-        slot.error = None
+                await anyio.sleep(max(0.0, failure.retry_at - time.monotonic()))
+        self._forget_failures(entry.key, slot.key)
+        slot.failure = None
         slot.ready.set()
         await informer.watch_forever()
 
@@ -565,20 +605,25 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             field_selector or None,
         )
         while True:
+            failure = self._slot_failures.get(context, {}).get(key)
+            if failure is not None and failure.pending and key not in self._live_slots(context):
+                failure.reraise()  # inside the backoff window: no request
             entry = await self._ensure_entry(context)
             slot = entry.slots.get(key)
             if slot is None:
-                failure = entry.failures.get(key)
-                if failure is not None and time.monotonic() < failure.retry_at:
-                    raise failure.error
                 slot = self._start_slot(entry, key, res, persistent=False)
             await slot.ready.wait()
+            if slot.failure is not None:
+                if entry.state != "running" and entry.final_change is None:
+                    # the entry is closing as idle after this failure: let it finish, so
+                    # that no session outlives the call that failed
+                    with anyio.move_on_after(self._stop_timeout, shield=True):
+                        await entry.done.wait()
+                slot.failure.reraise()
             if entry.state != "running":
-                if entry.final_change == "RESET":
-                    continue  # reloaded: use the new generation
+                if entry.final_change in ("RESET", None):
+                    continue  # reloaded, or stopped as idle: use a new generation
                 raise ContextRemoved(context, entry.stop_reason or "stopped")
-            if slot.error is not None:
-                raise slot.error
             for name, fn in (indexers or {}).items():
                 slot.store.add_indexer(name, fn)
             return slot.store
@@ -662,41 +707,41 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         """
         res_name = parse_resource(resource).name if resource is not None else None
         wanted = frozenset(contexts) if contexts is not None else None
-        initial: list[Change] = []
-        if snapshot:
+
+        def take_snapshot() -> list[Change]:
+            initial: list[Change] = []
             for entry in self._entries.values():
                 if entry.state != "running" or (wanted is not None and entry.key not in wanted):
                     continue
                 seen: set[tuple[str, str, str]] = set()
                 for slot in entry.slots.values():
+                    informer = slot.informer
                     if res_name is not None and slot.key.resource != res_name:
                         continue
-                    if not slot.store.has_synced:
-                        continue
-                    informer = slot.informer
-                    if informer is None:
+                    if informer is None or not slot.store.has_synced:
                         continue
                     for e in informer.snapshot_entries(namespace):
                         ident = (slot.key.resource, e.namespace, e.name)
-                        if ident in seen:
-                            continue
-                        seen.add(ident)
-                        initial.append(
-                            Change.from_entry(
-                                entry.key,
-                                slot.key.resource,
-                                "ADDED",
-                                e,
-                                entry.generation,
-                                snapshot=True,
+                        if ident not in seen:
+                            seen.add(ident)
+                            initial.append(
+                                Change.from_entry(
+                                    entry.key,
+                                    slot.key.resource,
+                                    "ADDED",
+                                    e,
+                                    entry.generation,
+                                    snapshot=True,
+                                )
                             )
-                        )
+            return initial
+
         return self._fanout.subscribe(
             resource=res_name,
             contexts=wanted,
             namespace=namespace,
             buffer_size=buffer_size or self._subscriber_buffer,
-            snapshot=initial,
+            snapshot=take_snapshot if snapshot else None,
         )
 
     def status(self) -> RegistryStatus:
@@ -705,37 +750,29 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         out: dict[str, ContextStatus] = {}
         for name, cfg in self.contexts.items():
             entry = self._entries.get(name)
-            failure = self._failures.get(name)
+            failures = [f for f in (self._failures.get(name),) if f is not None]
+            failures += self._slot_failures.get(name, {}).values()
             informers: tuple[InformerStatus, ...] = ()
-            last_error = None
-            retry_in = None
             generation = None
+            errors: list[str] = []
+            state = "idle"
             if entry is not None:
                 generation = entry.generation
                 informers = tuple(
                     s.informer.status() for s in entry.slots.values() if s.informer is not None
                 )
                 state = entry.state
-                if state == "running":
-                    states = {i.state for i in informers}
-                    if entry.failures:
-                        pending = any(now < f.retry_at for f in entry.failures.values())
-                        state = "backing off" if pending else "error"
-                    elif "backing off" in states or "error" in states:
-                        state = "backing off"
-                    elif informers and not all(i.has_synced for i in informers):
-                        state = "starting"
+                states = {i.state for i in informers}
+                if state == "running" and ("backing off" in states or "error" in states):
+                    state = "backing off"
+                elif state == "running" and informers and not all(i.has_synced for i in informers):
+                    state = "starting"
                 errors = [i.last_error for i in informers if i.last_error]
-                errors += [str(f.error) for f in entry.failures.values()]
-                last_error = errors[0] if errors else None
-                if entry.failures:
-                    retry_in = max(0.0, min(f.retry_at for f in entry.failures.values()) - now)
-            elif failure is not None:
-                state = "backing off" if now < failure.retry_at else "error"
-                last_error = str(failure.error)
-                retry_in = max(0.0, failure.retry_at - now)
-            else:
-                state = "idle"
+            if failures and state in ("idle", "running", "stopping"):
+                state = "backing off" if any(f.pending for f in failures) else "error"
+            errors += [str(f.error) for f in failures]
+            last_error = errors[0] if errors else None
+            retry_in = max(0.0, min(f.retry_at for f in failures) - now) if failures else None
             out[name] = ContextStatus(
                 name=name,
                 state=state,
@@ -781,7 +818,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
     def _structure_sizes(self) -> dict[str, int]:
         return {
             "entries": len(self._entries),
-            "failures": len(self._failures),
+            "failures": len(self._failures) + len(self._slot_failures),
             "subscribers": len(self._fanout),
             "slots": sum(len(e.slots) for e in self._entries.values()),
         }

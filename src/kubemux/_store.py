@@ -43,6 +43,7 @@ Key = tuple[str, str]
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
 Indexer = Callable[[Mapping[str, Any]], Iterable[str]]
 _Items = dict[str, dict[str, Entry]]  # namespace -> name -> entry (no empty inner dicts)
+_COMPACT_MIN = 64  # below this many objects, tables are small enough to keep
 
 
 def drop_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
@@ -97,6 +98,7 @@ class Store:
         "_indexers",
         "_items",
         "_keyvals",
+        "_peak",
         "_synced",
         "_transform",
         "_type_prefix",
@@ -117,6 +119,7 @@ class Store:
         self._transform = None if transform is drop_managed_fields else transform
         self._items: _Items = {}
         self._count = 0
+        self._peak = _COMPACT_MIN  # what the hash tables were grown for (see _compact)
         self._indexers: dict[str, Indexer] = dict(indexers or {})
         self._by_index: dict[str, dict[str, set[Key]]] = {n: {} for n in self._indexers}
         self._keyvals: dict[Key, tuple[tuple[str, ...], ...]] = {}
@@ -278,6 +281,8 @@ class Store:
             self._count -= 1
             if self._indexers:
                 self._index_remove((ns, name))
+            if self._count * 4 < self._peak:
+                self._compact()
             return Change3("DELETED", entry, old)
         if bucket is None:
             bucket = items[ns] = {}
@@ -285,10 +290,27 @@ class Store:
         bucket[name] = entry
         if old is None:
             self._count += 1
+            if self._count > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
+                self._peak = self._count
         if self._indexers:
             self._index_remove((ns, name))
             self._index_add((ns, name), self._index_values(entry))
         return Change3("ADDED" if old is None else "MODIFIED", entry, old)
+
+    def _compact(self) -> None:
+        """Give hash tables back after mass deletes (dicts and sets never shrink by themselves).
+
+        Runs when the store has shrunk to a quarter of its peak, so its cost is amortised
+        over the deletes that led to it.
+        """
+        self._peak = max(self._count, _COMPACT_MIN)
+        self._items = {ns: dict(bucket) for ns, bucket in self._items.items()}
+        if self._indexers:
+            self._keyvals = dict(self._keyvals)
+            self._by_index = {
+                name: {value: set(keys) for value, keys in table.items()}
+                for name, table in self._by_index.items()
+            }
 
     def _apply_object(self, event_type: str, obj: Mapping[str, Any]) -> Change3 | None:
         """:meth:`_apply` for a decoded object (tests and static data)."""
@@ -309,6 +331,7 @@ class Store:
     def _clear(self) -> None:
         self._items = {}
         self._count = 0
+        self._peak = _COMPACT_MIN
         self._by_index = {n: {} for n in self._indexers}
         self._keyvals = {}
         self._synced = False
@@ -379,6 +402,7 @@ class Replacement:
         store = self._store
         store._items = self._items
         store._count = self._count
+        store._peak = max(self._count, _COMPACT_MIN)
         store._by_index = self._by_index
         store._keyvals = self._keyvals
         store.resource_version = resource_version

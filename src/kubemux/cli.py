@@ -39,17 +39,32 @@ class CommandError(Exception):
     """A problem the command reports as one line (not a kubemux error)."""
 
 
+_KUBECONFIG_HELP = (
+    "kubeconfig path(s), os.pathsep-separated (default: $KUBECONFIG or ~/.kube/config)"
+)
+_EXAMPLES = """examples:
+  kubemux demo                  simulated clusters in the web dashboard (no cluster needed)
+  kubemux dashboard             the web dashboard for your kubeconfig, on 127.0.0.1:8000
+  kubemux watch pods -A         every context's pods, live
+  kubemux status --probe pods   which contexts answer, and how many pods each has
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kubemux",
         description="Live, cached views of Kubernetes resources across kubeconfig contexts.",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     w = sub.add_parser(
         "watch",
         help="print live changes of a resource across contexts",
-        description="Like `kubectl get -w`, across contexts, with a CONTEXT column.",
+        description="Like `kubectl get -w`, across contexts, with a CONTEXT column: the "
+        "current objects first, then every change. Contexts added to the kubeconfig while "
+        "it runs are followed with --all-contexts.",
     )
     w.add_argument("resource", help="pods, deployments.apps, widgets.v1.example.com, ...")
     scope = w.add_mutually_exclusive_group()
@@ -68,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="wide: more columns; json: one JSON object per line",
     )
-    w.add_argument("--kubeconfig", default=None, help="kubeconfig path(s), os.pathsep-separated")
+    w.add_argument("--kubeconfig", default=None, help=_KUBECONFIG_HELP)
     w.add_argument(
         "--no-snapshot", action="store_true", help="only new changes, not the current objects first"
     )
@@ -80,14 +95,20 @@ def _parser() -> argparse.ArgumentParser:
         description="Load the kubeconfig and show every context. With --probe, "
         "start a watcher for that resource in each context first.",
     )
-    s.add_argument("--kubeconfig", default=None, help="kubeconfig path(s), os.pathsep-separated")
+    s.add_argument("--kubeconfig", default=None, help=_KUBECONFIG_HELP)
     s.add_argument(
         "--probe",
         metavar="RESOURCE",
         default=None,
         help="list this resource in every context (e.g. pods) to test connectivity",
     )
-    s.add_argument("--timeout", type=float, default=10.0, help="probe timeout in seconds")
+    s.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long a probe may take (default 10)",
+    )
 
     d = sub.add_parser(
         "demo",
@@ -98,7 +119,9 @@ def _parser() -> argparse.ArgumentParser:
         "with a new token, removed) so you can watch the registry follow it. With --watch, "
         "print the changes in the terminal instead.",
     )
-    d.add_argument("--contexts", type=int, default=3, help="simulated contexts (default 3)")
+    d.add_argument(
+        "--contexts", type=int, default=3, metavar="N", help="simulated contexts (default 3)"
+    )
     d.add_argument(
         "--port", type=int, default=8000, help="dashboard port (default 8000; 0: any free port)"
     )
@@ -112,12 +135,14 @@ def _parser() -> argparse.ArgumentParser:
         "--edit-period",
         type=float,
         default=6.0,
+        metavar="SECONDS",
         help="seconds between kubeconfig edits (default 6)",
     )
     d.add_argument(
         "--duration",
         type=float,
         default=None,
+        metavar="SECONDS",
         help="stop after this many seconds (default: until Ctrl-C)",
     )
 
@@ -129,7 +154,7 @@ def _parser() -> argparse.ArgumentParser:
         "object's events. It listens on 127.0.0.1 only, unless --host says otherwise "
         "(it has no authentication of its own).",
     )
-    b.add_argument("--kubeconfig", default=None, help="kubeconfig path(s), os.pathsep-separated")
+    b.add_argument("--kubeconfig", default=None, help=_KUBECONFIG_HELP)
     b.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
     b.add_argument(
         "--host",
