@@ -13,7 +13,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import builtins
+import collections
 import contextlib
+import contextvars
+import functools
+import hashlib
 import logging
 import os
 import shutil
@@ -212,7 +216,12 @@ async def open_client(config: ContextConfig) -> AsyncIterator[ContextClient]:
             temp_file_path=folder,
         )
         await loader.load_and_set(cfg)
-        api = ApiClient(configuration=cfg)
+        ssl_context = await _ssl_context_for(cfg)
+        token = _PREBUILT_SSL.set(ssl_context)
+        try:
+            api = ApiClient(configuration=cfg)
+        finally:
+            _PREBUILT_SSL.reset(token)
     except (ConfigException, OSError, ssl.SSLError, ValueError, KeyError) as exc:
         raise KubeconfigError(
             f"context {config.name!r} (from {config.source}): cannot build a client: "
@@ -227,6 +236,76 @@ async def open_client(config: ContextConfig) -> AsyncIterator[ContextClient]:
         # shielded and bounded: closing must finish even when we are being cancelled
         with anyio.move_on_after(5.0, shield=True):
             await api.close()
+
+
+# kubernetes-asyncio builds an SSL context in RESTClientObject.__init__ with
+# ssl.create_default_context(cafile=...). Without a CA file that loads the system trust store:
+# 20-30 ms on the event loop and ~1 MB per client, so starting thousands of contexts would
+# block the loop for minutes. There is no parameter to pass a context in, so its module's
+# `ssl` name is pointed at a stand-in that hands out a context we built beforehand (off the
+# loop, and shared when the client will not modify it), and is the real module otherwise.
+_PREBUILT_SSL: contextvars.ContextVar[ssl.SSLContext | None] = contextvars.ContextVar(
+    "kubemux_prebuilt_ssl", default=None
+)
+_shared_contexts: collections.OrderedDict[str | None, ssl.SSLContext] = collections.OrderedDict()
+_SHARED_MAX = 32  # distinct CA bundles kept; least recently used go first
+
+
+class _SSLModule:
+    """Stands in for :mod:`ssl` inside ``kubernetes_asyncio.client.rest``."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(ssl, name)
+
+    @staticmethod
+    def create_default_context(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        prebuilt = _PREBUILT_SSL.get()
+        if prebuilt is not None:
+            return prebuilt
+        return ssl.create_default_context(*args, **kwargs)
+
+
+def _install_ssl_module() -> None:
+    from kubernetes_asyncio.client import rest
+
+    if not isinstance(getattr(rest, "ssl", None), _SSLModule):
+        rest.ssl = _SSLModule()  # type: ignore[attr-defined]
+
+
+async def _ssl_context_for(cfg: Any) -> ssl.SSLContext:
+    """The context RESTClientObject would build, made in a worker thread.
+
+    A client that will not change it (no client certificate, verification on, strict
+    flags kept) shares one context per CA file; others get their own.
+    """
+    _install_ssl_module()
+    cafile: str | None = cfg.ssl_ca_cert
+    shareable = not cfg.cert_file and cfg.verify_ssl and not cfg.disable_strict_ssl_verification
+    if shareable:
+        key = await anyio.to_thread.run_sync(_ca_key, cafile)
+        cached = _shared_contexts.get(key)
+        if cached is not None:
+            _shared_contexts.move_to_end(key)
+            return cached
+    context = await anyio.to_thread.run_sync(
+        functools.partial(ssl.create_default_context, cafile=cafile)
+    )
+    if shareable:
+        _shared_contexts[key] = context
+        while len(_shared_contexts) > _SHARED_MAX:
+            _shared_contexts.popitem(last=False)
+    return context
+
+
+def _ca_key(cafile: str | None) -> str | None:
+    # by content: inline CAs live in a new private folder for every generation
+    if cafile is None:
+        return None
+    try:
+        with open(cafile, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return f"unreadable:{cafile}"
 
 
 _INLINE_FIELDS = (
