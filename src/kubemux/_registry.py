@@ -20,6 +20,7 @@ import itertools
 import logging
 import math
 import time
+import traceback
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, NoReturn
@@ -87,6 +88,8 @@ class _Failure:
     def record(cls, exc: BaseException, previous: _Failure | None, backoff: Backoff) -> _Failure:
         count = previous.count + 1 if previous else 1
         retry_at = time.monotonic() + backoff.delay(count)
+        # keep the stack's lines for the re-raise, not every local of every frame in it
+        traceback.clear_frames(exc.__traceback__)
         return cls(exc, count, retry_at, exc.__traceback__)
 
     @property
