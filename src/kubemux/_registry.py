@@ -88,8 +88,13 @@ class _Failure:
     def record(cls, exc: BaseException, previous: _Failure | None, backoff: Backoff) -> _Failure:
         count = previous.count + 1 if previous else 1
         retry_at = time.monotonic() + backoff.delay(count)
-        # keep the stack's lines for the re-raise, not every local of every frame in it
-        traceback.clear_frames(exc.__traceback__)
+        # keep the stacks' lines for the re-raise, not every local of every frame in them
+        seen: set[int] = set()
+        link: BaseException | None = exc
+        while link is not None and id(link) not in seen:
+            seen.add(id(link))
+            traceback.clear_frames(link.__traceback__)
+            link = link.__cause__ or link.__context__
         return cls(exc, count, retry_at, exc.__traceback__)
 
     @property

@@ -1,0 +1,435 @@
+"""The dashboard: a Starlette app that owns one :class:`kubemux.WatcherRegistry` in its lifespan.
+
+Pages (plain HTML, CSS and a little JavaScript in ``static/``, no build step):
+
+``/``
+    The contexts with their live state, and a table of one resource across every context.
+    ``?resource=deployments.apps&namespace=web&q=text`` picks what it shows.
+``/object?context=C&resource=R&namespace=N&name=X``
+    One object and its Kubernetes Events.
+
+JSON API (errors are ``{"error": message, "status": code}``):
+
+``GET /api/contexts``
+    Every context's state (the registry's ``status()``).
+``GET /api/contexts/{context}/{resource}?namespace=``
+    The cached objects. Unknown context: 404. Not synced yet: 503 with ``Retry-After``.
+``GET /api/contexts/{context}/{resource}/{namespace}/{name}``
+    One object (``_`` as namespace for cluster-scoped objects).
+``GET /api/contexts/{context}/events/{kind}/{namespace}/{name}``
+    The Kubernetes Events about one object, newest first.
+``GET /api/stream``
+    Server-sent events, see :mod:`.streams`.
+
+Safety: the server binds 127.0.0.1 unless told otherwise and only answers requests whose
+``Host`` is one of ``allowed_hosts`` (so a web page cannot reach it by DNS rebinding); a
+strict Content-Security-Policy allows no inline script; Secrets are redacted; the
+registry's status never holds a token, key or password; and the page builds its DOM with
+``textContent`` only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+from anyio.streams.memory import MemoryObjectReceiveStream
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from kubemux import (
+    ApiError,
+    ClusterUnreachable,
+    ContextNotFound,
+    ContextRemoved,
+    KubemuxError,
+    NotSynced,
+    Resource,
+    ResourceNotFound,
+    Store,
+    WatcherRegistry,
+    parse_resource,
+)
+
+from .streams import Stream
+from .views import event_payload, redact, status_payload
+
+__all__ = ["LOCAL_HOSTS", "Dashboard", "Problem", "create_app"]
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).resolve().parent / "static"
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+SECURITY_HEADERS = (
+    (
+        b"content-security-policy",
+        (
+            b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+            b"connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+        ),
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+)
+
+
+class Problem(Exception):
+    """An API error: answered as JSON ``{"error": message, "status": status}``."""
+
+    def __init__(self, status: int, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.retry_after = retry_after
+
+    def response(self) -> Response:
+        headers = {}
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(max(1, math.ceil(self.retry_after)))
+        body = {"error": self.message, "status": self.status}
+        return _json(body, status=self.status, headers=headers)
+
+
+class Dashboard:
+    """The app's state: settings, and the registry while the app runs.
+
+    Args:
+        kubeconfig: Kubeconfig path(s); ``None``: ``$KUBECONFIG`` or ``~/.kube/config``.
+        resource: The default resource; every context watches it from the start.
+        registry_options: More keyword arguments for ``WatcherRegistry.from_kubeconfig``.
+        sync_timeout: How long an API call waits for a first LIST before answering 503.
+        status_period: Longest delay before a change of state reaches the contexts panel.
+        title: Shown in the page header.
+    """
+
+    def __init__(
+        self,
+        kubeconfig: str | Sequence[str] | None = None,
+        *,
+        resource: str = "pods",
+        registry_options: Mapping[str, Any] | None = None,
+        sync_timeout: float = 2.0,
+        status_period: float = 1.0,
+        title: str = "kubemux dashboard",
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.resource = parse_resource(resource)
+        self.registry_options = dict(registry_options or {})
+        self.sync_timeout = sync_timeout
+        self.status_period = status_period
+        self.title = title
+        self._registry: WatcherRegistry | None = None
+        self._closing: anyio.Event | None = None
+        self._close_requested = False
+        self._listeners: list[Callable[[BaseException | None], None]] = []
+
+    @property
+    def registry(self) -> WatcherRegistry:
+        """The running registry (between lifespan startup and shutdown)."""
+        if self._registry is None:
+            raise Problem(503, "the dashboard is not running", retry_after=1)
+        return self._registry
+
+    def on_startup(self, callback: Callable[[BaseException | None], None]) -> None:
+        """Call ``callback(None)`` once the registry runs, or ``callback(error)`` if it fails."""
+        self._listeners.append(callback)
+
+    def close_streams(self) -> None:
+        """End every open event stream (before a server shutdown: they would hold it up)."""
+        self._close_requested = True
+        if self._closing is not None:
+            self._closing.set()
+
+    async def wait_closing(self) -> None:
+        """Return once :meth:`close_streams` was called or the app shuts down."""
+        if self._closing is None:  # pragma: no cover - streams only exist while running
+            raise RuntimeError("the dashboard is not running")
+        await self._closing.wait()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        """Open the registry for the app's lifetime."""
+        options: dict[str, Any] = {"autowatch": [self.resource], **self.registry_options}
+        self._closing = anyio.Event()
+        if self._close_requested:
+            self._closing.set()
+        started = False
+        try:
+            async with WatcherRegistry.from_kubeconfig(self.kubeconfig, **options) as registry:
+                self._registry = registry
+                started = True
+                for callback in self._listeners:
+                    callback(None)
+                try:
+                    yield
+                finally:
+                    self._closing.set()
+                    self._registry = None
+        except BaseException as exc:
+            if not started:
+                for callback in self._listeners:
+                    callback(exc)
+            raise
+
+    async def ready_store(self, context: str, resource: Resource) -> Store:
+        """The context's synced store of ``resource``, starting its watcher if needed.
+
+        Raises:
+            Problem: 404 (unknown context or resource type), 503 (not synced within
+                ``sync_timeout``, unreachable, reloading) or 502 (the API server refused).
+        """
+        registry = self.registry
+        store = registry.store(context, resource)
+        if store is not None:
+            return store
+        with anyio.move_on_after(self.sync_timeout):
+            try:
+                return await registry.watch(context, resource)
+            except KubemuxError as exc:
+                raise self.problem(exc, context) from exc
+        raise Problem(
+            503, f"{resource.name} in context {context!r} is not synced yet", retry_after=1
+        )
+
+    def problem(self, exc: KubemuxError, context: str) -> Problem:
+        """The HTTP answer to a kubemux error."""
+        message = str(exc)
+        if isinstance(exc, ContextNotFound | ResourceNotFound):
+            return Problem(404, message)
+        if isinstance(exc, ContextRemoved | NotSynced):
+            return Problem(503, message, retry_after=1)
+        if isinstance(exc, ClusterUnreachable):
+            return Problem(503, message, retry_after=self._retry_in(context))
+        if isinstance(exc, ApiError):
+            return Problem(502, message)
+        return Problem(502, message)
+
+    def _retry_in(self, context: str) -> float:
+        ctx = self.registry.status().contexts.get(context)
+        return ctx.retry_in if ctx is not None and ctx.retry_in else 1.0
+
+
+def create_app(
+    kubeconfig: str | Sequence[str] | None = None,
+    *,
+    resource: str = "pods",
+    registry_options: Mapping[str, Any] | None = None,
+    sync_timeout: float = 2.0,
+    status_period: float = 1.0,
+    title: str = "kubemux dashboard",
+    allowed_hosts: Sequence[str] | None = LOCAL_HOSTS,
+) -> Starlette:
+    """The dashboard as an ASGI app; ``app.state.dashboard`` is its :class:`Dashboard`.
+
+    Args:
+        kubeconfig: See :class:`Dashboard`, as are ``resource``, ``registry_options``,
+            ``sync_timeout``, ``status_period`` and ``title``.
+        allowed_hosts: Host names the app answers to (``None``: any; only sensible behind
+            an authenticating proxy).
+    """
+    dashboard = Dashboard(
+        kubeconfig,
+        resource=resource,
+        registry_options=registry_options,
+        sync_timeout=sync_timeout,
+        status_period=status_period,
+        title=title,
+    )
+    routes = [
+        Route("/", _page),
+        Route("/object", _page),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        Route("/api/contexts", _api_contexts),
+        Route("/api/contexts/{context}/events/{kind}/{namespace}/{name}", _api_events),
+        Route("/api/contexts/{context}/{resource}", _api_list),
+        Route("/api/contexts/{context}/{resource}/{namespace}/{name}", _api_object),
+        Route("/api/stream", _api_stream),
+        Route("/api/{rest:path}", _api_not_found),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=dashboard.lifespan,
+        exception_handlers={Problem: _problem_handler},
+    )
+    app.state.dashboard = dashboard
+    app.add_middleware(_Guard, allowed_hosts=allowed_hosts)
+    return app
+
+
+class _Guard:
+    """Reject unknown Host headers (DNS rebinding) and add security headers."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Sequence[str] | None) -> None:
+        self.app = app
+        self.allowed = None if allowed_hosts is None else {h.lower() for h in allowed_hosts}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.allowed is not None:
+            host = _host(dict(scope["headers"]).get(b"host", b"").decode("latin-1"))
+            if host not in self.allowed:
+                response = _json(
+                    {"error": f"host {host!r} is not allowed", "status": 400}, status=400
+                )
+                await response(scope, receive, send)
+                return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def _host(header: str) -> str:
+    header = header.strip().lower()
+    if header.startswith("["):  # [::1]:8000
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+def _json(body: object, *, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(
+        orjson.dumps(body), status_code=status, headers=headers, media_type="application/json"
+    )
+
+
+async def _problem_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Problem)
+    return exc.response()
+
+
+def _dashboard(request: Request) -> Dashboard:
+    dashboard = request.app.state.dashboard
+    assert isinstance(dashboard, Dashboard)
+    return dashboard
+
+
+def _resource(name: str) -> Resource:
+    try:
+        return parse_resource(name)
+    except ValueError as exc:
+        raise Problem(400, str(exc)) from exc
+
+
+def _namespace(segment: str) -> str:
+    return "" if segment in ("_", "-") else segment
+
+
+async def _page(request: Request) -> Response:
+    return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+async def _api_not_found(request: Request) -> Response:
+    raise Problem(404, f"no such API endpoint: {request.url.path}")
+
+
+async def _api_contexts(request: Request) -> Response:
+    return _json(status_payload(_dashboard(request).registry.status()))
+
+
+async def _api_list(request: Request) -> Response:
+    dashboard = _dashboard(request)
+    context = request.path_params["context"]
+    resource = _resource(request.path_params["resource"])
+    namespace = request.query_params.get("namespace") or None
+    store = await dashboard.ready_store(context, resource)
+    raws = store.list_raw(namespace if resource.namespaced else None)
+    if resource.kind == "Secret":
+        raws = [orjson.dumps(redact(resource, orjson.loads(raw))) for raw in raws]
+    head = orjson.dumps(
+        {
+            "context": context,
+            "resource": resource.name,
+            "namespace": namespace,
+            "resourceVersion": store.resource_version,
+        }
+    )
+    body = head[:-1] + b',"items":[' + b",".join(raws) + b"]}"  # no decode, no re-encode
+    return Response(body, media_type="application/json")
+
+
+async def _api_object(request: Request) -> Response:
+    dashboard = _dashboard(request)
+    context = request.path_params["context"]
+    resource = _resource(request.path_params["resource"])
+    namespace = _namespace(request.path_params["namespace"])
+    name = request.path_params["name"]
+    store = await dashboard.ready_store(context, resource)
+    obj = store.get(namespace if resource.namespaced else "", name)
+    if obj is None:
+        where = f"{namespace}/{name}" if namespace else name
+        raise Problem(404, f"{resource.name} {where} not found in context {context!r}")
+    return _json(redact(resource, obj))
+
+
+async def _api_events(request: Request) -> Response:
+    dashboard = _dashboard(request)
+    registry = dashboard.registry
+    context = request.path_params["context"]
+    kind = request.path_params["kind"]
+    if kind[:1].islower():  # "pods" -> "Pod"
+        kind = _resource(kind).kind or kind
+    namespace = _namespace(request.path_params["namespace"])
+    name = request.path_params["name"]
+    with anyio.move_on_after(dashboard.sync_timeout):
+        try:
+            events = await registry.events_for(context, kind, namespace or None, name)
+        except KubemuxError as exc:
+            raise dashboard.problem(exc, context) from exc
+        return _json(
+            {
+                "context": context,
+                "kind": kind,
+                "namespace": namespace,
+                "name": name,
+                "events": [event_payload(e) for e in events],
+            }
+        )
+    raise Problem(503, f"the events of context {context!r} are not synced yet", retry_after=1)
+
+
+async def _api_stream(request: Request) -> Response:
+    dashboard = _dashboard(request)
+    query = request.query_params
+    stream_send, receive = anyio.create_memory_object_stream[ServerSentEvent](16)
+    try:
+        stream = Stream(dashboard, stream_send)
+    except Problem:
+        stream_send.close()
+        receive.close()
+        raise
+    try:
+        resource = parse_resource(query.get("resource") or dashboard.resource)
+    except ValueError as exc:
+        sender = functools.partial(stream.fail, str(exc))
+    else:
+        context, name = query.get("context"), query.get("name")
+        if context and name:
+            namespace = query.get("namespace") or ""
+            sender = functools.partial(stream.object, context, resource, namespace, name)
+        else:
+            sender = functools.partial(stream.table, resource, query.get("namespace") or None)
+    return EventSourceResponse(_relay(receive), data_sender_callable=sender)
+
+
+async def _relay(receive: MemoryObjectReceiveStream[ServerSentEvent]) -> AsyncIterator[Any]:
+    with receive:
+        async for event in receive:
+            yield event

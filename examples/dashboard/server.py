@@ -1,0 +1,194 @@
+"""Run the dashboard with uvicorn inside the current event loop.
+
+``kubemux demo`` needs the FakeClusters, the kubeconfig editor and the web server in one
+event loop, and tests need to start and stop the server deterministically; ``uvicorn.run``
+would own the loop. :class:`DashboardServer` binds the socket itself (so a busy port is an
+``OSError`` naming the address, and port 0 picks a free one), reports readiness through
+``task_group.start``, and shuts down gracefully even when its caller is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from types import FrameType
+from typing import Any
+
+import anyio
+import anyio.abc
+import uvicorn
+from starlette.applications import Starlette
+
+from .app import Dashboard
+
+__all__ = ["DashboardServer"]
+
+log = logging.getLogger(__name__)
+
+STOP_TIMEOUT = 10.0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, ending the dashboard's event streams as soon as it is told to exit."""
+
+    def __init__(self, config: uvicorn.Config, dashboard: Dashboard) -> None:
+        super().__init__(config)
+        self._dashboard = dashboard
+        self._loop = asyncio.get_running_loop()
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:  # a signal handler
+        self._loop.call_soon_threadsafe(self._dashboard.close_streams)
+        super().handle_exit(sig, frame)
+
+
+class DashboardServer:
+    """A dashboard app served by uvicorn in the running event loop.
+
+    Example::
+
+        server = DashboardServer(create_app(path), port=0)
+        async with anyio.create_task_group() as tg:
+            url = await tg.start(server.serve)   # the registry runs, the port listens
+            ...
+            server.shutdown()                     # serve() returns once everything stopped
+
+    Args:
+        app: An app from :func:`create_app`.
+        host: Address to listen on; the default is loopback only.
+        port: Port; 0 picks a free one (see :attr:`url`).
+        log_level: uvicorn's log level.
+    """
+
+    def __init__(
+        self,
+        app: Starlette,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        log_level: str = "warning",
+    ) -> None:
+        self.app = app
+        self.host = host
+        self.port = port
+        self.log_level = log_level
+        self.url: str | None = None
+        self._server: _Server | None = None
+
+    @property
+    def dashboard(self) -> Dashboard:
+        dashboard = self.app.state.dashboard
+        assert isinstance(dashboard, Dashboard)
+        return dashboard
+
+    def _bind(self) -> socket.socket:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            sock.listen(128)  # connections wait in the backlog until uvicorn accepts them
+        except OSError as exc:
+            sock.close()
+            where = f"{self.host}:{self.port}"
+            raise OSError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+        sock.setblocking(False)
+        port = sock.getsockname()[1]
+        host = f"[{self.host}]" if family == socket.AF_INET6 else self.host
+        self.url = f"http://{host}:{port}/"
+        return sock
+
+    async def serve(
+        self, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve until :meth:`shutdown` (or Ctrl-C); report the URL once the registry runs.
+
+        Raises:
+            OSError: The address cannot be bound.
+            Exception: What the app's startup raised (a kubeconfig that cannot be loaded).
+
+        Cancellation: the server is shut down gracefully (bounded in time) before the
+        cancellation goes on.
+        """
+        sock = self._bind()
+        config = uvicorn.Config(
+            self.app,
+            log_level=self.log_level,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            ws="none",
+            timeout_graceful_shutdown=5,
+        )
+        server = self._server = _Server(config, self.dashboard)
+        ready = anyio.Event()
+        startup: list[BaseException | None] = []
+        done = anyio.Event()
+
+        def started(error: BaseException | None) -> None:
+            startup.append(error)
+            ready.set()
+
+        self.dashboard.on_startup(started)
+        shield = anyio.CancelScope(shield=True)
+
+        async def run() -> None:
+            try:
+                with shield:
+                    await server.serve(sockets=[sock])
+            except SystemExit:  # uvicorn's answer to a failed startup; reported below
+                pass
+            finally:
+                done.set()
+                ready.set()
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run)
+                try:
+                    await ready.wait()
+                    if startup and startup[0] is not None:
+                        raise startup[0]
+                    if not startup:
+                        raise RuntimeError("the dashboard server stopped before it started")
+                    assert self.url is not None
+                    task_status.started(self.url)
+                    await done.wait()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        self.shutdown()
+                        with anyio.move_on_after(STOP_TIMEOUT):
+                            await done.wait()
+                        if not done.is_set():  # pragma: no cover - a stuck app
+                            log.error("the dashboard did not stop within %.0fs", STOP_TIMEOUT)
+                            server.force_exit = True
+                            shield.cancel()
+        finally:
+            sock.close()
+            await _stop_sse_shutdown_watchers()
+
+    def shutdown(self) -> None:
+        """Ask the server to stop: event streams end, then the registry closes. Idempotent."""
+        self.dashboard.close_streams()
+        if self._server is not None:
+            self._server.should_exit = True
+
+
+async def _stop_sse_shutdown_watchers() -> None:
+    """Stop sse-starlette's shutdown poller once our server is gone.
+
+    sse-starlette starts one task per event loop that polls for a server exit; it notices only
+    while the server's signal handler is installed, so after an in-loop server stopped it would
+    poll forever. It restarts by itself with the next stream.
+    """
+    me = asyncio.current_task()
+    tasks: list[asyncio.Task[Any]] = [
+        t
+        for t in asyncio.all_tasks()
+        if t is not me and getattr(t.get_coro(), "__qualname__", "") == "_shutdown_watcher"
+    ]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait(tasks, timeout=1.0)

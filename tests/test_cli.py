@@ -1,0 +1,266 @@
+"""The ``kubemux`` command, in-process, against FakeClusters and a written kubeconfig."""
+
+from __future__ import annotations
+
+import functools
+import io
+import re
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import httpx
+import orjson
+import pytest
+
+from kubemux.cli import main, run
+from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
+
+TIMEOUT = 15
+
+
+class Output(io.StringIO):
+    """A stdout that can be waited on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._written = anyio.Event()
+
+    def write(self, text: str) -> int:
+        n = super().write(text)
+        self._written.set()
+        self._written = anyio.Event()
+        return n
+
+    async def wait_for(self, pattern: str) -> re.Match[str]:
+        with anyio.fail_after(TIMEOUT):
+            while (match := re.search(pattern, self.getvalue())) is None:
+                await self._written.wait()
+        return match
+
+
+@pytest.fixture
+async def kubeconfig(tmp_path: Path) -> AsyncIterator[Path]:
+    async with FakeCluster(tokens={"tok-a"}) as a, FakeCluster(tokens={"tok-b"}) as b:
+        a.create("pods", make_pod("web-1"))
+        a.create("pods", make_pod("web-2"))
+        b.create("pods", make_pod("db-1", "data"))
+        yield write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+
+
+async def kubemux(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with anyio.fail_after(TIMEOUT):
+        code = await run(list(argv), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+# ---------------------------------------------------------------------- help and usage
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("watch", ["--all-contexts", "--context", "--namespace", "--output", "wide,json"]),
+        ("status", ["--probe", "--kubeconfig"]),
+        ("demo", ["--contexts", "--port", "--watch", "--edit-period"]),
+        ("dashboard", ["--kubeconfig", "--port", "--host", "127.0.0.1", "--resource"]),
+    ],
+)
+def test_help(command: str, expected: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: kubemux {command}")
+    for option in expected:
+        assert option in out
+    assert "--duration" not in out or command == "demo"  # test hooks stay hidden
+
+
+def test_top_level_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for command in ("watch", "status", "demo", "dashboard"):
+        assert re.search(rf"^\s+{command}\s+\S", out, re.MULTILINE), command
+
+
+def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["watch"])
+    assert exit_info.value.code == 2
+    assert "the following arguments are required: resource" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- errors
+@pytest.mark.parametrize("command", [["status"], ["watch", "pods"], ["dashboard", "--port", "0"]])
+def test_missing_kubeconfig_is_one_line(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope"
+    assert main([*command, "--kubeconfig", str(missing)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert captured.err.startswith("kubemux: error: ")
+    assert str(missing) in captured.err
+
+
+async def test_unknown_context_is_one_line(kubeconfig: Path) -> None:
+    code, out, err = await kubemux(
+        "watch", "pods", "--context", "nope", "--kubeconfig", str(kubeconfig)
+    )
+    assert code == 1 and out == ""
+    assert err == "kubemux: error: context 'nope' not found in the kubeconfig\n"
+
+
+async def test_unknown_resource_is_one_line(kubeconfig: Path) -> None:
+    code, _, err = await kubemux("watch", "nonsense", "-A", "--kubeconfig", str(kubeconfig))
+    assert code == 1
+    assert err.startswith("kubemux: error: unknown resource 'nonsense'") and err.count("\n") == 1
+    code, _, err = await kubemux(
+        "dashboard", "--resource", "nonsense", "--kubeconfig", str(kubeconfig)
+    )
+    assert code == 1 and err.startswith("kubemux: error: unknown resource 'nonsense'")
+
+
+async def test_busy_port_is_one_line(kubeconfig: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, out, err = await kubemux(
+            "dashboard", "--kubeconfig", str(kubeconfig), "--port", str(port)
+        )
+    assert code == 1 and out == ""
+    assert err.startswith(f"kubemux: error: cannot listen on 127.0.0.1:{port}: ")
+    assert err.count("\n") == 1
+
+
+# ---------------------------------------------------------------------- status and watch
+def status_rows(out: str) -> dict[str, list[str]]:
+    """CONTEXT -> [current, STATE, SERVER, ...] from the status table."""
+    rows = {}
+    for line in out.splitlines()[1:]:
+        current, cells = line.startswith("*"), line.lstrip("* ").split()
+        rows[cells[0]] = ["*" if current else "", *cells[1:]]
+    return rows
+
+
+async def test_status_prints_a_table(kubeconfig: Path) -> None:
+    code, out, err = await kubemux("status", "--kubeconfig", str(kubeconfig))
+    assert (code, err) == (0, "")
+    header = out.splitlines()[0].split()
+    assert header == ["CONTEXT", "STATE", "SERVER", "USER", "NAMESPACE", "OBJECTS", "ERROR"]
+    rows = status_rows(out)
+    assert list(rows) == ["prod", "dev"]
+    assert rows["prod"][:2] == ["*", "idle"] and rows["dev"][:2] == ["", "idle"]
+    assert rows["prod"][2].startswith("http://127.0.0.1:") and rows["prod"][3] == "prod-user"
+
+    code, out, _ = await kubemux("status", "--probe", "pods", "--kubeconfig", str(kubeconfig))
+    assert code == 0
+    rows = status_rows(out)
+    assert (rows["prod"][1], rows["prod"][-1]) == ("running", "2")
+    assert (rows["dev"][1], rows["dev"][-1]) == ("running", "1")
+    assert "tok-a" not in out and "tok-b" not in out
+
+
+async def test_status_shows_an_unreachable_context(tmp_path: Path) -> None:
+    async with FakeCluster() as dead:
+        server = dead.server
+    path = write_kubeconfig(tmp_path / "config", {"dead": FakeContext(cluster=server)})
+    code, out, _ = await kubemux(
+        "status", "--probe", "pods", "--timeout", "5", "--kubeconfig", str(path)
+    )
+    assert code == 0
+    line = out.splitlines()[1]
+    assert status_rows(out)["dead"][1] not in ("running", "idle")
+    assert f"cannot reach {server}" in line
+
+
+async def test_watch_all_contexts_as_json_lines(kubeconfig: Path) -> None:
+    code, out, err = await kubemux(
+        "watch", "pods", "--all-contexts", "-o", "json", "--duration", "1.5",
+        "--kubeconfig", str(kubeconfig),
+    )  # fmt: skip
+    assert (code, err) == (0, "")
+    records = [orjson.loads(line) for line in out.splitlines()]
+    seen = {(r["context"], r["type"], r["object"]["metadata"]["name"]) for r in records}
+    assert seen == {
+        ("prod", "ADDED", "web-1"),
+        ("prod", "ADDED", "web-2"),
+        ("dev", "ADDED", "db-1"),
+    }
+    assert all(r["resource"] == "pods" for r in records)
+
+
+async def test_watch_current_context_as_a_table(kubeconfig: Path) -> None:
+    code, out, _ = await kubemux(
+        "watch", "pods", "-o", "wide", "--duration", "1.5", "--kubeconfig", str(kubeconfig)
+    )
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert header.split() == [
+        "CONTEXT",
+        "EVENT",
+        "NAMESPACE",
+        "NAME",
+        "STATUS",
+        "NODE",
+        "RESOURCEVERSION",
+    ]
+    assert sorted(r.split()[:6] for r in rows) == [
+        ["prod", "ADDED", "default", "web-1", "Running", "node-1"],
+        ["prod", "ADDED", "default", "web-2", "Running", "node-1"],
+    ]
+
+
+# ---------------------------------------------------------------------- dashboard and demo
+async def test_dashboard_serves_the_kubeconfig(kubeconfig: Path) -> None:
+    out = Output()
+    async with anyio.create_task_group() as tg:
+        argv = ["dashboard", "--kubeconfig", str(kubeconfig), "--port", "0"]
+        tg.start_soon(functools.partial(run, argv, stdout=out))
+        url = (await out.wait_for(r"open (http://127\.0\.0\.1:\d+/)")).group(1)
+        async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client:
+            contexts = (await client.get("/api/contexts")).json()["contexts"]
+            assert [c["name"] for c in contexts] == ["prod", "dev"]
+            pods = (await client.get("/api/contexts/dev/pods")).json()["items"]
+            assert [p["metadata"]["name"] for p in pods] == ["db-1"]
+            page = await client.get("/")
+            assert page.status_code == 200 and "kubemux" in page.text
+        tg.cancel_scope.cancel()  # like Ctrl-C: the server shuts down cleanly
+    assert "warning" not in out.getvalue()
+
+
+async def test_demo_serves_simulated_clusters_and_edits_the_kubeconfig() -> None:
+    out = Output()
+    argv = ["demo", "--contexts", "2", "--port", "0", "--edit-period", "0.3", "--duration", "2.5"]
+    async with anyio.create_task_group() as tg:
+        codes: list[int] = []
+
+        async def demo() -> None:
+            codes.append(await run(argv, stdout=out))
+
+        tg.start_soon(demo)
+        url = (await out.wait_for(r"Open (http://127\.0\.0\.1:\d+/)")).group(1)
+        async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client:
+            names = [c["name"] for c in (await client.get("/api/contexts")).json()["contexts"]]
+            assert names[:2] == ["sim-0", "sim-1"]
+            pods = await client.get("/api/contexts/sim-0/pods")
+            assert pods.status_code == 200 and len(pods.json()["items"]) >= 1
+        await out.wait_for("added context 'sim-2'")
+        await out.wait_for(r"rotated the token of 'sim-0' \(reload\)")
+        await out.wait_for("removed context 'sim-2'")
+    assert codes == [0]  # --duration ended it
+
+
+async def test_demo_watch_prints_to_the_terminal() -> None:
+    code, out, err = await kubemux(
+        "demo", "--watch", "--contexts", "2", "--edit-period", "0.5", "--duration", "1.5"
+    )
+    assert (code, err) == (0, "")
+    assert "kubemux demo: 2 simulated contexts" in out
+    assert re.search(r"^sim-0\s+ADDED\s+\S+\s+app-\d+", out, re.MULTILINE)
+    assert re.search(r"^sim-1\s+ADDED\s+\S+\s+app-\d+", out, re.MULTILINE)
+    assert "--- kubeconfig edited: added context 'sim-2'" in out

@@ -1,0 +1,596 @@
+"""The dashboard example: JSON API, server-sent events and safety, against FakeClusters.
+
+The JSON API goes through httpx's ASGITransport with the app's lifespan entered by hand; the
+event streams go over real HTTP to uvicorn running in the test's event loop (ASGITransport
+buffers whole responses, so it cannot carry an endless stream).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+import pytest
+from starlette.applications import Starlette
+
+from kubemux import Backoff, Change, WatchSettings, parse_resource
+from kubemux.cli import load_dashboard
+from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
+from kubemux.testing._workload import make_event
+
+TIMEOUT = 10
+XSS = "<img src=x onerror=alert(1)>"
+FAST = {
+    "settings": WatchSettings(backoff=Backoff(initial_delay=0.02, max_delay=0.1)),
+    "start_backoff": Backoff(initial_delay=0.05, max_delay=0.2),
+    "debounce_delay": 0.05,
+}
+
+dashboard: ModuleType = load_dashboard()
+views: ModuleType = importlib.import_module("kubemux_dashboard.views")
+streams: ModuleType = importlib.import_module("kubemux_dashboard.streams")
+
+
+def make_app(path: Path, **options: Any) -> Starlette:
+    options.setdefault("registry_options", FAST)
+    options.setdefault("status_period", 0.2)
+    app: Starlette = dashboard.create_app(str(path), **options)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def api_client(path: Path, **options: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """The app with its lifespan entered, and a client calling it in-process."""
+    app = make_app(path, **options)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            yield client
+
+
+@contextlib.asynccontextmanager
+async def served(path: Path, **options: Any) -> AsyncIterator[str]:
+    """The dashboard served by uvicorn on a free port; yields its URL."""
+    async with serving(make_app(path, **options)) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Starlette, port: int = 0) -> AsyncIterator[str]:
+    """``app`` served by uvicorn in this event loop; yields its URL."""
+    server = dashboard.DashboardServer(app, port=port)
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(TIMEOUT):
+            url: str = await tg.start(server.serve)
+        try:
+            yield url
+        finally:
+            server.shutdown()
+
+
+class EventStream:
+    """Reads server-sent events and keeps the table the way the page does."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._lines = response.aiter_lines()
+        self.rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.stale: set[tuple[str, str, str]] = set()
+        self.contexts: dict[str, Any] = {}
+        self.seen: list[tuple[str, Any]] = []
+        self.raw: list[str] = []
+
+    async def next(self) -> tuple[str, Any]:
+        event, data = "message", []
+        async for line in self._lines:
+            self.raw.append(line)
+            if not line:
+                if data:
+                    item = (event, orjson.loads("\n".join(data)))
+                    self.seen.append(item)
+                    self._apply(*item)
+                    return item
+                event = "message"
+            elif not line.startswith(":"):
+                field, _, value = line.partition(":")
+                value = value.removeprefix(" ")
+                if field == "event":
+                    event = value
+                elif field == "data":
+                    data.append(value)
+        raise EOFError("the stream ended")
+
+    def _apply(self, event: str, data: Any) -> None:
+        if event == "reset":
+            self.stale = set(self.rows)
+        elif event == "synced":
+            for key in self.stale:
+                self.rows.pop(key, None)
+            self.stale = set()
+        elif event == "contexts":
+            self.contexts = {c["name"]: c for c in data["contexts"]}
+        elif event == "changes":
+            for c in data:
+                if c["type"] in ("ADDED", "MODIFIED"):
+                    key = (c["context"], c["namespace"], c["name"])
+                    self.rows[key] = c["row"]
+                    self.stale.discard(key)
+                elif c["type"] == "DELETED":
+                    self.rows.pop((c["context"], c["namespace"], c["name"]), None)
+                else:  # RESET, REMOVED
+                    for key in [k for k in self.rows if k[0] == c["context"]]:
+                        del self.rows[key]
+
+    async def until(self, predicate: Callable[[], bool]) -> None:
+        with anyio.fail_after(TIMEOUT):
+            while not predicate():
+                await self.next()
+
+    async def until_event(self, name: str) -> Any:
+        with anyio.fail_after(TIMEOUT):
+            while True:
+                event, data = await self.next()
+                if event == name:
+                    return data
+
+    def names(self, context: str | None = None) -> set[str]:
+        return {n for (c, _, n) in self.rows if context is None or c == context}
+
+
+@contextlib.asynccontextmanager
+async def event_stream(url: str, query: str = "") -> AsyncIterator[EventStream]:
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client,
+        client.stream("GET", "/api/stream" + query) as response,
+    ):
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        yield EventStream(response)
+
+
+@pytest.fixture
+async def clusters() -> AsyncIterator[tuple[FakeCluster, FakeCluster]]:
+    async with FakeCluster(tokens={"tok-a"}) as a, FakeCluster(tokens={"tok-b"}) as b:
+        a.create("pods", make_pod("web-1"))
+        a.create("pods", make_pod("web-2"))
+        b.create("pods", make_pod("db-1", "data"))
+        yield a, b
+
+
+# ---------------------------------------------------------------------- views (no I/O)
+def test_pod_row_follows_kubectl() -> None:
+    pod = make_pod("web-1", phase="Running")
+    pod["status"]["containerStatuses"][0].update(
+        ready=False, restartCount=4, state={"waiting": {"reason": "CrashLoopBackOff"}}
+    )
+    row = views.summarize("pods", pod)
+    assert row["status"] == "CrashLoopBackOff"
+    assert (row["ready"], row["restarts"], row["node"]) == ("0/1", 4, "node-1")
+    pod["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    assert views.summarize("pods", pod)["status"] == "Terminating"
+    deploy = {"kind": "Deployment", "spec": {"replicas": 3}, "status": {"readyReplicas": 2}}
+    assert views.summarize("deployments.apps", deploy)["ready"] == "2/3"
+    assert views.summarize("widgets.v1.example.com", {"metadata": None})["status"] == ""
+
+
+def test_events_of_both_shapes() -> None:
+    new = make_event(make_pod("web-1"), reason="BackOff", note="restarting", type_="Warning")
+    core = {
+        "metadata": {"name": "web-1.1"},
+        "involvedObject": {"kind": "Pod", "name": "web-1"},
+        "type": "Normal",
+        "reason": "Pulled",
+        "message": "pulled",
+        "count": 3,
+        "lastTimestamp": "2025-01-01T00:00:00Z",
+        "source": {"component": "kubelet"},
+    }
+    a, b = views.event_payload(new), views.event_payload(core)
+    assert (a["type"], a["reason"], a["message"], a["count"]) == (
+        "Warning",
+        "BackOff",
+        "restarting",
+        1,
+    )
+    assert a["time"] == new["eventTime"] and a["source"] == "kubelet"
+    assert (b["message"], b["count"], b["time"], b["source"]) == (
+        "pulled",
+        3,
+        "2025-01-01T00:00:00Z",
+        "kubelet",
+    )
+
+
+def test_secrets_are_redacted() -> None:
+    secret = {
+        "kind": "Secret",
+        "metadata": {
+            "name": "db",
+            "annotations": {views.LAST_APPLIED: '{"data":{"password":"aHVudGVyMg=="}}'},
+        },
+        "data": {"password": "aHVudGVyMg=="},
+        "stringData": {"token": "hunter2"},
+    }
+    shown = views.redact(parse_resource("secrets"), secret)
+    assert "aHVudGVyMg" not in orjson.dumps(shown).decode()
+    assert "hunter2" not in orjson.dumps(shown).decode()
+    assert set(shown["data"]) == {"password"} and set(shown["stringData"]) == {"token"}
+    assert secret["data"]["password"] == "aHVudGVyMg=="  # the cached object is untouched
+    pod = make_pod("web-1")
+    assert views.redact(parse_resource("pods"), pod) == pod
+
+
+def test_server_url_loses_its_password() -> None:
+    assert (
+        views.safe_server("https://admin:hunter2@k8s.example:6443/x")
+        == "https://k8s.example:6443/x"
+    )
+    assert views.safe_server("https://k8s.example") == "https://k8s.example"
+
+
+def test_change_payload() -> None:
+    pod = make_pod("web-1", labels={"app": XSS})
+    added = views.change_payload(Change("prod", "pods", "ADDED", pod))
+    assert added["row"]["labels"] == {"app": XSS}  # text, the page renders it as text
+    assert views.change_payload(Change("prod", "pods", "DELETED", pod)) == {
+        "type": "DELETED",
+        "context": "prod",
+        "namespace": "default",
+        "name": "web-1",
+    }
+    reset = views.change_payload(Change("prod", "pods", "RESET"))
+    assert reset == {"type": "RESET", "context": "prod", "resource": "pods"}
+
+
+# ---------------------------------------------------------------------- JSON API
+async def test_api_contexts_and_lists(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, b = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+    async with api_client(path) as client:
+        with anyio.fail_after(TIMEOUT):
+            listed = (await client.get("/api/contexts/prod/pods")).json()
+        assert listed["context"] == "prod" and listed["resource"] == "pods"
+        assert sorted(o["metadata"]["name"] for o in listed["items"]) == ["web-1", "web-2"]
+        assert "managedFields" not in listed["items"][0]["metadata"]
+        data = (await client.get("/api/contexts/dev/pods", params={"namespace": "data"})).json()
+        assert [o["metadata"]["name"] for o in data["items"]] == ["db-1"]
+        empty = (await client.get("/api/contexts/dev/pods", params={"namespace": "web"})).json()
+        assert empty["items"] == []
+
+        response = await client.get("/api/contexts")
+        assert response.status_code == 200
+        body = response.json()
+        assert body["current_context"] == "prod"
+        prod = next(c for c in body["contexts"] if c["name"] == "prod")
+        assert prod["state"] == "running" and prod["objects"] == {"pods": 2}
+        assert prod["server"] == a.server and prod["last_sync"] is not None
+        assert "tok-a" not in response.text and "tok-b" not in response.text
+
+        one = await client.get("/api/contexts/prod/pods/default/web-1")
+        assert one.status_code == 200 and one.json()["metadata"]["name"] == "web-1"
+        missing = await client.get("/api/contexts/prod/pods/default/nope")
+        assert missing.status_code == 404
+        assert missing.json()["error"] == "pods default/nope not found in context 'prod'"
+
+
+async def test_api_errors_are_json(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, _ = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a})
+    async with api_client(path) as client:
+        unknown = await client.get("/api/contexts/nope/pods")
+        assert unknown.status_code == 404
+        assert unknown.json() == {
+            "error": "context 'nope' not found in the kubeconfig",
+            "status": 404,
+        }
+        bad = await client.get("/api/contexts/prod/nonsense")
+        assert bad.status_code == 400 and "unknown resource 'nonsense'" in bad.json()["error"]
+        with anyio.fail_after(TIMEOUT):
+            crd = await client.get("/api/contexts/prod/widgets.v1.example.com")
+        assert crd.status_code == 404 and crd.json()["status"] == 404
+        nothing = await client.get("/api/nothing/here")
+        assert nothing.status_code == 404 and "no such API endpoint" in nothing.json()["error"]
+
+
+async def test_api_not_synced_is_503_with_retry_after(tmp_path: Path) -> None:
+    async with FakeCluster() as slow:
+        path = write_kubeconfig(tmp_path / "config", {"slow": slow})
+        slow.stall()  # LISTs hang until unstalled
+        try:
+            async with api_client(path, sync_timeout=0.2) as client:
+                response = await client.get("/api/contexts/slow/pods")
+                assert response.status_code == 503
+                assert response.headers["retry-after"] == "1"
+                assert response.json()["error"] == "pods in context 'slow' is not synced yet"
+                slow.unstall()
+                with anyio.fail_after(TIMEOUT):
+                    while (await client.get("/api/contexts/slow/pods")).status_code != 200:
+                        await slow.wait_for(lambda: bool(slow.requests))
+        finally:
+            slow.unstall()
+
+
+async def test_api_unreachable_cluster(tmp_path: Path) -> None:
+    async with FakeCluster() as dead:
+        server = dead.server
+    path = write_kubeconfig(tmp_path / "config", {"dead": FakeContext(cluster=server)})
+    async with api_client(path) as client:
+        with anyio.fail_after(TIMEOUT):
+            response = await client.get("/api/contexts/dead/pods")
+        assert response.status_code == 503
+        assert int(response.headers["retry-after"]) >= 1
+        assert response.json()["error"].startswith(f"cannot reach {server}")
+        contexts = (await client.get("/api/contexts")).json()["contexts"]
+        assert contexts[0]["state"] in ("backing off", "error")
+        assert contexts[0]["last_error"].startswith(f"cannot reach {server}")
+
+
+async def test_api_events_and_xss_payload_stays_text(tmp_path: Path) -> None:
+    async with FakeCluster(tokens={"tok-a"}) as c:
+        pod = c.create("pods", make_pod("web-1", labels={"app": XSS}))
+        c.create("events.events.k8s.io", make_event(pod, reason="BackOff", note=XSS, seq=1))
+        path = write_kubeconfig(tmp_path / "config", {"prod": c})
+        async with api_client(path) as client:
+            with anyio.fail_after(TIMEOUT):
+                response = await client.get("/api/contexts/prod/events/Pod/default/web-1")
+            assert response.status_code == 200
+            assert response.headers["content-type"] == "application/json"
+            events = response.json()["events"]
+            assert [(e["reason"], e["message"]) for e in events] == [("BackOff", XSS)]
+            by_plural = await client.get("/api/contexts/prod/events/pods/default/web-1")
+            assert by_plural.json()["events"] == events
+            none = await client.get("/api/contexts/prod/events/Pod/default/nope")
+            assert none.json()["events"] == []
+            pods = (await client.get("/api/contexts/prod/pods")).json()["items"]
+            assert pods[0]["metadata"]["labels"] == {"app": XSS}
+
+
+async def test_api_redacts_secrets(tmp_path: Path) -> None:
+    async with FakeCluster() as c:
+        c.create(
+            "secrets",
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "db", "namespace": "default"},
+                "data": {"password": "aHVudGVyMg=="},
+            },
+        )
+        path = write_kubeconfig(tmp_path / "config", {"prod": c})
+        async with api_client(path) as client:
+            with anyio.fail_after(TIMEOUT):
+                listed = await client.get("/api/contexts/prod/secrets")
+            one = await client.get("/api/contexts/prod/secrets/default/db")
+        for response in (listed, one):
+            assert response.status_code == 200
+            assert "aHVudGVyMg" not in response.text
+        assert listed.json()["items"][0]["data"] == {"password": "(redacted)"}
+
+
+async def test_pages_hosts_and_headers(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, _ = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a})
+    async with api_client(path) as client:
+        page = await client.get("/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        csp = page.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+        assert "<script>" not in page.text  # no inline script: the CSP would block it
+        assert (await client.get("/object?context=prod&name=x")).text == page.text
+        script = await client.get("/static/app.js")
+        assert script.status_code == 200 and "innerHTML" not in script.text.split("\n", 5)[-1]
+        # DNS rebinding: a page on evil.example resolving to 127.0.0.1 gets nothing
+        evil = await client.get("/api/contexts", headers={"host": "evil.example:8000"})
+        assert (
+            evil.status_code == 400 and evil.json()["error"] == "host 'evil.example' is not allowed"
+        )
+        for host in ("localhost:8000", "127.0.0.1", "[::1]:8000"):
+            assert (await client.get("/api/contexts", headers={"host": host})).status_code == 200
+
+
+# ---------------------------------------------------------------------- event streams
+async def test_stream_snapshot_then_live_changes(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, b = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+    async with served(path) as url, event_stream(url) as stream:
+        event, data = await stream.next()
+        assert event == "reset" and data["resource"] == "pods"
+        await stream.until(lambda: stream.names() == {"web-1", "web-2", "db-1"})
+        await stream.until(lambda: set(stream.contexts) == {"prod", "dev"})
+        a.create("pods", make_pod("web-3"))
+        await stream.until(lambda: "web-3" in stream.names("prod"))
+        pod = a.get("pods", "default", "web-1")
+        assert pod is not None
+        pod["status"]["phase"] = "Failed"
+        a.update("pods", pod)
+        await stream.until(lambda: stream.rows[("prod", "default", "web-1")]["status"] == "Failed")
+        a.delete("pods", "default", "web-2")
+        await stream.until(lambda: "web-2" not in stream.names())
+        await stream.until(
+            lambda: (
+                stream.contexts["prod"]["objects"] == {"pods": 2}
+                and stream.contexts["prod"]["state"] == "running"
+            )
+        )
+        assert "tok-a" not in "\n".join(stream.raw) and "tok-b" not in "\n".join(stream.raw)
+
+
+async def test_stream_follows_the_kubeconfig(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, b = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+    async with served(path) as url, event_stream(url) as stream:
+        await stream.until(lambda: stream.names() == {"web-1", "web-2", "db-1"})
+        write_kubeconfig(path, {"prod": a})  # dev removed
+        await stream.until(
+            lambda: stream.names() == {"web-1", "web-2"} and "dev" not in stream.contexts
+        )
+        assert any(
+            e == "changes" and any(c["type"] == "REMOVED" and c["context"] == "dev" for c in d)
+            for e, d in stream.seen
+        )
+        write_kubeconfig(path, {"prod": a, "dev": b, "staging": b})  # dev back, staging new
+        await stream.until(
+            lambda: stream.names("dev") == {"db-1"} and stream.names("staging") == {"db-1"}
+        )
+        generation = stream.contexts["prod"]["generation"]
+        a.tokens.add("rotated")
+        write_kubeconfig(path, {"prod": FakeContext(cluster=a, token="rotated"), "dev": b})
+        await stream.until(
+            lambda: (
+                "staging" not in stream.contexts
+                and stream.contexts["prod"]["generation"] != generation
+                and stream.names("prod") == {"web-1", "web-2"}
+            )
+        )
+        assert any(
+            e == "changes" and any(c["type"] == "RESET" and c["context"] == "prod" for c in d)
+            for e, d in stream.seen
+        )
+
+
+async def test_reconnect_resynchronises(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, b = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+    app = make_app(path)
+    async with serving(app) as url:
+        async with event_stream(url) as first:
+            await first.until(lambda: first.names() == {"web-1", "web-2", "db-1"})
+        # changes while the page is disconnected
+        a.delete("pods", "default", "web-1")
+        b.create("pods", make_pod("db-2", "data"))
+        registry = app.state.dashboard.registry
+        with anyio.fail_after(TIMEOUT):
+            await a.wait_for(lambda: len(registry.store("prod", "pods")) == 1)
+            await b.wait_for(lambda: len(registry.store("dev", "pods")) == 2)
+        async with event_stream(url) as second:
+            second.rows = dict(first.rows)  # what the page still shows
+            assert await second.until_event("reset") is not None
+            await second.until_event("synced")
+            assert second.names() == {"web-2", "db-1", "db-2"}
+
+
+async def test_stream_of_another_resource_and_namespace(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, b = clusters
+    a.create("configmaps", {"metadata": {"name": "settings", "namespace": "default"}, "data": {}})
+    b.create("configmaps", {"metadata": {"name": "other", "namespace": "data"}, "data": {}})
+    path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+    async with served(path) as url:
+        async with event_stream(url, "?resource=configmaps") as stream:  # not autowatched
+            await stream.until(lambda: stream.names() == {"settings", "other"})
+        async with event_stream(url, "?namespace=data") as stream:
+            await stream.until(lambda: stream.names() == {"db-1"})
+            a.create("pods", make_pod("web-3"))
+            b.create("pods", make_pod("db-2", "data"))
+            await stream.until(lambda: stream.names() == {"db-1", "db-2"})
+            assert {ns for (_, ns, _) in stream.rows} == {"data"}
+        async with event_stream(url, "?resource=nonsense") as stream:
+            event, data = await stream.next()
+            assert event == "problem" and data["fatal"] is True
+            assert "unknown resource 'nonsense'" in data["message"]
+            with pytest.raises(EOFError):
+                await stream.next()
+
+
+async def test_object_stream_with_events(tmp_path: Path) -> None:
+    async with FakeCluster() as c:
+        pod = c.create("pods", make_pod("web-1", labels={"app": XSS}))
+        c.create("events.events.k8s.io", make_event(pod, reason="Scheduled", note="ok", seq=1))
+        path = write_kubeconfig(tmp_path / "config", {"prod": c})
+        query = "?context=prod&resource=pods&namespace=default&name=web-1"
+        async with served(path) as url, event_stream(url, query) as stream:
+            obj = await stream.until_event("object")
+            assert obj["object"]["metadata"]["labels"] == {"app": XSS}
+            events = await stream.until_event("events")
+            assert [e["reason"] for e in events] == ["Scheduled"]
+            c.create("events.events.k8s.io", make_event(pod, reason="BackOff", note=XSS, seq=2))
+            events = await stream.until_event("events")
+            assert [e["reason"] for e in events] == ["BackOff", "Scheduled"]
+            assert events[0]["message"] == XSS
+            c.delete("pods", "default", "web-1")
+            assert (await stream.until_event("object"))["object"] is None
+
+
+async def test_slow_stream_resubscribes_with_a_snapshot(tmp_path: Path) -> None:
+    """A stream that falls behind its subscription buffer starts again from a snapshot."""
+    async with FakeCluster() as c:
+        c.create("pods", make_pod("p-0"))
+        path = write_kubeconfig(tmp_path / "config", {"prod": c})
+        options = {**FAST, "subscriber_buffer": 4}
+        app = make_app(path, registry_options=options)
+        resource = parse_resource("pods")
+        async with app.router.lifespan_context(app):
+            registry = app.state.dashboard.registry
+            with anyio.fail_after(TIMEOUT):
+                store = await registry.watch("prod", "pods")
+            send, receive = anyio.create_memory_object_stream[Any](0)
+            stream = streams.Stream(app.state.dashboard, send)
+            seen: list[tuple[str, Any]] = []
+
+            async def read_until(name: str) -> None:
+                with anyio.fail_after(TIMEOUT):
+                    async for item in receive:
+                        seen.append((item.event, orjson.loads(item.data)))
+                        if item.event == name:
+                            return
+
+            async with anyio.create_task_group() as tg, receive:
+                tg.start_soon(stream.table, resource, None)
+                await read_until("synced")
+                # stop reading: the stream blocks, its subscription overflows
+                for i in range(1, 40):
+                    c.create("pods", make_pod(f"p-{i}"))
+                with anyio.fail_after(TIMEOUT):
+                    await c.wait_for(lambda: len(store) == 40)
+                mark = len(seen)
+                await read_until("reset")
+                await read_until("synced")
+                rows = {
+                    ch["name"]
+                    for event, data in seen[mark:]
+                    if event == "changes"
+                    for ch in data
+                    if ch["type"] == "ADDED"
+                }
+                assert rows == {f"p-{i}" for i in range(40)}
+                tg.cancel_scope.cancel()
+
+
+async def test_shutdown_ends_open_streams(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, _ = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a})
+    server = dashboard.DashboardServer(make_app(path), port=0)
+    with anyio.fail_after(TIMEOUT):
+        async with anyio.create_task_group() as tg:
+            url = await tg.start(server.serve)
+            async with event_stream(url) as stream:
+                await stream.until_event("synced")
+                server.shutdown()
+                with pytest.raises((EOFError, httpx.HTTPError)):
+                    await drain(stream)
+
+
+async def drain(stream: EventStream) -> None:
+    while True:
+        await stream.next()

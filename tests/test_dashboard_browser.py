@@ -1,0 +1,269 @@
+"""The dashboard in a real browser: headless Chromium driven by Playwright.
+
+Needs Debian's ``chromium`` (``/usr/bin/chromium``) and the ``playwright`` package (never
+``playwright install``: the system browser is used). Without them the tests are skipped,
+except in CI (``CI=true``), where they must run.
+
+``KUBEMUX_SCREENSHOT=docs/dashboard.png pytest tests/test_dashboard_browser.py`` also
+takes the README's screenshot, of a simulated workload like ``kubemux demo``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
+from kubemux.testing._workload import make_event, simulate_workload
+
+CHROMIUM = os.environ.get("KUBEMUX_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TIMEOUT = 15
+WAIT_MS = 10_000
+XSS = "<img src=x onerror=alert(1)>"
+
+
+def _missing() -> str | None:
+    try:
+        import playwright.async_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is not installed"
+    if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
+        return f"no chromium at {CHROMIUM}"
+    return None
+
+
+if (_why := _missing()) is not None and os.environ.get("CI") != "true":
+    pytest.skip(_why, allow_module_level=True)
+
+from playwright.async_api import Browser, Page, async_playwright, expect
+
+from test_dashboard import make_app, serving
+
+pytestmark = pytest.mark.browser
+expect.set_options(timeout=WAIT_MS)
+
+
+@contextlib.asynccontextmanager
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as pw:
+        with anyio.fail_after(TIMEOUT):
+            chromium = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            await chromium.close()
+
+
+class PageWatch:
+    """Fails the test on a JavaScript error or any dialog (``alert(1)`` from an XSS)."""
+
+    def __init__(self, page: Page) -> None:
+        self.errors: list[str] = []
+        page.on("pageerror", lambda exc: self.errors.append(f"page error: {exc}"))
+        page.on("dialog", self._dialog)
+        page.on(
+            "console",
+            lambda msg: self.errors.append(f"console: {msg.text}") if msg.type == "error" else None,
+        )
+
+    async def _dialog(self, dialog: Any) -> None:
+        self.errors.append(f"dialog: {dialog.message}")
+        await dialog.dismiss()
+
+    def check(self) -> None:
+        assert self.errors == []
+
+
+def rows(page: Page, context: str | None = None) -> Any:
+    selector = "#rows tbody tr"
+    if context is not None:
+        selector += f'[data-context="{context}"]'
+    return page.locator(selector)
+
+
+async def test_live_table_follows_clusters_and_kubeconfig(tmp_path: Path) -> None:
+    async with (
+        FakeCluster(tokens={"tok-prod"}) as prod,
+        FakeCluster(tokens={"tok-dev"}) as dev,
+        FakeCluster(tokens={"tok-staging"}) as staging,
+    ):
+        prod.create("pods", make_pod("web-1"))
+        prod.create("pods", make_pod("web-2", "web"))
+        dev.create("pods", make_pod("api-1"))
+        evil = make_pod("evil-1", labels={"app": XSS}, node=XSS)
+        evil["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": XSS}}
+        evil = staging.create("pods", evil)
+        staging.create("events.events.k8s.io", make_event(evil, reason="BackOff", note=XSS))
+        contexts: dict[str, Any] = {"prod": prod, "dev": dev, "staging": staging}
+        path = write_kubeconfig(tmp_path / "config", contexts)
+        app = make_app(path)
+        async with serving(app) as url, browser() as chromium:
+            page = await chromium.new_page(viewport={"width": 1300, "height": 900})
+            page.set_default_timeout(WAIT_MS)
+            watch = PageWatch(page)
+            await page.goto(url)
+
+            # pods from three contexts, and the contexts panel
+            await expect(rows(page)).to_have_count(4)
+            for name, count in (("prod", 2), ("dev", 1), ("staging", 1)):
+                await expect(rows(page, name)).to_have_count(count)
+            await expect(page.locator("#contexts .card")).to_have_count(3)
+            await expect(page.locator('.card[data-context="prod"] .state')).to_have_text("running")
+            await expect(page.locator("#conn")).to_have_text("live")
+            await page.evaluate("window.__noReload = true")
+
+            # cluster data is text, never markup
+            evil_row = rows(page, "staging")
+            await expect(evil_row.locator(".col-status")).to_have_text(XSS)
+            await expect(evil_row.locator(".col-node")).to_have_text(XSS)
+            assert await page.locator("img").count() == 0
+
+            # rows appear, change and vanish as the clusters change
+            prod.create("pods", make_pod("web-3"))
+            await expect(rows(page, "prod")).to_have_count(3)
+            pod = prod.get("pods", "default", "web-1")
+            assert pod is not None
+            pod["status"]["phase"] = "Pending"
+            prod.update("pods", pod)
+            web1 = rows(page, "prod").filter(has_text="web-1")
+            await expect(web1.locator(".col-status")).to_have_text("Pending")
+            dev.delete("pods", "default", "api-1")
+            await expect(rows(page, "dev")).to_have_count(0)
+
+            # the text filter
+            await page.fill("#filter", "web")
+            await expect(page.locator("#rows tbody tr:visible")).to_have_count(3)
+            await expect(page.locator("#count")).to_have_text("3 of 4 pods")
+            await page.fill("#filter", "")
+            await expect(page.locator("#rows tbody tr:visible")).to_have_count(4)
+
+            # a context removed from the kubeconfig: its card and rows go, no reload
+            del contexts["staging"]
+            write_kubeconfig(path, contexts)
+            await expect(rows(page, "staging")).to_have_count(0)
+            await expect(page.locator("#contexts .card")).to_have_count(2)
+            await expect(page.locator("#activity")).to_contain_text("context staging removed")
+            # ... and one added
+            contexts["qa"] = dev
+            write_kubeconfig(path, contexts)
+            dev.create("pods", make_pod("api-2"))
+            await expect(rows(page, "qa")).to_have_count(1)
+            await expect(rows(page, "dev")).to_have_count(1)
+            await expect(page.locator("#activity")).to_contain_text("context qa added")
+            # ... and one reloaded (new credentials): its rows come back from the new generation
+            prod.tokens.add("rotated")
+            contexts["prod"] = FakeContext(cluster=prod, token="rotated")
+            write_kubeconfig(path, contexts)
+            await expect(page.locator("#activity")).to_contain_text("context prod reloaded")
+            await expect(rows(page, "prod")).to_have_count(3)
+            assert await page.evaluate("window.__noReload") is True
+            watch.check()
+
+
+async def test_object_page_shows_events_as_text(tmp_path: Path) -> None:
+    async with FakeCluster() as c:
+        pod = c.create("pods", make_pod("evil-1", labels={"app": XSS}))
+        c.create("events.events.k8s.io", make_event(pod, reason="BackOff", note=XSS, seq=1))
+        path = write_kubeconfig(tmp_path / "config", {"staging": c})
+        async with serving(make_app(path)) as url, browser() as chromium:
+            page = await chromium.new_page()
+            page.set_default_timeout(WAIT_MS)
+            watch = PageWatch(page)
+            await page.goto(url)
+            await page.click("text=evil-1")
+            await page.wait_for_url("**/object?**")
+            await expect(page.locator("#obj-title")).to_have_text("default/evil-1")
+            message = page.locator("#events tbody tr .ev-message")
+            await expect(message).to_have_text(XSS)
+            await expect(page.locator("#obj-summary .chip")).to_have_text(f"app={XSS}")
+            assert await page.locator("img").count() == 0
+            # live: a new event arrives, the pod goes away
+            c.create("events.events.k8s.io", make_event(pod, reason="Killing", note="bye", seq=2))
+            await expect(page.locator("#events tbody tr")).to_have_count(2)
+            c.delete("pods", "default", "evil-1")
+            await expect(page.locator("#obj-gone")).to_be_visible()
+            watch.check()
+
+
+async def test_page_resynchronises_after_the_server_restarts(tmp_path: Path) -> None:
+    async with FakeCluster() as c:
+        c.create("pods", make_pod("web-1"))
+        c.create("pods", make_pod("web-2"))
+        path = write_kubeconfig(tmp_path / "config", {"prod": c})
+        async with browser() as chromium:
+            page = await chromium.new_page()
+            page.set_default_timeout(WAIT_MS)
+            app = make_app(path)
+            async with serving(app) as url:
+                await page.goto(url)
+                await expect(rows(page)).to_have_count(2)
+                await page.evaluate("window.__noReload = true")
+            # the server is gone; the page keeps its rows and tries to reconnect
+            await expect(page.locator("#conn")).not_to_have_text("live")
+            c.delete("pods", "default", "web-1")
+            c.create("pods", make_pod("web-3"))
+            port = int(url.rstrip("/").rsplit(":", 1)[1])
+            async with serving(make_app(path), port=port):
+                await expect(page.locator("#conn")).to_have_text("live")
+                await expect(page.locator("#activity")).to_contain_text("reconnected")
+                await expect(rows(page)).to_have_count(2)
+                await expect(rows(page).filter(has_text="web-3")).to_have_count(1)
+                await expect(rows(page).filter(has_text="web-1")).to_have_count(0)
+            assert await page.evaluate("window.__noReload") is True
+
+
+@pytest.mark.skipif(not os.environ.get("KUBEMUX_SCREENSHOT"), reason="KUBEMUX_SCREENSHOT not set")
+async def test_screenshot(tmp_path: Path) -> None:
+    """The README's picture: ``kubemux demo``'s simulated workload, mid-run."""
+    target = Path(os.environ["KUBEMUX_SCREENSHOT"])
+    clusters = [FakeCluster(tokens={f"token-{i}"}) for i in range(4)]
+    async with contextlib.AsyncExitStack() as stack:
+        for c in clusters:
+            await stack.enter_async_context(c)
+        names = ["prod-eu", "prod-us", "staging"]
+        contexts: dict[str, Any] = dict(zip(names, clusters, strict=False))
+        path = write_kubeconfig(tmp_path / "config", contexts)
+        async with anyio.create_task_group() as tg:
+            for i, c in enumerate(clusters):
+                tg.start_soon(functools.partial(simulate_workload, c, seed=i, period=0.3, pods=7))
+            app = make_app(path, title="kubemux demo", status_period=0.5)
+            async with serving(app) as url, browser() as chromium:
+                page = await chromium.new_page(viewport={"width": 1360, "height": 860})
+                page.set_default_timeout(WAIT_MS)
+                await page.goto(url)
+                await expect(page.locator("#contexts .card")).to_have_count(3)
+                for step, edit in enumerate(("add", "reload", "remove", "add")):
+                    if edit == "add":
+                        contexts["dev"] = clusters[3]
+                    elif edit == "remove":
+                        del contexts["dev"]
+                    else:
+                        clusters[0].tokens.add("rotated")
+                        contexts["prod-eu"] = FakeContext(cluster=clusters[0], token="rotated")
+                    write_kubeconfig(path, contexts)
+                    await expect(page.locator("#activity li")).to_have_count(step + 2)
+                await expect(page.locator("#contexts .card")).to_have_count(4)
+                await expect(rows(page, "dev")).not_to_have_count(0)
+                for card in await page.locator("#contexts .card .state").all():
+                    await expect(card).to_have_text("running")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                await page.screenshot(path=str(target), full_page=True, animations="disabled")
+            tg.cancel_scope.cancel()
