@@ -30,6 +30,8 @@ pytest: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/event_churn.py
+	$(BIN)/python bench/context_churn.py
+	$(BIN)/python bench/scale_contexts.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -32,7 +32,10 @@ from ._resources import parse_resource
 
 __all__ = ["main", "run"]
 
-DASHBOARD_DIR = Path(__file__).resolve().parents[2] / "examples" / "dashboard"
+# a source checkout (or an editable install) has it under examples/; a wheel carries a copy
+_SOURCE_DASHBOARD = Path(__file__).resolve().parents[2] / "examples" / "dashboard"
+_WHEEL_DASHBOARD = Path(__file__).resolve().parent / "_dashboard"
+DASHBOARD_DIR = _SOURCE_DASHBOARD if _SOURCE_DASHBOARD.is_dir() else _WHEEL_DASHBOARD
 
 
 class CommandError(Exception):
