@@ -17,10 +17,10 @@ from kubemux._kubeconfig import (
     ContextConfig,
     KubeconfigLoader,
     KubeconfigSnapshot,
-    _load_yaml,
     kubeconfig_paths,
     load_kubeconfig,
 )
+from kubemux._kubeconfig_yaml import load_yaml as _load_yaml
 
 SECRET = "s3cr3t-token-value"
 
