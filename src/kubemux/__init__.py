@@ -5,6 +5,8 @@ The public surface is this module, :mod:`kubemux.testing` and the ``kubemux`` co
 
 from __future__ import annotations
 
+from ._context import ContextStatus as ContextStatus
+from ._context import RegistryStatus as RegistryStatus
 from ._errors import ApiError as ApiError
 from ._errors import ClusterUnreachable as ClusterUnreachable
 from ._errors import ContextNotFound as ContextNotFound
@@ -27,8 +29,6 @@ from ._kubeconfig import KubeconfigSnapshot as KubeconfigSnapshot
 from ._kubeconfig import load_kubeconfig as load_kubeconfig
 from ._kubeconfig_watch import ContextDiff as ContextDiff
 from ._kubeconfig_watch import KubeconfigSource as KubeconfigSource
-from ._registry import ContextStatus as ContextStatus
-from ._registry import RegistryStatus as RegistryStatus
 from ._registry import WatcherRegistry as WatcherRegistry
 from ._resources import Resource as Resource
 from ._resources import parse_resource as parse_resource
@@ -68,6 +68,7 @@ __all__ = [
     "SubscriberOverflow",
     "Subscription",
     "Unauthorized",
+    "WatchSettings",
     "WatcherRegistry",
     "by_label",
     "by_owner",

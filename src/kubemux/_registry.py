@@ -15,155 +15,41 @@ removes it from the registry only if it is still the current generation for its 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import logging
-import math
 import time
-import traceback
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
-from types import TracebackType
-from typing import Any, NoReturn
+from typing import Any
 
 import anyio
 import anyio.abc
 
-from ._client import ContextClient, open_client
+from ._client import open_client
 from ._codec import Entry
+from ._context import (
+    ContextEntry,
+    ContextStatus,
+    Failure,
+    RegistryStatus,
+    Slot,
+    context_status,
+    task_name,
+)
 from ._errors import ContextNotFound, ContextRemoved, KubemuxError, ResourceNotFound
 from ._event_index import EventIndex
 from ._fanout import Change, Fanout, Subscription
-from ._informer import Informer, InformerKey, InformerStatus
+from ._informer import Informer, InformerKey
 from ._kubeconfig import ContextConfig
 from ._kubeconfig_watch import ContextDiff, KubeconfigSource
 from ._resources import Resource, parse_resource
 from ._settings import Backoff, WatchSettings
 from ._store import Indexer, Store, Transform, drop_managed_fields
 
-__all__ = ["ContextStatus", "RegistryStatus", "WatcherRegistry"]
+__all__ = ["WatcherRegistry"]
 
 log = logging.getLogger(__name__)
 
 ResourceSpec = str | Resource
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class ContextStatus:
-    """A frozen snapshot of one context for a UI. Never holds a secret."""
-
-    name: str
-    state: str  # "idle", "starting", "running", "backing off", "error", "stopping"
-    generation: int | None
-    server: str
-    cluster_name: str
-    user_name: str
-    namespace: str | None
-    source: str
-    informers: tuple[InformerStatus, ...]
-    last_error: str | None
-    retry_in: float | None  # seconds until a failed start may be retried
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class RegistryStatus:
-    """A frozen snapshot of the whole registry."""
-
-    contexts: Mapping[str, ContextStatus]
-    current_context: str | None
-    kubeconfig_errors: Mapping[str, str]  # file -> error (its last good contexts are kept)
-    invalid_contexts: Mapping[str, str]  # context -> why it cannot be used
-    kubeconfig_syncs: int
-
-
-@dataclasses.dataclass(slots=True)
-class _Failure:
-    """A failure kept for backoff and status; raised again without growing its traceback."""
-
-    error: BaseException
-    count: int = 0
-    retry_at: float = 0.0
-    tb: TracebackType | None = None
-
-    @classmethod
-    def record(cls, exc: BaseException, previous: _Failure | None, backoff: Backoff) -> _Failure:
-        count = previous.count + 1 if previous else 1
-        retry_at = time.monotonic() + backoff.delay(count)
-        # keep the stacks' lines for the re-raise, not every local of every frame in them
-        seen: set[int] = set()
-        link: BaseException | None = exc
-        while link is not None and id(link) not in seen:
-            seen.add(id(link))
-            traceback.clear_frames(link.__traceback__)
-            link = link.__cause__ or link.__context__
-        return cls(exc, count, retry_at, exc.__traceback__)
-
-    @property
-    def pending(self) -> bool:
-        """Still inside its backoff window."""
-        return time.monotonic() < self.retry_at
-
-    def reraise(self) -> NoReturn:
-        # with_traceback: each re-raise starts from the saved traceback instead of adding
-        # this caller's frames to an ever longer one (and keeping them alive)
-        raise self.error.with_traceback(self.tb)
-
-
-class _Slot:
-    """One informer of one entry (single-flight start, then the running informer)."""
-
-    __slots__ = ("failure", "informer", "key", "persistent", "ready", "resource", "store")
-
-    def __init__(
-        self, key: InformerKey, resource: Resource, store: Store, persistent: bool
-    ) -> None:
-        self.key = key
-        self.resource = resource
-        self.store = store
-        self.persistent = persistent  # keep retrying the first LIST (autowatch, reloads)
-        self.informer: Informer | None = None
-        self.ready = anyio.Event()  # the first LIST attempt finished (error or not)
-        self.failure: _Failure | None = None
-
-
-class _ContextEntry:
-    __slots__ = (
-        "client",
-        "config",
-        "done",
-        "event_index",
-        "failure",
-        "final_change",
-        "generation",
-        "key",
-        "ready",
-        "scope",
-        "slots",
-        "state",
-        "stop_reason",
-        "tg",
-    )
-
-    def __init__(self, key: str, generation: int, config: ContextConfig) -> None:
-        self.key = key
-        self.generation = generation
-        self.config = config
-        self.state = "starting"
-        self.scope: anyio.CancelScope | None = None
-        self.tg: anyio.abc.TaskGroup | None = None
-        self.client: ContextClient | None = None
-        self.event_index: EventIndex | None = None
-        self.slots: dict[InformerKey, _Slot] = {}
-        self.ready = anyio.Event()  # client built (state running) or failed
-        self.done = anyio.Event()  # the entry's task has exited and cleaned up
-        self.failure: _Failure | None = None  # the client could not be built
-        self.stop_reason = ""
-        self.final_change: str | None = "REMOVED"
-
-    def __repr__(self) -> str:
-        return (
-            f"<ContextEntry {self.key!r} gen={self.generation} state={self.state} "
-            f"informers={len(self.slots)}>"
-        )
 
 
 class WatcherRegistry(anyio.AsyncContextManagerMixin):
@@ -215,11 +101,11 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         self._transforms = {parse_resource(k).name: v for k, v in (transforms or {}).items()}
         self._event_cap = event_cap
         self._event_max_age = event_max_age
-        self._entries: dict[str, _ContextEntry] = {}
-        self._failures: dict[str, _Failure] = {}  # context -> failed client build
+        self._entries: dict[str, ContextEntry] = {}
+        self._failures: dict[str, Failure] = {}  # context -> failed client build
         # context -> informer -> failed first LIST; kept here, not on the entry, so that an
         # entry whose only informer failed can be stopped (no idle session left open)
-        self._slot_failures: dict[str, dict[InformerKey, _Failure]] = {}
+        self._slot_failures: dict[str, dict[InformerKey, Failure]] = {}
         self._fanout = Fanout()
         self._generations = itertools.count(1)
         self._tg: anyio.abc.TaskGroup | None = None
@@ -365,14 +251,14 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             self._start_slot(entry, key, resource, persistent=True)
 
     # ------------------------------------------------------------------ entries
-    def _new_entry(self, name: str) -> _ContextEntry:
+    def _new_entry(self, name: str) -> ContextEntry:
         assert self._tg is not None
-        entry = _ContextEntry(name, next(self._generations), self.contexts[name])
+        entry = ContextEntry(name, next(self._generations), self.contexts[name])
         self._entries[name] = entry
         self._tg.start_soon(self._run_entry, entry, name=f"kubemux context {name!r}")
         return entry
 
-    async def _run_entry(self, entry: _ContextEntry) -> None:
+    async def _run_entry(self, entry: ContextEntry) -> None:
         try:
             with anyio.CancelScope() as scope:
                 entry.scope = scope
@@ -384,10 +270,10 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                     self._failures.pop(entry.key, None)
                     entry.ready.set()
                     for slot in entry.slots.values():  # queued before the client existed
-                        tg.start_soon(self._run_slot, entry, slot, name=_task_name(entry, slot))
+                        tg.start_soon(self._run_slot, entry, slot, name=task_name(entry, slot))
                     await anyio.sleep_forever()
         except Exception as exc:  # noqa: BLE001 - contained per context, recorded, backed off
-            failure = _Failure.record(exc, self._failures.get(entry.key), self._start_backoff)
+            failure = Failure.record(exc, self._failures.get(entry.key), self._start_backoff)
             entry.failure = self._failures[entry.key] = failure
             log.warning(
                 "context %r: %s (retry allowed in %.1fs)",
@@ -398,7 +284,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         finally:
             self._cleanup_entry(entry)
 
-    def _cleanup_entry(self, entry: _ContextEntry) -> None:
+    def _cleanup_entry(self, entry: ContextEntry) -> None:
         # Runs in the entry task's finally: synchronous, so it cannot be interrupted.
         was_running = entry.client is not None
         entry.state = "stopped"
@@ -409,7 +295,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         entry.tg = None
         for slot in entry.slots.values():
             if not slot.ready.is_set():
-                slot.failure = entry.failure or _Failure(
+                slot.failure = entry.failure or Failure(
                     ContextRemoved(entry.key, entry.stop_reason or "stopped")
                 )
                 slot.ready.set()
@@ -427,7 +313,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             del self._entries[entry.key]
         entry.done.set()
 
-    def _request_stop(self, entry: _ContextEntry, reason: str, final_change: str | None) -> None:
+    def _request_stop(self, entry: ContextEntry, reason: str, final_change: str | None) -> None:
         if entry.state in ("stopping", "stopped"):
             return
         entry.state = "stopping"
@@ -437,7 +323,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             entry.scope.cancel(f"context {entry.key!r} {reason}")
 
     async def _stop_entries(
-        self, entries: Sequence[_ContextEntry], reason: str, final_change: str | None
+        self, entries: Sequence[ContextEntry], reason: str, final_change: str | None
     ) -> None:
         for entry in entries:
             self._request_stop(entry, reason, final_change)
@@ -469,7 +355,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         await self._stop_entries([entry], "stopped by stop_watcher()", "REMOVED")
         return True
 
-    async def _ensure_entry(self, context: str) -> _ContextEntry:
+    async def _ensure_entry(self, context: str) -> ContextEntry:
         if self._state != "open":
             raise RuntimeError("the registry is not open: use `async with registry:`")
         while True:
@@ -495,7 +381,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                 continue
             return entry
 
-    def _live_slots(self, context: str) -> Mapping[InformerKey, _Slot]:
+    def _live_slots(self, context: str) -> Mapping[InformerKey, Slot]:
         entry = self._entries.get(context)
         return entry.slots if entry is not None and entry.state == "running" else {}
 
@@ -512,17 +398,17 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                 del self._slot_failures[context]
 
     def _start_slot(
-        self, entry: _ContextEntry, key: InformerKey, resource: Resource, *, persistent: bool
-    ) -> _Slot:
+        self, entry: ContextEntry, key: InformerKey, resource: Resource, *, persistent: bool
+    ) -> Slot:
         transform = self._transforms.get(resource.name, self._transform)
         store = Store(resource, transform=transform)
-        slot = _Slot(key, resource, store, persistent)
+        slot = Slot(key, resource, store, persistent)
         entry.slots[key] = slot
         if entry.tg is not None:
-            entry.tg.start_soon(self._run_slot, entry, slot, name=_task_name(entry, slot))
+            entry.tg.start_soon(self._run_slot, entry, slot, name=task_name(entry, slot))
         return slot
 
-    async def _run_slot(self, entry: _ContextEntry, slot: _Slot) -> None:
+    async def _run_slot(self, entry: ContextEntry, slot: Slot) -> None:
         assert entry.client is not None
         informer = Informer(
             entry.client,
@@ -541,7 +427,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                 failures = self._slot_failures.setdefault(entry.key, {})
                 for key in [k for k, f in failures.items() if not f.pending]:
                     del failures[key]  # expired records go: at most one per live backoff
-                failure = _Failure.record(exc, failures.get(slot.key), self._start_backoff)
+                failure = Failure.record(exc, failures.get(slot.key), self._start_backoff)
                 failures[slot.key] = slot.failure = failure
                 slot.ready.set()
                 log.warning("context %r: %s failed: %s", entry.key, slot.key, exc)
@@ -558,7 +444,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         await informer.watch_forever()
 
     def _publisher(
-        self, entry: _ContextEntry, slot: _Slot
+        self, entry: ContextEntry, slot: Slot
     ) -> Callable[[str, Entry, Entry | None], None]:
         fanout = self._fanout
         context, resource, generation = entry.key, slot.key.resource, entry.generation
@@ -757,43 +643,9 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         now = time.monotonic()
         out: dict[str, ContextStatus] = {}
         for name, cfg in self.contexts.items():
-            entry = self._entries.get(name)
             failures = [f for f in (self._failures.get(name),) if f is not None]
             failures += self._slot_failures.get(name, {}).values()
-            informers: tuple[InformerStatus, ...] = ()
-            generation = None
-            errors: list[str] = []
-            state = "idle"
-            if entry is not None:
-                generation = entry.generation
-                informers = tuple(
-                    s.informer.status() for s in entry.slots.values() if s.informer is not None
-                )
-                state = entry.state
-                states = {i.state for i in informers}
-                if state == "running" and ("backing off" in states or "error" in states):
-                    state = "backing off"
-                elif state == "running" and informers and not all(i.has_synced for i in informers):
-                    state = "starting"
-                errors = [i.last_error for i in informers if i.last_error]
-            if failures and state in ("idle", "running", "stopping"):
-                state = "backing off" if any(f.pending for f in failures) else "error"
-            errors += [str(f.error) for f in failures]
-            last_error = errors[0] if errors else None
-            retry_in = max(0.0, min(f.retry_at for f in failures) - now) if failures else None
-            out[name] = ContextStatus(
-                name=name,
-                state=state,
-                generation=generation,
-                server=cfg.server,
-                cluster_name=cfg.cluster_name,
-                user_name=cfg.user_name,
-                namespace=cfg.namespace,
-                source=cfg.source,
-                informers=informers,
-                last_error=last_error,
-                retry_in=retry_in if retry_in is None or math.isfinite(retry_in) else None,
-            )
+            out[name] = context_status(cfg, self._entries.get(name), failures, now)
         snap = self._source.snapshot
         return RegistryStatus(
             contexts=out,
@@ -850,7 +702,3 @@ def _single(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
             return None
         exc = exc.exceptions[0]
     return exc
-
-
-def _task_name(entry: _ContextEntry, slot: _Slot) -> str:
-    return f"kubemux informer {entry.key!r} {slot.key}"
