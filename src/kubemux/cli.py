@@ -12,6 +12,8 @@ import contextlib
 import functools
 import importlib.util
 import ipaddress
+import logging
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -177,6 +179,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kubemux`` command; returns the exit status."""
     args = _parser().parse_args(argv)
+    # the library logs through `logging`; the command shows warnings as one tidy line each
+    # (KUBEMUX_LOG=debug|info for more)
+    level = os.environ.get("KUBEMUX_LOG", "warning").upper()
+    logging.basicConfig(
+        level=getattr(logging, level, logging.WARNING),
+        format="kubemux: %(levelname)s: %(message)s",
+    )
     try:
         return anyio.run(_run_parsed, args, sys.stdout, sys.stderr)
     except KeyboardInterrupt:
