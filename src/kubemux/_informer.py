@@ -304,7 +304,7 @@ class Informer:
                                 status = orjson.loads(raw)
                                 raise _status_error(status if isinstance(status, dict) else {})
                         except (*DecodeError, orjson.JSONDecodeError) as exc:
-                            self._skip(f"malformed watch line ({exc}): {line[:120]!r}")
+                            self._skip(f"malformed watch line ({exc}): {_preview(line)}")
                             continue
                         if etype == "BOOKMARK":
                             meta = orjson.loads(raw).get("metadata") or {}
@@ -504,7 +504,7 @@ class Informer:
                 status = orjson.loads(raw)
                 raise _status_error(status if isinstance(status, dict) else {})
         except (*DecodeError, orjson.JSONDecodeError) as exc:
-            self._skip(f"malformed watch line ({exc}): {line[:120]!r}")
+            self._skip(f"malformed watch line ({exc}): {_preview(line)}")
             return None
         if entry is None:
             self._skip(f"unknown watch event type {etype!r}")
@@ -539,6 +539,11 @@ class Informer:
 
 _INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 _OBJECT_EVENTS = frozenset({"ADDED", "MODIFIED", "DELETED"})
+
+
+def _preview(line: bytes) -> str:
+    # enough to recognise the line, too little to carry an object's data (a Secret's values)
+    return f"{line[:40]!r}... ({len(line)} bytes)" if len(line) > 40 else repr(line)
 
 
 def _status_error(obj: Mapping[str, Any]) -> ApiError:
