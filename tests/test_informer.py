@@ -325,3 +325,20 @@ async def test_watches_that_end_at_once_count_as_failures(tmp_path: Path) -> Non
                 await c.wait_for(lambda: watches(c) >= 2, timeout=TIMEOUT)
             st = reg.status().contexts["c"].informers[0]
             assert st.last_error is not None and "closed at once" in st.last_error
+
+
+async def test_skipped_lines_do_not_log_object_data(
+    tmp_path: Path, cluster: FakeCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with watching(tmp_path, cluster) as registry:
+        with anyio.fail_after(TIMEOUT):
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
+        secret = b"c3VwZXItc2VjcmV0LXBhc3N3b3Jk"
+        cluster.inject_watch_line(
+            "pods", b'{"type":"ADDED","object":{"kind":"Secret","data":{"password":"' + secret
+        )
+        await converge(registry, cluster)
+        assert registry.status().contexts["c"].informers[0].skipped_lines == 1
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "malformed watch line" in logged
+    assert secret.decode() not in logged
