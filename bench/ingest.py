@@ -140,12 +140,26 @@ def _context(url: str) -> Any:
     return ContextConfig.from_dict("bench", kubeconfig_dict({"bench": url}))
 
 
+def _pods_informer(client: Any, store: Any, on_change: Any) -> Any:
+    from kubemux import WatchSettings, parse_resource
+    from kubemux._informer import Informer, InformerKey
+
+    pods = parse_resource("pods")
+    return Informer(
+        client,
+        pods,
+        InformerKey("pods"),
+        settings=WatchSettings(),
+        store=store,
+        on_change=on_change,
+    )
+
+
 async def peer_kubemux(url: str, rv: str, n: int) -> dict[str, Any]:
     import anyio
 
-    from kubemux import Store, WatchSettings, parse_resource
+    from kubemux import Store, parse_resource
     from kubemux._client import open_client
-    from kubemux._informer import Informer, InformerKey
 
     pods = parse_resource("pods")
     store = Store(pods)
@@ -159,14 +173,7 @@ async def peer_kubemux(url: str, rv: str, n: int) -> dict[str, Any]:
             done.set()
 
     async with open_client(_context(url)) as client:
-        informer = Informer(
-            client,
-            pods,
-            InformerKey("pods"),
-            settings=WatchSettings(),
-            store=store,
-            on_change=on_change,
-        )
+        informer = _pods_informer(client, store, on_change)
         informer._rv = rv
         base = rss()
         t0 = time.perf_counter()
@@ -197,9 +204,8 @@ async def peer_kubemux(url: str, rv: str, n: int) -> dict[str, Any]:
 async def peer_relist(url: str, rv: str, n: int) -> dict[str, Any]:
     import anyio
 
-    from kubemux import Store, WatchSettings, parse_resource
+    from kubemux import Store, parse_resource
     from kubemux._client import open_client
-    from kubemux._informer import Informer, InformerKey
 
     pods = parse_resource("pods")
     store = Store(pods)
@@ -216,14 +222,7 @@ async def peer_relist(url: str, rv: str, n: int) -> dict[str, Any]:
             last = now
 
     async with open_client(_context(url)) as client:
-        informer = Informer(
-            client,
-            pods,
-            InformerKey("pods"),
-            settings=WatchSettings(),
-            store=store,
-            on_change=lambda *a: None,
-        )
+        informer = _pods_informer(client, store, lambda *a: None)
         async with anyio.create_task_group() as tg:
             tg.start_soon(ticker)
             t0 = time.perf_counter()
