@@ -169,9 +169,6 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             self._state = "closed"
             self._tg = None
 
-    async def aclose(self) -> None:  # pragma: no cover - convenience for the unentered case
-        """Nothing to do unless entered; use ``async with``."""
-
     # ------------------------------------------------------------------ kubeconfig
     @property
     def contexts(self) -> Mapping[str, ContextConfig]:
