@@ -468,3 +468,28 @@ async def test_snapshot_during_a_sliced_initial_list_has_no_gap_or_duplicate(
             with pytest.raises(kubemux.SubscriberOverflow):
                 await drain()
             assert len(received) == 1000
+
+
+async def test_watch_in_flight_during_a_reload_returns_the_new_generation(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, _ = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a})
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+        a.stall()  # the first LIST hangs: watch() is in flight
+        result: list[kubemux.Store] = []
+
+        async def watcher() -> None:
+            result.append(await registry.watch("a", "pods"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watcher)
+            with anyio.fail_after(TIMEOUT):
+                await a.wait_for(lambda: len(a.requests) >= 1)
+            gen = registry.status().contexts["a"].generation
+            a.tokens.add("tok-2")
+            await _sync(registry, path, {"a": FakeContext(cluster=a, token="tok-2")})
+            a.unstall()
+        assert result and len(result[0]) == 3
+        assert registry.status().contexts["a"].generation != gen
+        assert a.requests_for("tok-2")

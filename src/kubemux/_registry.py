@@ -504,17 +504,21 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             if slot is None:
                 slot = self._start_slot(entry, key, res, persistent=False)
             await slot.ready.wait()
-            if slot.failure is not None:
-                if entry.state != "running" and entry.final_change is None:
-                    # the entry is closing as idle after this failure: let it finish, so
-                    # that no session outlives the call that failed
-                    with anyio.move_on_after(self._stop_timeout, shield=True):
-                        await entry.done.wait()
-                slot.failure.reraise()
             if entry.state != "running":
-                if entry.final_change in ("RESET", None):
-                    continue  # reloaded, or stopped as idle: use a new generation
-                raise ContextRemoved(context, entry.stop_reason or "stopped")
+                if entry.final_change not in ("RESET", None):
+                    raise ContextRemoved(context, entry.stop_reason or "stopped")
+                # reloaded (a new generation takes over) or closing as idle after a failed
+                # start: let this generation finish (no session outlives the call), then go
+                # round again: the new generation, or the failure inside its backoff window
+                with anyio.move_on_after(self._stop_timeout, shield=True):
+                    await entry.done.wait()
+                if slot.failure is not None and not isinstance(
+                    slot.failure.error, ContextRemoved
+                ):
+                    slot.failure.reraise()  # this call's own failure: it gets the error
+                continue
+            if slot.failure is not None:
+                slot.failure.reraise()
             for name, fn in (indexers or {}).items():
                 slot.store.add_indexer(name, fn)
             return slot.store
