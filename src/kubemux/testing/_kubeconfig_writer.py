@@ -94,13 +94,12 @@ def _entries(name: str, spec: FakeCluster | FakeContext) -> tuple[dict[str, Any]
     )
 
 
-def _add(entries: list[dict[str, Any]], entry: dict[str, Any], what: str) -> None:
-    for existing in entries:
-        if existing["name"] == entry["name"]:
-            if existing != entry:
-                raise ValueError(f"two different {what} entries named {entry['name']!r}")
-            return
-    entries.append(entry)
+def _add(entries: dict[str, dict[str, Any]], entry: dict[str, Any], what: str) -> None:
+    existing = entries.get(entry["name"])
+    if existing is None:
+        entries[entry["name"]] = entry
+    elif existing != entry:
+        raise ValueError(f"two different {what} entries named {entry['name']!r}")
 
 
 def kubeconfig_dict(
@@ -120,8 +119,8 @@ def kubeconfig_dict(
         ValueError: Two entries share a name but differ, or ``current_context`` is unknown.
         RuntimeError: A FakeCluster has no port yet (start it first).
     """
-    clusters: list[dict[str, Any]] = []
-    users: list[dict[str, Any]] = []
+    clusters: dict[str, dict[str, Any]] = {}  # by name, in order
+    users: dict[str, dict[str, Any]] = {}
     ctx_entries: list[dict[str, Any]] = []
     for name, spec in contexts.items():
         cluster, user, context = _entries(name, spec)
@@ -135,8 +134,8 @@ def kubeconfig_dict(
         "apiVersion": "v1",
         "kind": "Config",
         "preferences": {},
-        "clusters": clusters,
-        "users": users,
+        "clusters": list(clusters.values()),
+        "users": list(users.values()),
         "contexts": ctx_entries,
         "current-context": current,
     }
@@ -155,5 +154,6 @@ def write_kubeconfig(
     """
     target = Path(path)
     data = kubeconfig_dict(contexts, current_context=current_context)
-    _write_atomic(target, yaml.safe_dump(data, sort_keys=False))
+    dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when available
+    _write_atomic(target, yaml.dump(data, Dumper=dumper, sort_keys=False))
     return target
