@@ -512,9 +512,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                 # round again: the new generation, or the failure inside its backoff window
                 with anyio.move_on_after(self._stop_timeout, shield=True):
                     await entry.done.wait()
-                if slot.failure is not None and not isinstance(
-                    slot.failure.error, ContextRemoved
-                ):
+                if slot.failure is not None and not isinstance(slot.failure.error, ContextRemoved):
                     slot.failure.reraise()  # this call's own failure: it gets the error
                 continue
             if slot.failure is not None:
