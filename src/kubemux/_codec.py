@@ -22,10 +22,12 @@ import msgspec
 import orjson
 
 __all__ = [
+    "Block",
     "Change3",
     "Entry",
     "EventHead",
     "ListPage",
+    "decode_block",
     "decode_entry",
     "decode_event",
     "decode_list",
@@ -132,72 +134,111 @@ def split_event(line: bytes, *, fast: bool = True) -> tuple[str, bytes]:
     return event.type, bytes(event.object)
 
 
-_FAST_BY_INITIAL = {p[9]: (p, t) for p, t in _FAST if t != "BOOKMARK"}  # A, M, D
+class _WatchObject(msgspec.Struct, gc=False):
+    metadata: _HeadMeta = msgspec.field(default_factory=_HeadMeta)
 
 
-def object_event_entry(line: bytes, drop_managed_fields: bool) -> tuple[str, Entry] | None:
-    """The hot path: ADDED/MODIFIED/DELETED lines as the API server writes them.
+class _WatchLine(msgspec.Struct, gc=False, forbid_unknown_fields=True):
+    type: str
+    object: _WatchObject
 
-    Decodes the object's metadata straight out of the line (no copy), then builds the cached
-    bytes with at most one copy, managedFields cut out. Returns None for anything else
-    (another event type or envelope shape): use :func:`split_event` and
-    :func:`decode_entry` then.
 
-    Raises:
-        msgspec.DecodeError, msgspec.ValidationError: the object is not valid JSON, or the
-            envelope has extra keys after the object (then the general path decodes it).
+_block_decoder = msgspec.json.Decoder(_WatchLine)
+_OBJECT_PREFIX = {t: p for p, t in _FAST if t != "BOOKMARK"}  # ADDED, MODIFIED, DELETED
+
+Block = tuple[bytes, int, int]
+"""Complete watch lines: ``buf[start:stop]``, ending at a newline (or at the stream's end)."""
+
+
+def decode_block(
+    buf: bytes, start: int, stop: int, drop_managed_fields: bool
+) -> list[tuple[str, Entry | bytes]]:
+    """The hot path: the watch lines in ``buf[start:stop]``, decoded in one call.
+
+    Returns one item per non-blank line, in order: ``(event type, entry)`` for ADDED,
+    MODIFIED and DELETED lines exactly as the API server writes them
+    (``{"type":"ADDED","object":{...}}``), ``("", line)`` for anything else (bookmarks,
+    errors, other envelopes, objects without name or resourceVersion, malformed lines): the
+    caller's general path decodes those one by one.
+
+    One msgspec call decodes every line's envelope and object metadata (the rest of each
+    object is only validated, not built); each entry's bytes are then cut out of ``buf`` with
+    one copy, managedFields dropped. The object's position is known from the canonical
+    prefix; the envelope has no other keys (``forbid_unknown_fields``) and ends right after
+    the object, so the slice is exactly the object the decoder saw.
     """
-    if not line.startswith(b'{"type":"') or line[-1] != 125:  # b"}"
-        return None
-    fast = _FAST_BY_INITIAL.get(line[9])
-    if fast is None or not line.startswith(fast[0]):
-        return None
-    prefix, event_type = fast
-    start, end = len(prefix), len(line) - 1
-    meta = _head_decoder.decode(memoryview(line)[start:end]).metadata
-    mf = meta.managedFields
-    raw: bytes | None = None
-    if drop_managed_fields and len(mf):
-        size = len(mf)
-        key = line.find(_MF_KEY, start, end)
-        while key >= 0:
-            value = key + len(_MF_KEY)
-            if line.startswith(bytes(mf), value):
-                stop = value + size
-                if line[key - 1] == 44:  # b","
-                    raw = b"".join((line[start : key - 1], line[stop:end]))
-                elif line[stop] == 44:
-                    raw = b"".join((line[start:key], line[stop + 1 : end]))
-                else:
-                    raw = b"".join((line[start:key], line[stop:end]))
-                break
-            key = line.find(_MF_KEY, key + 1, end)
+    view = memoryview(buf)
+    try:
+        heads = _block_decoder.decode_lines(view[start:stop])
+    except DecodeError:  # some line is not a plain watch event: all go the general way
+        return [("", line) for line in buf[start:stop].split(b"\n") if line.strip()]
+    out: list[tuple[str, Entry | bytes]] = []
+    append = out.append
+    find = buf.find
+    pos = start
+    for head in heads:
+        end = find(b"\n", pos, stop)
+        if end < 0:
+            end = stop
+        etype = head.type
+        prefix = _OBJECT_PREFIX.get(etype)
+        meta = head.object.metadata
+        if (
+            prefix is None
+            or not buf.startswith(prefix, pos)
+            or buf[end - 1] != 125  # b"}"
+            or not meta.name
+            or not meta.resourceVersion
+        ):
+            line, pos = _next_line(buf, pos, stop)
+            append(("", line))
+            continue
+        first, last = pos + len(prefix), end - 1
+        mf = meta.managedFields
+        if drop_managed_fields and len(mf):
+            cut = _without_managed_fields(buf, view, first, last, bytes(mf))
+            raw = decode_entry(buf[first:last]).raw if cut is None else cut
         else:
-            raw = decode_entry(line[start:end]).raw  # not compact JSON: the sure way
-    if raw is None:
-        raw = line[start:end]
-    return event_type, Entry(meta.namespace, meta.name, meta.resourceVersion, meta.uid, raw)
+            raw = buf[first:last]
+        append((etype, Entry(meta.namespace, meta.name, meta.resourceVersion, meta.uid, raw)))
+        pos = end + 1
+    return out
+
+
+def _next_line(buf: bytes, pos: int, stop: int) -> tuple[bytes, int]:
+    """The next non-blank line from ``pos`` (blank lines are skipped, as the decoder does)."""
+    while True:
+        end = buf.find(b"\n", pos, stop)
+        if end < 0:
+            end = stop
+        line = buf[pos:end]
+        pos = end + 1
+        if line.strip() or pos > stop:
+            return line, pos
+
+
+def _without_managed_fields(
+    buf: bytes, view: memoryview, first: int, last: int, mf: bytes
+) -> bytes | None:
+    """``buf[first:last]`` (one object) without its ``"managedFields":<mf>`` member, copied
+    once; None if the member is not there verbatim (not compact JSON)."""
+    key = buf.find(_MF_KEY, first, last)
+    while key >= 0:
+        value = key + len(_MF_KEY)
+        if buf.startswith(mf, value):  # not a label or a field of the same name elsewhere
+            end = value + len(mf)
+            if buf[key - 1] == 44:  # b","
+                return b"".join((view[first : key - 1], view[end:last]))
+            if buf[end] == 44:
+                return b"".join((view[first:key], view[end + 1 : last]))
+            return b"".join((view[first:key], view[end:last]))
+        key = buf.find(_MF_KEY, key + 1, last)
+    return None
 
 
 def decode_list(body: bytes) -> ListPage:
     """Decode a LIST page's envelope. Raises ``msgspec.DecodeError`` on bad input."""
     return _list_decoder.decode(body)
-
-
-def _cut_managed_fields(raw: bytes, mf: bytes) -> bytes | None:
-    """``raw`` without its ``"managedFields":<mf>`` member, or None if it is not found verbatim."""
-    start = raw.find(_MF_KEY)
-    while start >= 0:
-        value = start + len(_MF_KEY)
-        if raw.startswith(mf, value):
-            end = value + len(mf)
-            if raw[start - 1 : start] == b",":
-                return raw[: start - 1] + raw[end:]
-            if raw[end : end + 1] == b",":
-                return raw[:start] + raw[end + 1 :]
-            return raw[:start] + raw[end:]
-        start = raw.find(_MF_KEY, start + 1)
-    return None
 
 
 def decode_entry(
@@ -231,7 +272,7 @@ def decode_entry(
             obj["metadata"].pop("managedFields", None)
         raw = orjson.dumps(transform(obj))
     elif drop_managed_fields and len(meta.managedFields):
-        cut = _cut_managed_fields(raw, bytes(meta.managedFields))
+        cut = _without_managed_fields(raw, memoryview(raw), 0, len(raw), bytes(meta.managedFields))
         if cut is None:  # not compact JSON: take the slow, sure way
             obj = orjson.loads(raw)
             obj["metadata"].pop("managedFields", None)

@@ -26,8 +26,8 @@ from typing import Any
 import anyio
 import orjson
 
-from ._client import ContextClient
-from ._codec import Change3, DecodeError, Entry, decode_list, object_event_entry, split_event
+from ._client import ContextClient, split_block
+from ._codec import Block, Change3, DecodeError, Entry, decode_block, decode_list, split_event
 from ._errors import ApiError, ClusterUnreachable, KubemuxError, ResourceExpired
 from ._resources import Resource
 from ._settings import WatchSettings
@@ -290,11 +290,15 @@ class Informer:
         end_rv: str | None = None
         unsupported = False
         with anyio.move_on_after(s.request_timeout):
-            async with self._open_watch(params) as batches:
-                async for batch in batches:
-                    for line in batch:
-                        if not line or line.isspace():
-                            continue
+            async with self._open_watch(params) as blocks:
+                async for block in blocks:
+                    for etype, line in self._decode(block):
+                        if isinstance(line, Entry):  # the fast path decoded it
+                            if etype == "ADDED":
+                                replacement.add(line)
+                                continue
+                            unsupported = True  # a change before the end marker
+                            break
                         try:
                             etype, raw, entry = self._parse(line)
                             if entry is not None and etype == "ADDED":
@@ -330,7 +334,7 @@ class Informer:
 
     def _open_watch(
         self, params: Mapping[str, str]
-    ) -> contextlib.AbstractAsyncContextManager[AsyncIterator[list[bytes]]]:
+    ) -> contextlib.AbstractAsyncContextManager[AsyncIterator[Block]]:
         s = self.settings
         return self.client.watch(
             self.resource,
@@ -444,33 +448,29 @@ class Informer:
         )
         if self._rv:
             params["resourceVersion"] = self._rv
+        apply, on_change, handle = self.store._apply, self._on_change, self._handle_line
+        async with self._open_watch(params) as blocks:
+            async for block in blocks:
+                for etype, item in self._decode(block):
+                    if isinstance(item, bytes):  # not an object event as the server writes it
+                        new_rv = handle(item)
+                        if new_rv is not None:
+                            self._rv = new_rv
+                            self._delivered += 1
+                        continue
+                    change = apply(etype, item)
+                    if change is not None and on_change is not None:
+                        on_change(change.type, change.entry, change.old)
+                    self._rv = item.resource_version
+                    self._delivered += 1
+
+    def _decode(self, block: Block) -> list[tuple[str, Entry | bytes]]:
+        """A block of watch lines: ``(type, entry)`` per object event decoded on the hot
+        path, ``("", line)`` for each line :meth:`_handle_line` has to look at."""
         store = self.store
-        apply, on_change, handle = store._apply, self._on_change, self._handle_line
-        drop, fast_ok = store._drop_mf, store._transform is None
-        async with self._open_watch(params) as batches:
-            async for batch in batches:
-                for line in batch:
-                    if not line:
-                        continue
-                    # the hot path, inlined: an object event exactly as the server writes it
-                    fast = None
-                    if fast_ok:
-                        try:
-                            fast = object_event_entry(line, drop)
-                        except DecodeError:
-                            fast = None  # unusual envelope or bad object: handle() decides
-                    if fast is not None and fast[1].name and fast[1].resource_version:
-                        entry = fast[1]
-                        change = apply(fast[0], entry)
-                        if change is not None and on_change is not None:
-                            on_change(change.type, change.entry, change.old)
-                        self._rv = entry.resource_version
-                        self._delivered += 1
-                        continue
-                    new_rv = handle(line)
-                    if new_rv is not None:
-                        self._rv = new_rv
-                        self._delivered += 1
+        if store._transform is None:
+            return decode_block(*block, store._drop_mf)
+        return [("", line) for line in split_block(block)]  # a user transform decodes all
 
     def _parse(self, line: bytes) -> tuple[str, bytes, Entry | None]:
         """(event type, object bytes, cache entry for object events) of one watch line.
@@ -488,7 +488,7 @@ class Informer:
 
     def _handle_line(self, line: bytes) -> str | None:
         """Apply one watch line (the general path); returns its resourceVersion, or None."""
-        if line.isspace():
+        if not line.strip():
             return None
         store = self.store
         entry: Entry | None
