@@ -557,6 +557,52 @@ async def test_large_object_and_bulk_events_through_one_watch(
         assert orjson.loads(line)["object"]["metadata"]["resourceVersion"] == rv
 
 
+async def raw_watch_chunks(cluster: FakeCluster, path: str) -> list[bytes]:
+    """The HTTP chunks of a watch response exactly as they arrive on the socket."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", cluster.port)
+    try:
+        writer.write(
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Connection: close\r\n\r\n".encode()
+        )
+        async with asyncio.timeout(10):
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200") and b"Transfer-Encoding: chunked" in head
+            chunks = []
+            while True:
+                size = int(await reader.readuntil(b"\r\n"), 16)
+                data = await reader.readexactly(size + 2)
+                assert data.endswith(b"\r\n")
+                if size == 0:
+                    return chunks
+                chunks.append(data[:-2])
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_watch_streams_are_chunked_as_the_api_server_chunks_them(
+    cluster: FakeCluster,
+) -> None:
+    # Go's net/http keeps 2 KiB before the chunked encoder: an event above that is one
+    # chunk; small events are packed into 2 KiB chunks, cut mid-line; a flush ends a chunk
+    start = cluster.resource_version
+    cluster.create_many("pods", (make_pod(f"big-{i}", size=3000) for i in range(5)))
+    cluster.create_many("configmaps", ({"metadata": {"name": f"c{i}"}} for i in range(40)))
+    query = f"?watch=true&resourceVersion={start}&timeoutSeconds=0.3"
+    pods = await raw_watch_chunks(cluster, "/api/v1/pods" + query)
+    assert len(pods) == 5
+    assert all(c.startswith(b'{"type":"ADDED"') and c.endswith(b"}\n") for c in pods)
+    assert all(len(c) > 2048 for c in pods)
+
+    small = await raw_watch_chunks(cluster, "/api/v1/configmaps" + query)
+    body = b"".join(small)
+    lines = body.splitlines()
+    assert len(lines) == 40 and all(orjson.loads(line)["type"] == "ADDED" for line in lines)
+    assert all(len(c) == 2048 for c in small[:-1]) and 0 < len(small[-1]) <= 2048
+    assert any(not c.endswith(b"\n") for c in small)  # lines cut across chunks
+
+
 async def test_client_going_away_closes_the_watch(
     cluster: FakeCluster, http: aiohttp.ClientSession
 ) -> None:

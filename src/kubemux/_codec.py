@@ -1,6 +1,6 @@
 """Decoding on the hot path: read as little JSON as the cache needs.
 
-An informer needs four strings from each object (namespace, name, resourceVersion, uid);
+An informer needs three strings from each object (namespace, name, resourceVersion);
 everything else is only needed when somebody reads the object. So each watch line is decoded
 with msgspec into the event type plus the object's *raw bytes* (``msgspec.Raw``), then only
 the object's metadata is decoded. The cache keeps those bytes (a ``bytes`` object is invisible
@@ -40,7 +40,6 @@ class Entry(msgspec.Struct, gc=False, frozen=True):
     namespace: str
     name: str
     resource_version: str
-    uid: str
     raw: bytes
 
     def decode(self) -> dict[str, Any]:
@@ -62,7 +61,6 @@ class _HeadMeta(msgspec.Struct, gc=False):
     name: str = ""
     namespace: str = ""
     resourceVersion: str = ""
-    uid: str = ""
     managedFields: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
 
 
@@ -182,16 +180,16 @@ def decode_block(
             end = stop
         etype = head.type
         prefix = _OBJECT_PREFIX.get(etype)
+        if prefix is None or not buf.startswith(prefix, pos):
+            pos, end = _non_blank_line(buf, pos, end, stop)  # the line the decoder saw
+            if prefix is None or not buf.startswith(prefix, pos):
+                append(("", buf[pos:end]))
+                pos = end + 1
+                continue
         meta = head.object.metadata
-        if (
-            prefix is None
-            or not buf.startswith(prefix, pos)
-            or buf[end - 1] != 125  # b"}"
-            or not meta.name
-            or not meta.resourceVersion
-        ):
-            line, pos = _next_line(buf, pos, stop)
-            append(("", line))
+        if buf[end - 1] != 125 or not meta.name or not meta.resourceVersion:  # 125: b"}"
+            append(("", buf[pos:end]))
+            pos = end + 1
             continue
         first, last = pos + len(prefix), end - 1
         mf = meta.managedFields
@@ -200,21 +198,20 @@ def decode_block(
             raw = decode_entry(buf[first:last]).raw if cut is None else cut
         else:
             raw = buf[first:last]
-        append((etype, Entry(meta.namespace, meta.name, meta.resourceVersion, meta.uid, raw)))
+        append((etype, Entry(meta.namespace, meta.name, meta.resourceVersion, raw)))
         pos = end + 1
     return out
 
 
-def _next_line(buf: bytes, pos: int, stop: int) -> tuple[bytes, int]:
-    """The next non-blank line from ``pos`` (blank lines are skipped, as the decoder does)."""
-    while True:
+def _non_blank_line(buf: bytes, pos: int, end: int, stop: int) -> tuple[int, int]:
+    """(start, end) of the first non-blank line from the line ``buf[pos:end]`` on (the
+    decoder skips blank lines; so must the positions)."""
+    while end < stop and not buf[pos:end].strip():
+        pos = end + 1
         end = buf.find(b"\n", pos, stop)
         if end < 0:
             end = stop
-        line = buf[pos:end]
-        pos = end + 1
-        if line.strip() or pos > stop:
-            return line, pos
+    return pos, end
 
 
 def _without_managed_fields(
@@ -278,7 +275,7 @@ def decode_entry(
             obj["metadata"].pop("managedFields", None)
             cut = orjson.dumps(obj)
         raw = cut
-    return Entry(meta.namespace, meta.name, meta.resourceVersion, meta.uid, raw)
+    return Entry(meta.namespace, meta.name, meta.resourceVersion, raw)
 
 
 def entry_from_object(obj: dict[str, Any]) -> Entry:
@@ -288,6 +285,5 @@ def entry_from_object(obj: dict[str, Any]) -> Entry:
         str(meta.get("namespace") or ""),
         str(meta.get("name") or ""),
         str(meta.get("resourceVersion") or ""),
-        str(meta.get("uid") or ""),
         orjson.dumps(obj),
     )

@@ -38,6 +38,7 @@ __all__ = ["ApiServer", "RecordedRequest"]
 StreamingList = bool | Literal["ignore"]
 
 _BATCH_BYTES = 256 * 1024
+_GO_BUFFER = 2048  # Go net/http: bufferBeforeChunkingSize
 _PREFIX = {
     ADDED: b'{"type":"ADDED","object":',
     MODIFIED: b'{"type":"MODIFIED","object":',
@@ -142,6 +143,69 @@ def _abort(request: web.BaseRequest) -> web.StreamResponse:
     if transport is not None:
         transport.abort()
     return web.Response(status=503)
+
+
+class _GoChunkedBody:
+    """A watch response body framed the way kube-apiserver's Go ``net/http`` frames it.
+
+    The API server writes each event with one ``Write`` and flushes only when no further
+    event is queued. Go's response writer keeps a 2 KiB buffer in front of the chunked
+    encoder (``bufferBeforeChunkingSize``): small events are packed into 2 KiB chunks, cut
+    anywhere (even mid-line); a write that does not fit an empty buffer goes out as one
+    chunk of its own, so an event above 2 KiB is one chunk. Clients therefore see about one
+    HTTP chunk per event, and lines split across chunks, as from a real cluster.
+
+    aiohttp frames each ``write()`` as one chunk and has no way to send a body already in
+    chunked framing except turning its own framing off on the request's writer, which is
+    what this does (a test reads the raw bytes to check the framing).
+    """
+
+    __slots__ = ("_buffer", "_buffered", "_out", "_response")
+
+    def __init__(self, request: web.BaseRequest, response: web.StreamResponse) -> None:
+        request.writer.chunked = False  # type: ignore[attr-defined]  # we frame it ourselves
+        self._response = response
+        self._buffer: list[bytes] = []  # Go's 2 KiB bufio.Writer
+        self._buffered = 0
+        self._out: list[bytes] = []  # framed bytes not yet handed to the transport
+
+    def write(self, data: bytes) -> None:
+        """One ``Write`` of the API server (one event line), as ``bufio.Writer.Write`` does it."""
+        while len(data) > _GO_BUFFER - self._buffered:
+            if not self._buffered:  # a large write into an empty buffer goes out directly
+                self._chunk(data)
+                return
+            room = _GO_BUFFER - self._buffered
+            self._buffer.append(data[:room])
+            self._buffered = _GO_BUFFER
+            self.flush()
+            data = data[room:]
+        if data:
+            self._buffer.append(data)
+            self._buffered += len(data)
+
+    def flush(self) -> None:
+        """``Flush``: what is buffered becomes one chunk."""
+        if self._buffered:
+            self._chunk(b"".join(self._buffer))
+            self._buffer.clear()
+            self._buffered = 0
+
+    def _chunk(self, data: bytes) -> None:
+        self._out += (b"%x\r\n" % len(data), data, b"\r\n")
+
+    async def send(self) -> None:
+        """Hand the framed chunks to the transport (with aiohttp's flow control)."""
+        if self._out:
+            data = b"".join(self._out)
+            self._out.clear()
+            await self._response.write(data)
+
+    async def end(self) -> None:
+        """Flush, send, and end the body with the last, empty chunk."""
+        self.flush()
+        await self.send()
+        await self._response.write_eof(b"0\r\n\r\n")
 
 
 def _bearer(header: str | None) -> str | None:
@@ -546,7 +610,8 @@ class ApiServer:
         response.enable_chunked_encoding()
         try:
             await response.prepare(request)
-            await self._pump(request, response, watch, bookmarks, timeout)
+            body = _GoChunkedBody(request, response)
+            await self._pump(request, body, watch, bookmarks, timeout)
         except ConnectionError:
             pass  # the client went away; aiohttp closes the connection
         finally:
@@ -558,7 +623,7 @@ class ApiServer:
     async def _pump(
         self,
         request: web.BaseRequest,
-        response: web.StreamResponse,
+        body: _GoChunkedBody,
         watch: Watch,
         bookmarks: bool,
         lifetime: float,
@@ -578,23 +643,26 @@ class ApiServer:
                 await watch.wake.wait()
                 continue
             if watch.queue:
-                data = self._drain(watch)
-                if data:
-                    await response.write(data)
+                self._drain(watch, body)
+                if not watch.queue:
+                    body.flush()  # as the API server does when no event is left queued
+                await body.send()
                 if watch.queue:
                     await asyncio.sleep(0)  # let object operations and other streams run
                 continue
             if watch.expired is not None:
                 error = {"type": "ERROR", "object": status_body(410, "Expired", watch.expired)}
-                await response.write(orjson.dumps(error) + b"\n")
-                await response.write_eof()
+                body.write(orjson.dumps(error) + b"\n")
+                await body.end()
                 return
             now = loop.time()
             if now >= deadline:
-                await response.write_eof()
+                await body.end()
                 return
             if now >= next_bookmark:
-                await response.write(self._bookmark(watch.state, self.store.rv, end=False))
+                body.write(self._bookmark(watch.state, self.store.rv, end=False))
+                body.flush()
+                await body.send()
                 next_bookmark = now + period
                 continue
             delay = min(deadline, next_bookmark) - now
@@ -602,21 +670,21 @@ class ApiServer:
                 async with asyncio.timeout(None if math.isinf(delay) else delay):
                     await watch.wake.wait()
 
-    def _drain(self, watch: Watch) -> bytes:
-        """Encode queued events into one chunk (bounded in size)."""
-        parts: list[bytes] = []
+    def _drain(self, watch: Watch, body: _GoChunkedBody) -> None:
+        """Write queued events into the body, one write per event (bounded in size)."""
         size = 0
         queue = watch.queue
         selector = watch.selector
         check = not selector.is_everything
+        write = body.write
         while queue and size < _BATCH_BYTES:
             event = queue.popleft()
             kind = event.type
             if kind == INITIAL_END:
-                parts.append(self._bookmark(watch.state, event.rv, end=True))
+                write(self._bookmark(watch.state, event.rv, end=True))
                 continue
             if kind == RAW_LINE:
-                parts.append(event.cur.raw + b"\n")
+                write(event.cur.raw + b"\n")
                 size += len(event.cur.raw)
                 continue
             if check:
@@ -625,11 +693,8 @@ class ApiServer:
                     continue
                 kind = seen
             raw = event.cur.raw
-            parts.append(_PREFIX[kind])
-            parts.append(raw)
-            parts.append(b"}\n")
+            write(b"".join((_PREFIX[kind], raw, b"}\n")))
             size += len(raw)
-        return b"".join(parts)
 
     @staticmethod
     def _bookmark(state: ResourceState, rv: int, *, end: bool) -> bytes:

@@ -1,0 +1,139 @@
+"""The hot-path decoder: a block of watch lines in, cache entries (or lines to look at) out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from kubemux._client import split_block
+from kubemux._codec import Entry, decode_block
+from kubemux.testing import make_pod
+
+
+def line(kind: str, obj: dict[str, Any]) -> bytes:
+    return orjson.dumps({"type": kind, "object": obj})
+
+
+def pod(name: str, rv: str = "7", **extra: Any) -> dict[str, Any]:
+    obj = make_pod(name, size=600)
+    obj["metadata"]["resourceVersion"] = rv
+    obj["metadata"].update(extra)
+    return obj
+
+
+def block(*lines: bytes, end: bytes = b"\n") -> tuple[bytes, int, int]:
+    buf = b"junk before" + b"\n".join(lines) + end + b"junk after"
+    return buf, len(b"junk before"), len(buf) - len(b"junk after")
+
+
+def without_mf(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
+    return {**obj, "metadata": meta}
+
+
+def entry_of(item: tuple[str, Entry | bytes]) -> Entry:
+    assert isinstance(item[1], Entry), item
+    return item[1]
+
+
+def test_canonical_lines_become_entries_with_managed_fields_cut_from_the_bytes() -> None:
+    a, b = pod("a", "10"), pod("b", "11")
+    assert a["metadata"]["managedFields"]
+    items = decode_block(*block(line("ADDED", a), line("MODIFIED", b), line("DELETED", a)), True)
+    assert [kind for kind, _ in items] == ["ADDED", "MODIFIED", "DELETED"]
+    first = entry_of(items[0])
+    assert (first.namespace, first.name, first.resource_version) == ("default", "a", "10")
+    assert orjson.loads(first.raw) == without_mf(a)  # exactly the object, one member less
+    assert orjson.loads(entry_of(items[1]).raw) == without_mf(b)
+
+
+def test_managed_fields_kept_when_asked() -> None:
+    a = pod("a")
+    (item,) = decode_block(*block(line("ADDED", a)), False)
+    assert orjson.loads(entry_of(item).raw) == a
+
+
+def test_other_lines_are_handed_back_in_order() -> None:
+    a, b = pod("a"), pod("b")
+    bookmark = line("BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": "12"}})
+    error = line("ERROR", {"kind": "Status", "code": 410, "metadata": {}})
+    reordered = orjson.dumps({"object": b, "type": "ADDED"})
+    spaced = b'{"type": "ADDED", "object": ' + orjson.dumps(b) + b"}"
+    nameless = line("ADDED", {"metadata": {"resourceVersion": "3"}})
+    crlf = line("ADDED", b) + b"\r"
+    items = decode_block(
+        *block(line("ADDED", a), bookmark, error, reordered, spaced, nameless, crlf), True
+    )
+    assert [kind for kind, _ in items] == ["ADDED", "", "", "", "", "", ""]
+    assert [raw for _, raw in items[1:]] == [bookmark, error, reordered, spaced, nameless, crlf]
+
+
+def test_blank_lines_do_not_shift_the_objects() -> None:
+    a, b, c = pod("a"), pod("b"), pod("c")
+    lines = [b"", line("ADDED", a), b"  ", b"", line("ADDED", b), b"\r", b"\t", line("ADDED", c)]
+    items = decode_block(*block(*lines), True)
+    assert [entry_of(i).name for i in items] == ["a", "b", "c"]
+    assert [orjson.loads(entry_of(i).raw) for i in items] == [without_mf(o) for o in (a, b, c)]
+    # blank lines among lines that go the general way are skipped just the same
+    odd = orjson.dumps({"object": b, "type": "ADDED"})
+    items = decode_block(*block(b" ", odd, b"", line("ADDED", c)), True)
+    assert items[0] == ("", odd) and entry_of(items[1]).name == "c"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"not json at all",
+        b'{"type":"ADDED","object":{"metadata":',
+        b'{"type":"ADDED","object":{"metadata":{"name":"x","resourceVersion":"1"}},"extra":1}',
+        b'{"type":5,"object":{}}',
+        b'{"type":"ADDED","object":[]}',
+    ],
+)
+def test_a_line_the_decoder_refuses_sends_the_whole_block_the_general_way(bad: bytes) -> None:
+    a = pod("a")
+    items = decode_block(*block(line("ADDED", a), bad, b"", line("ADDED", a)), True)
+    assert items == [("", line("ADDED", a)), ("", bad), ("", line("ADDED", a))]
+
+
+def test_a_label_named_managed_fields_is_not_what_gets_cut() -> None:
+    a = pod("a")
+    meta = {k: v for k, v in a["metadata"].items() if k != "labels"}
+    a["metadata"] = {"labels": {"managedFields": "x"}, **meta}  # before the real member
+    (item,) = decode_block(*block(line("ADDED", a)), True)
+    assert orjson.loads(entry_of(item).raw) == without_mf(a)
+    assert orjson.loads(entry_of(item).raw)["metadata"]["labels"] == {"managedFields": "x"}
+
+
+def test_managed_fields_in_unusual_spacing_still_dropped() -> None:
+    a = pod("a")
+    spaced = orjson.dumps(a, option=orjson.OPT_INDENT_2).replace(b"\n", b"")
+    raw = b'{"type":"ADDED","object":' + spaced + b"}"
+    (item,) = decode_block(*block(raw), True)
+    assert orjson.loads(entry_of(item).raw) == without_mf(a)
+
+
+def test_managed_fields_first_last_or_only() -> None:
+    mf = [{"manager": "kubectl", "operation": "Update"}]
+    for meta in (
+        {"managedFields": mf, "name": "a", "resourceVersion": "1"},
+        {"name": "a", "resourceVersion": "1", "managedFields": mf},
+    ):
+        obj = {"metadata": meta, "spec": {}}
+        (item,) = decode_block(*block(line("ADDED", obj)), True)
+        assert orjson.loads(entry_of(item).raw) == {
+            "metadata": {"name": "a", "resourceVersion": "1"},
+            "spec": {},
+        }
+
+
+def test_a_last_line_without_newline() -> None:
+    a = pod("a")
+    (item,) = decode_block(*block(line("ADDED", a), end=b""), True)
+    assert orjson.loads(entry_of(item).raw) == without_mf(a)
+
+
+def test_split_block_gives_the_non_blank_lines() -> None:
+    assert split_block(block(b"a", b"", b" ", b"b")) == [b"a", b"b"]
