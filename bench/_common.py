@@ -12,10 +12,10 @@ HERE = Path(__file__).resolve().parent
 
 
 @contextlib.contextmanager
-def server(n: int, size: int = 2000) -> Iterator[tuple[str, str, str]]:
+def server(n: int, size: int = 2000, chunk_buffer: int = 2048) -> Iterator[tuple[str, str, str]]:
     """Run bench/_server.py; yields (server URL, rv before the pods, rv after them)."""
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "_server.py"), str(n), str(size)],
+        [sys.executable, str(HERE / "_server.py"), str(n), str(size), str(chunk_buffer)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

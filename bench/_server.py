@@ -1,6 +1,7 @@
 """A FakeCluster in its own process, so benchmarks measure the client and not the server.
 
-Usage: ``python bench/_server.py N SIZE``: creates N pods of about SIZE bytes, prints
+Usage: ``python bench/_server.py N SIZE [CHUNK_BUFFER]``: creates N pods of about SIZE bytes
+(watch streams framed with FakeCluster's ``chunk_buffer``, Go's 2048 by default), prints
 ``READY <server> <rv_before> <rv_after>`` on stdout, and serves until stdin closes.
 """
 
@@ -13,8 +14,10 @@ import anyio
 from kubemux.testing import FakeCluster, make_pod
 
 
-async def main(n: int, size: int) -> None:
-    async with FakeCluster(history_limit=n + 10, bookmark_period=3600) as cluster:
+async def main(n: int, size: int, chunk_buffer: int) -> None:
+    async with FakeCluster(
+        history_limit=n + 10, bookmark_period=3600, chunk_buffer=chunk_buffer
+    ) as cluster:
         before = cluster.resource_version
         batch = 5000
         for start in range(0, n, batch):
@@ -29,4 +32,4 @@ async def main(n: int, size: int) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, int(sys.argv[1]), int(sys.argv[2]))
+    anyio.run(main, int(sys.argv[1]), int(sys.argv[2]), int((sys.argv[3:] or ["2048"])[0]))

@@ -603,6 +603,17 @@ async def test_watch_streams_are_chunked_as_the_api_server_chunks_them(
     assert any(not c.endswith(b"\n") for c in small)  # lines cut across chunks
 
 
+async def test_a_larger_chunk_buffer_packs_events_into_fewer_chunks() -> None:
+    async with FakeCluster(chunk_buffer=64 * 1024) as cluster:
+        start = cluster.resource_version
+        cluster.create_many("pods", (make_pod(f"p-{i}", size=3000) for i in range(50)))
+        query = f"?watch=true&resourceVersion={start}&timeoutSeconds=0.3"
+        chunks = await raw_watch_chunks(cluster, "/api/v1/pods" + query)
+        assert len(chunks) < 5 and len(b"".join(chunks).splitlines()) == 50
+    with pytest.raises(ValueError, match="chunk_buffer"):
+        FakeCluster(chunk_buffer=0)
+
+
 async def test_client_going_away_closes_the_watch(
     cluster: FakeCluster, http: aiohttp.ClientSession
 ) -> None:

@@ -12,7 +12,9 @@ Faithful to kube-apiserver:
 * LIST with ``limit``/``continue`` at a consistent snapshot, ``resourceVersion`` +
   ``resourceVersionMatch`` (``Exact``/``NotOlderThan``), 410 ``Expired`` for compacted
   continue tokens (with the "inconsistent continue" token in the Status metadata);
-* WATCH as a chunked JSON stream, one event per line; resume from a resourceVersion,
+* WATCH as a chunked JSON stream, one event per line, framed as Go's ``net/http`` frames
+  it (a 2 KiB buffer before chunking: an event above 2 KiB is one HTTP chunk, smaller
+  ones are packed into 2 KiB chunks and cut mid-line); resume from a resourceVersion,
   in-stream ``ERROR`` 410 "too old resource version" (or HTTP 410 with
   ``expired_as_http=True``); ``allowWatchBookmarks`` (every ``bookmark_period`` s);
   ``timeoutSeconds`` ends the stream cleanly; label and field selectors, where an object
@@ -116,6 +118,9 @@ class FakeCluster:
             the parameters like a server older than Kubernetes 1.27.
         expired_as_http: Answer a watch from an expired resourceVersion with HTTP 410
             instead of an in-stream ERROR event.
+        chunk_buffer: Bytes a watch response buffers before it sends an HTTP chunk. The
+            default is Go's (2048), which is what kube-apiserver clients see; a large value
+            sends big chunks, cheaper to read than any real cluster's stream.
         name: A label for ``repr`` and logs.
     """
 
@@ -129,6 +134,7 @@ class FakeCluster:
         bookmark_period: float = 1.0,
         streaming_list: StreamingList = True,
         expired_as_http: bool = False,
+        chunk_buffer: int = 2048,
         name: str = "fake",
     ) -> None:
         self.name = name
@@ -140,6 +146,7 @@ class FakeCluster:
             bookmark_period=bookmark_period,
             streaming_list=streaming_list,
             expired_as_http=expired_as_http,
+            chunk_buffer=chunk_buffer,
         )
         self._runner: web.ServerRunner | None = None
         self._server: _TrackingServer | None = None

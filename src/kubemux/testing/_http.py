@@ -38,7 +38,6 @@ __all__ = ["ApiServer", "RecordedRequest"]
 StreamingList = bool | Literal["ignore"]
 
 _BATCH_BYTES = 256 * 1024
-_GO_BUFFER = 2048  # Go net/http: bufferBeforeChunkingSize
 _PREFIX = {
     ADDED: b'{"type":"ADDED","object":',
     MODIFIED: b'{"type":"MODIFIED","object":',
@@ -160,24 +159,28 @@ class _GoChunkedBody:
     what this does (a test reads the raw bytes to check the framing).
     """
 
-    __slots__ = ("_buffer", "_buffered", "_out", "_response")
+    __slots__ = ("_buffer", "_buffered", "_out", "_response", "_size")
 
-    def __init__(self, request: web.BaseRequest, response: web.StreamResponse) -> None:
+    def __init__(
+        self, request: web.BaseRequest, response: web.StreamResponse, size: int = 2048
+    ) -> None:
         request.writer.chunked = False  # type: ignore[attr-defined]  # we frame it ourselves
         self._response = response
+        self._size = size
         self._buffer: list[bytes] = []  # Go's 2 KiB bufio.Writer
         self._buffered = 0
         self._out: list[bytes] = []  # framed bytes not yet handed to the transport
 
     def write(self, data: bytes) -> None:
         """One ``Write`` of the API server (one event line), as ``bufio.Writer.Write`` does it."""
-        while len(data) > _GO_BUFFER - self._buffered:
+        size = self._size
+        while len(data) > size - self._buffered:
             if not self._buffered:  # a large write into an empty buffer goes out directly
                 self._chunk(data)
                 return
-            room = _GO_BUFFER - self._buffered
+            room = size - self._buffered
             self._buffer.append(data[:room])
-            self._buffered = _GO_BUFFER
+            self._buffered = size
             self.flush()
             data = data[room:]
         if data:
@@ -249,8 +252,12 @@ class ApiServer:
         bookmark_period: float,
         streaming_list: StreamingList,
         expired_as_http: bool,
+        chunk_buffer: int = 2048,
     ) -> None:
+        if chunk_buffer < 1:
+            raise ValueError(f"chunk_buffer must be positive, not {chunk_buffer}")
         self.store = store
+        self.chunk_buffer = chunk_buffer
         self.auth_required = tokens is not None
         self.tokens: set[str] = tokens if tokens is not None else set()
         self.bookmark_period = bookmark_period
@@ -610,7 +617,7 @@ class ApiServer:
         response.enable_chunked_encoding()
         try:
             await response.prepare(request)
-            body = _GoChunkedBody(request, response)
+            body = _GoChunkedBody(request, response, self.chunk_buffer)
             await self._pump(request, body, watch, bookmarks, timeout)
         except ConnectionError:
             pass  # the client went away; aiohttp closes the connection
