@@ -123,7 +123,10 @@ class ContextEntry:
         "final_change",
         "generation",
         "key",
+        "last_used",
+        "reads_seen",
         "ready",
+        "reaped",
         "scope",
         "slots",
         "state",
@@ -146,6 +149,9 @@ class ContextEntry:
         self.failure: Failure | None = None  # the client could not be built
         self.stop_reason = ""
         self.final_change: str | None = "REMOVED"
+        self.last_used = time.monotonic()  # idle reaping: last registry call or store read
+        self.reads_seen = 0  # the stores' read counters at the last look
+        self.reaped = False  # stopped for being idle: a later watch() starts it again
 
     def __repr__(self) -> str:
         return (

@@ -346,6 +346,14 @@ class Fanout:
             if sub.wants(change.context, change.resource, namespace):
                 sub._offer(change)
 
+    def named_contexts(self) -> set[str]:
+        """The contexts that open subscriptions name explicitly (``contexts=[...]``)."""
+        named: set[str] = set()
+        for sub in self._subs.values():
+            if sub.contexts is not None:
+                named.update(sub.contexts)
+        return named
+
     def _discard(self, sub: Subscription) -> None:
         self._subs.pop(id(sub), None)
 

@@ -73,6 +73,14 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         event_cap: Keep at most this many events per object in the event index.
         event_max_age: Drop events older than this many seconds from the event index
             (for clusters whose event expiry lags).
+        idle_timeout: Stop a context's watchers (closing its session and dropping its
+            caches) once it has gone this many seconds unused; None (the default) never
+            does. A context is in use while its stores are read, a registry call names it
+            (``watch``, ``store``, ``event_index``, ``events_for``) or an open subscription
+            names it in ``contexts``; contexts that ``autowatch`` started are never stopped
+            for idleness. Subscribers see a ``REMOVED`` change; the next ``watch()`` starts
+            the context again. Hold the registry, not a store: a store of a stopped context
+            is empty.
     """
 
     def __init__(
@@ -88,7 +96,10 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         event_cap: int | None = None,
         event_max_age: float | None = None,
         transforms: Mapping[str, Transform | None] | None = None,
+        idle_timeout: float | None = None,
     ) -> None:
+        if idle_timeout is not None and not idle_timeout > 0:
+            raise ValueError(f"idle_timeout must be positive or None, not {idle_timeout!r}")
         if not isinstance(source, KubeconfigSource):
             source = KubeconfigSource.static(source)
         self._source = source
@@ -101,6 +112,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         self._transforms = {parse_resource(k).name: v for k, v in (transforms or {}).items()}
         self._event_cap = event_cap
         self._event_max_age = event_max_age
+        self._idle_timeout = idle_timeout
         self._entries: dict[str, ContextEntry] = {}
         self._failures: dict[str, Failure] = {}  # context -> failed client build
         # context -> informer -> failed first LIST; kept here, not on the entry, so that an
@@ -146,6 +158,8 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                 self._tg = tg
                 self._state = "open"
                 tg.start_soon(self._follow, source, name="kubemux kubeconfig follower")
+                if self._idle_timeout is not None:
+                    tg.start_soon(self._reap_forever, self._idle_timeout, name="kubemux reaper")
                 for name in self._source.contexts:
                     self._autostart(name, ())
                 try:
@@ -331,6 +345,39 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             stuck = [e.key for e in entries if not e.done.is_set()]
             log.error("contexts %s did not stop within %.1fs", stuck, self._stop_timeout)
 
+    async def _reap_forever(self, idle_timeout: float) -> None:
+        """Stop contexts unused for ``idle_timeout`` seconds (looks every quarter of it)."""
+        while True:
+            await anyio.sleep(idle_timeout / 4)
+            try:
+                idle = self._idle_entries(time.monotonic())
+                if idle:
+                    for entry in idle:
+                        entry.reaped = True
+                    keys = [e.key for e in idle]
+                    log.info("stopping contexts unused for %gs: %s", idle_timeout, keys)
+                    await self._stop_entries(idle, f"unused for {idle_timeout:g}s", "REMOVED")
+            except Exception:  # never lose the reaper (nor the registry) to one bad round
+                log.exception("idle reaping failed")
+
+    def _idle_entries(self, now: float) -> list[ContextEntry]:
+        """Running entries nobody used for ``idle_timeout`` (see the constructor)."""
+        assert self._idle_timeout is not None
+        named = self._fanout.named_contexts()
+        idle = []
+        for entry in self._entries.values():
+            slots = entry.slots.values()
+            if entry.state != "running" or any(s.persistent for s in slots):
+                continue
+            reads = sum(s.store._reads for s in slots)
+            busy = entry.key in named or not all(s.ready.is_set() for s in slots)
+            if busy or reads != entry.reads_seen:
+                entry.reads_seen = reads
+                entry.last_used = now
+            elif now - entry.last_used >= self._idle_timeout:
+                idle.append(entry)
+        return idle
+
     async def stop_watcher(self, context: str) -> bool:
         """Stop every watcher of ``context``; idempotent.
 
@@ -368,9 +415,9 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             if entry.state in ("stopping", "stopped"):
                 with anyio.move_on_after(self._stop_timeout):
                     await entry.done.wait()
-                if entry.final_change not in ("RESET", None):  # not a reload or idle stop
+                if entry.final_change not in ("RESET", None) and not entry.reaped:
                     raise ContextRemoved(context, entry.stop_reason or "stopped")
-                continue
+                continue  # reloaded, or stopped for being idle: start it again
             await entry.ready.wait()
             if entry.failure is not None:
                 entry.failure.reraise()
@@ -500,12 +547,13 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             if failure is not None and failure.pending and key not in self._live_slots(context):
                 failure.reraise()  # inside the backoff window: no request
             entry = await self._ensure_entry(context)
+            entry.last_used = time.monotonic()
             slot = entry.slots.get(key)
             if slot is None:
                 slot = self._start_slot(entry, key, res, persistent=False)
             await slot.ready.wait()
             if entry.state != "running":
-                if entry.final_change not in ("RESET", None):
+                if entry.final_change not in ("RESET", None) and not entry.reaped:
                     raise ContextRemoved(context, entry.stop_reason or "stopped")
                 # reloaded (a new generation takes over) or closing as idle after a failed
                 # start: let this generation finish (no session outlives the call), then go
@@ -519,6 +567,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                 slot.failure.reraise()
             for name, fn in (indexers or {}).items():
                 slot.store.add_indexer(name, fn)
+            entry.last_used = time.monotonic()
             return slot.store
 
     async def event_index(self, context: str) -> EventIndex:
@@ -577,6 +626,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         slot = entry.slots.get(InformerKey(res.name, namespace if res.namespaced else None))
         if slot is None or not slot.store.has_synced:
             return None
+        entry.last_used = time.monotonic()
         return slot.store
 
     def subscribe(

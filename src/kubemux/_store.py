@@ -99,6 +99,7 @@ class Store:
         "_items",
         "_keyvals",
         "_peak",
+        "_reads",
         "_synced",
         "_transform",
         "_type_prefix",
@@ -124,6 +125,7 @@ class Store:
         self._by_index: dict[str, dict[str, set[Key]]] = {n: {} for n in self._indexers}
         self._keyvals: dict[Key, tuple[tuple[str, ...], ...]] = {}
         self._synced = False
+        self._reads = 0  # bumped by reads: how the registry tells a store in use (idle reaping)
         self._type_prefix = (
             b'"kind":'
             + orjson.dumps(resource.kind)
@@ -149,20 +151,24 @@ class Store:
 
         Use ``None`` or ``""`` as namespace for cluster-scoped objects. Costs one JSON decode.
         """
+        self._reads += 1
         entry = self._get(namespace, name)
         return None if entry is None else entry.decode()
 
     def get_raw(self, namespace: str | None, name: str) -> bytes | None:
         """The object's JSON bytes, or ``None``. Costs nothing."""
+        self._reads += 1
         entry = self._get(namespace, name)
         return None if entry is None else entry.raw
 
     def list(self, namespace: str | None = None) -> builtins.list[dict[str, Any]]:
         """All objects, or those of one namespace, sorted by (namespace, name)."""
+        self._reads += 1
         return [e.decode() for e in self._entries(namespace)]
 
     def list_raw(self, namespace: str | None = None) -> builtins.list[bytes]:
         """Like :meth:`list`, as JSON bytes."""
+        self._reads += 1
         return [e.raw for e in self._entries(namespace)]
 
     def _entries(self, namespace: str | None) -> builtins.list[Entry]:
@@ -178,10 +184,12 @@ class Store:
 
     def keys(self) -> builtins.list[Key]:
         """Every (namespace, name) key, sorted."""
+        self._reads += 1
         return [(ns, name) for ns in sorted(self._items) for name in sorted(self._items[ns])]
 
     def namespaces(self) -> builtins.list[str]:
         """Namespaces that currently hold at least one object."""
+        self._reads += 1
         return sorted(self._items)
 
     def by_index(self, index: str, value: str) -> builtins.list[dict[str, Any]]:
@@ -190,6 +198,7 @@ class Store:
         Raises:
             KeyError: no indexer of that name.
         """
+        self._reads += 1
         keys = self._by_index[index].get(value, ())
         return [e.decode() for k in sorted(keys) if (e := self._get(*k)) is not None]
 
@@ -214,6 +223,7 @@ class Store:
 
     def index_values(self, index: str) -> builtins.list[str]:
         """The values an indexer currently holds."""
+        self._reads += 1
         return sorted(self._by_index[index])
 
     def __len__(self) -> int:
@@ -222,6 +232,7 @@ class Store:
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, tuple) or len(key) != 2:
             return False
+        self._reads += 1
         bucket = self._items.get(key[0])
         return bucket is not None and key[1] in bucket
 
