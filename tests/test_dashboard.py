@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import ModuleType
@@ -279,6 +280,31 @@ async def test_api_contexts_and_lists(
         missing = await client.get("/api/contexts/prod/pods/default/nope")
         assert missing.status_code == 404
         assert missing.json()["error"] == "pods default/nope not found in context 'prod'"
+
+
+async def test_api_context_names_with_slashes_and_percents(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, b = clusters
+    eks = "arn:aws:eks:us-west-2:123456789012:cluster/prod"  # how EKS names contexts
+    odd = "team a/%2F 100%"
+    path = write_kubeconfig(tmp_path / "config", {eks: a, odd: b})
+    async with api_client(path) as client:
+        for name, pods in ((eks, ["web-1", "web-2"]), (odd, ["db-1"])):
+            quoted = urllib.parse.quote(name, safe="")
+            with anyio.fail_after(TIMEOUT):
+                listed = await client.get(f"/api/contexts/{quoted}/pods")
+            assert listed.status_code == 200, listed.text
+            assert listed.json()["context"] == name
+            assert sorted(o["metadata"]["name"] for o in listed.json()["items"]) == pods
+        quoted = urllib.parse.quote(eks, safe="")
+        one = await client.get(f"/api/contexts/{quoted}/pods/default/web-1")
+        assert one.status_code == 200 and one.json()["metadata"]["name"] == "web-1"
+        with anyio.fail_after(TIMEOUT):
+            events = await client.get(f"/api/contexts/{quoted}/events/Pod/default/web-1")
+        assert events.status_code == 200 and events.json()["context"] == eks
+        unknown = await client.get("/api/contexts/" + urllib.parse.quote("a/b", safe="") + "/pods")
+        assert unknown.json()["error"] == "context 'a/b' not found in the kubeconfig"
 
 
 async def test_api_errors_are_json(

@@ -34,6 +34,8 @@ import contextlib
 import functools
 import logging
 import math
+import re
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -294,7 +296,34 @@ class _Guard:
                 message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
             await send(message)
 
+        raw = scope.get("raw_path")
+        if raw and b"%2" in raw:  # an escaped "/" or "%" in a path segment: keep them escaped
+            scope = {**scope, "path": _decode_keeping_slashes(raw)}
         await self.app(scope, receive, send_with_headers)
+
+
+_KEPT_ESCAPES = re.compile(rb"%2[fF5]")
+
+
+def _decode_keeping_slashes(raw_path: bytes) -> str:
+    """The request path decoded, except ``%2F`` and ``%25``.
+
+    Context names often hold a "/" (EKS names its contexts by ARN: ``...:cluster/prod``). The
+    server decodes the path before routing, so an escaped "/" would split a segment; keeping
+    it (and "%", to stay unambiguous) escaped lets the router match segments, and the API
+    handlers decode their parameters once more (:func:`_param`).
+    """
+    pieces = _KEPT_ESCAPES.split(raw_path)
+    kept = _KEPT_ESCAPES.findall(raw_path)
+    out = [urllib.parse.unquote_to_bytes(pieces[0])]
+    for escape, piece in zip(kept, pieces[1:], strict=True):
+        out += (escape.upper(), urllib.parse.unquote_to_bytes(piece))
+    return b"".join(out).decode("utf-8", "replace")
+
+
+def _param(request: Request, name: str) -> str:
+    """A path parameter of the JSON API, decoded (see :func:`_decode_keeping_slashes`)."""
+    return urllib.parse.unquote(request.path_params[name])
 
 
 def _host(header: str) -> str:
@@ -346,8 +375,8 @@ async def _api_contexts(request: Request) -> Response:
 
 async def _api_list(request: Request) -> Response:
     dashboard = _dashboard(request)
-    context = request.path_params["context"]
-    resource = _resource(request.path_params["resource"])
+    context = _param(request, "context")
+    resource = _resource(_param(request, "resource"))
     namespace = request.query_params.get("namespace") or None
     store = await dashboard.ready_store(context, resource)
     raws = store.list_raw(namespace if resource.namespaced else None)
@@ -367,10 +396,10 @@ async def _api_list(request: Request) -> Response:
 
 async def _api_object(request: Request) -> Response:
     dashboard = _dashboard(request)
-    context = request.path_params["context"]
-    resource = _resource(request.path_params["resource"])
-    namespace = _namespace(request.path_params["namespace"])
-    name = request.path_params["name"]
+    context = _param(request, "context")
+    resource = _resource(_param(request, "resource"))
+    namespace = _namespace(_param(request, "namespace"))
+    name = _param(request, "name")
     store = await dashboard.ready_store(context, resource)
     obj = store.get(namespace if resource.namespaced else "", name)
     if obj is None:
@@ -382,12 +411,12 @@ async def _api_object(request: Request) -> Response:
 async def _api_events(request: Request) -> Response:
     dashboard = _dashboard(request)
     registry = dashboard.registry
-    context = request.path_params["context"]
-    kind = request.path_params["kind"]
+    context = _param(request, "context")
+    kind = _param(request, "kind")
     if kind[:1].islower():  # "pods" -> "Pod"
         kind = _resource(kind).kind or kind
-    namespace = _namespace(request.path_params["namespace"])
-    name = request.path_params["name"]
+    namespace = _namespace(_param(request, "namespace"))
+    name = _param(request, "name")
     with anyio.move_on_after(dashboard.sync_timeout):
         try:
             events = await registry.events_for(context, kind, namespace or None, name)
