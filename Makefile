@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/event_churn.py
 	$(BIN)/python bench/context_churn.py
 	$(BIN)/python bench/scale_contexts.py
+	$(BIN)/python bench/soak_informer.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

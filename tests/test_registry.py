@@ -80,6 +80,23 @@ async def test_watch_returns_synced_store_and_follows_changes(
         assert b.requests == [] or all(r.path.startswith("/version") for r in b.requests)
 
 
+async def test_selected_informers_are_separate_stores(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, _ = two_clusters
+    a.create("pods", make_pod("front-1", labels={"tier": "front"}))
+    path = _kubeconfig(tmp_path, {"a": a})
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+        with anyio.fail_after(TIMEOUT):
+            every = await registry.watch("a", "pods")
+            front = await registry.watch("a", "pods", label_selector="tier=front")
+        assert _names(front) == {"front-1"} and len(every) == 4
+        assert registry.store("a", "pods") is every
+        assert registry.store("a", "pods", label_selector="tier=front") is front
+        assert registry.store("a", "pods", label_selector="tier=back") is None
+        assert registry.store("a", "pods", field_selector="spec.nodeName=n") is None
+
+
 async def test_single_flight_start(
     tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
 ) -> None:

@@ -616,14 +616,29 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         return index.events_for(kind, namespace, name)
 
     def store(
-        self, context: str, resource: ResourceSpec, namespace: str | None = None
+        self,
+        context: str,
+        resource: ResourceSpec,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> Store | None:
-        """The synced store of a running informer, or None (never starts anything)."""
+        """The synced store of a running informer, or None (never starts anything).
+
+        The arguments name the informer as :meth:`watch` does.
+        """
         entry = self._entries.get(context)
         if entry is None or entry.state != "running":
             return None
         res = parse_resource(resource)
-        slot = entry.slots.get(InformerKey(res.name, namespace if res.namespaced else None))
+        key = InformerKey(
+            res.name,
+            namespace if res.namespaced else None,
+            label_selector or None,
+            field_selector or None,
+        )
+        slot = entry.slots.get(key)
         if slot is None or not slot.store.has_synced:
             return None
         entry.last_used = time.monotonic()
