@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -342,3 +343,32 @@ async def test_skipped_lines_do_not_log_object_data(
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "malformed watch line" in logged
     assert secret.decode() not in logged
+
+
+@pytest.mark.parametrize("settings", [FAST, STREAMING], ids=["list", "streaming-list"])
+async def test_transforms_apply_to_lists_and_watch_events(
+    tmp_path: Path, cluster: FakeCluster, settings: WatchSettings
+) -> None:
+    def strip_status(obj: dict[str, Any]) -> dict[str, Any]:
+        obj.pop("status", None)
+        obj["metadata"].pop("managedFields", None)
+        return obj
+
+    cluster.create("configmaps", {"metadata": {"name": "cm", "managedFields": [{"manager": "k"}]}})
+    path = write_kubeconfig(tmp_path / "config", {"c": cluster})
+    async with WatcherRegistry.from_kubeconfig(
+        str(path), settings=settings, transform=None, transforms={"pods": strip_status}
+    ) as registry:
+        with anyio.fail_after(TIMEOUT):
+            pods = await registry.watch("c", "pods")
+            maps = await registry.watch("c", "configmaps")
+        async with registry.subscribe("pods", ["c"], snapshot=False) as changes:
+            cluster.create("pods", make_pod("late"))
+            with anyio.fail_after(TIMEOUT):
+                change = await changes.__anext__()
+        assert change.name == "late" and "status" not in change.object
+        assert len(pods) == 11
+        assert all("status" not in o and "managedFields" not in o["metadata"] for o in pods.list())
+        assert all(o["spec"]["containers"] for o in pods.list())  # the rest is intact
+        cm = maps.get("default", "cm")
+        assert cm is not None and cm["metadata"]["managedFields"] == [{"manager": "k"}]
