@@ -423,6 +423,35 @@ async def test_failed_watch_leaves_no_idle_entry(tmp_path: Path) -> None:
         assert open_sessions() == []
 
 
+async def test_failure_records_keep_no_entry_session_or_caller_frame(tmp_path: Path) -> None:
+    contexts = {f"down-{i}": FakeContext(cluster="http://127.0.0.1:1") for i in range(5)}
+    path = write_kubeconfig(tmp_path / "config", contexts)
+    markers: list[weakref.ref[object]] = []
+    causes: list[str] = []
+
+    class Marker:
+        pass
+
+    async def call(registry: WatcherRegistry, name: str) -> None:
+        marker = Marker()  # a local of a caller frame that has finished: must not be kept
+        markers.append(weakref.ref(marker))
+        with anyio.fail_after(TIMEOUT), pytest.raises(ClusterUnreachable) as caught:
+            await registry.watch(name, "pods")
+        causes.append(str(caught.value.__cause__))
+
+    async with following(path, start_backoff=NEVER_RETRY) as registry:
+        for name in contexts:
+            await call(registry, name)  # the failed start
+            await call(registry, name)  # the record raised again
+        assert failure_records(registry) == 5  # the backoff records are kept ...
+        assert all("127.0.0.1" in cause for cause in causes)  # ... with what caused them
+        gc.collect()
+        alive = gc.get_objects()
+        assert [m for m in markers if m() is not None] == []
+        assert not [o for o in alive if isinstance(o, aiohttp.ClientSession)]
+        assert not [o for o in alive if type(o).__name__ == "ContextEntry"]
+
+
 async def test_abandoned_subscription_is_not_kept(tmp_path: Path) -> None:
     async with FakeCluster() as c:
         path = write_kubeconfig(tmp_path / "config", {"c": c})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import types
 
 import pytest
@@ -41,3 +43,24 @@ def test_error_tree() -> None:
         assert issubclass(getattr(kubemux, name), kubemux.ApiError)
     assert issubclass(kubemux.ContextNotFound, LookupError)
     assert issubclass(kubemux.ClusterUnreachable, ConnectionError)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        kubemux.KubeconfigError("bad file", path="/tmp/x"),
+        kubemux.ContextNotFound("prod", "its user is not defined"),
+        kubemux.ContextRemoved("prod", "removed from the kubeconfig"),
+        kubemux.ClusterUnreachable("https://a:6443", "connection refused"),
+        kubemux.ApiError(500, "InternalError", "boom"),
+        kubemux.ResourceExpired(410, "Expired", "too old resource version"),
+        kubemux.Unauthorized(401, "Unauthorized", "no"),
+        kubemux.SubscriberOverflow("fell behind"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_errors_copy_and_pickle_with_their_attributes(error: kubemux.KubemuxError) -> None:
+    for twin in (copy.copy(error), pickle.loads(pickle.dumps(error))):
+        assert type(twin) is type(error) and twin is not error
+        assert str(twin) == str(error) and twin.args == error.args
+        assert vars(twin) == vars(error)

@@ -41,7 +41,21 @@ __all__ = [
 
 
 class KubemuxError(Exception):
-    """Base class of every error kubemux raises on purpose."""
+    """Base class of every error kubemux raises on purpose.
+
+    Every subclass copies and pickles faithfully (its attributes, not its constructor's
+    arguments, are what is kept).
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), self.args, dict(self.__dict__))
+
+
+def _rebuild(cls: type[KubemuxError], args: tuple[Any, ...], state: dict[str, Any]) -> KubemuxError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class KubeconfigError(KubemuxError):
