@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from kubemux import WatcherRegistry
-from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 
 TIMEOUT = 10
 
@@ -107,3 +107,16 @@ async def test_autowatched_and_starting_contexts_are_never_idle(
 def test_idle_timeout_must_be_positive() -> None:
     with pytest.raises(ValueError, match="idle_timeout"):
         WatcherRegistry({}, idle_timeout=0)
+
+
+async def test_a_reloaded_context_can_still_go_idle(tmp_path: Path, cluster: FakeCluster) -> None:
+    path = write_kubeconfig(tmp_path / "config", {"c": cluster})
+    async with WatcherRegistry.from_kubeconfig(str(path), idle_timeout=100) as registry:
+        with anyio.fail_after(TIMEOUT):
+            await registry.watch("c", "pods")
+            before = registry.kubeconfig_syncs
+            write_kubeconfig(path, {"c": FakeContext(cluster=cluster, namespace="other")})
+            await registry.wait_kubeconfig_sync(before)  # a reload: a new generation
+            assert await registry.watch("c", "pods") is not None
+        assert registry.status().contexts["c"].generation == 2
+        assert idle(registry, time.monotonic() + 1000) == {"c"}

@@ -364,10 +364,11 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         """Running entries nobody used for ``idle_timeout`` (see the constructor)."""
         assert self._idle_timeout is not None
         named = self._fanout.named_contexts()
+        autowatched = {InformerKey(r.name) for r in self._autowatch}
         idle = []
         for entry in self._entries.values():
             slots = entry.slots.values()
-            if entry.state != "running" or any(s.persistent for s in slots):
+            if entry.state != "running" or any(s.key in autowatched for s in slots):
                 continue
             reads = sum(s.store._reads for s in slots)
             busy = entry.key in named or not all(s.ready.is_set() for s in slots)
