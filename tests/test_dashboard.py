@@ -490,6 +490,20 @@ async def test_stream_follows_the_kubeconfig(
         )
 
 
+async def test_context_states_reach_the_page_without_waiting_for_the_period(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, b = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+    # a period far beyond the test's timeout: only state changes can move the panel
+    async with served(path, status_period=3600) as url, event_stream(url) as stream:
+        await stream.until(lambda: stream.names() == {"web-1", "web-2", "db-1"})
+        await stream.until(lambda: stream.contexts["dev"]["state"] == "running")
+        b.fail_next(1000, status=503, watch=True)
+        b.drop_watches()  # dev's watch breaks and cannot come back: backing off
+        await stream.until(lambda: stream.contexts["dev"]["state"] == "backing off")
+
+
 async def test_reconnect_resynchronises(
     tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
 ) -> None:

@@ -510,3 +510,34 @@ async def test_watch_in_flight_during_a_reload_returns_the_new_generation(
         assert result and len(result[0]) == 3
         assert registry.status().contexts["a"].generation != gen
         assert a.requests_for("tok-2")
+
+
+async def test_status_version_moves_with_states_not_with_objects(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, _ = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a, "down": FakeContext(cluster="http://127.0.0.1:1")})
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+        with anyio.fail_after(TIMEOUT):
+            before = registry.status_version
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(registry.watch, "a", "pods")
+                assert await registry.wait_status_change(before) > before  # starting
+            assert registry.status().contexts["a"].state == "running"
+
+            quiet = registry.status_version
+            async with registry.subscribe("pods", ["a"], snapshot=False) as changes:
+                a.create("pods", make_pod("one-more"))
+                await changes.__anext__()
+            assert registry.status_version == quiet  # an object is not a state change
+
+            with pytest.raises(ClusterUnreachable):
+                await registry.watch("down", "pods")
+            assert registry.status_version > quiet
+            assert registry.status().contexts["down"].state == "backing off"
+
+            before = registry.status_version
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(registry.stop_watcher, "a")
+                await registry.wait_status_change(before)
+            assert registry.status().contexts["a"].state == "idle"

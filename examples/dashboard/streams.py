@@ -151,14 +151,15 @@ class Stream:
     async def _contexts_loop(self) -> None:
         """Send the contexts panel whenever it changed.
 
-        It is looked at after every kubeconfig sync, soon after rows changed (at most every
-        ``NEWS_DELAY``), and every ``status_period`` (for backoff countdowns and states that
-        change without a row changing).
+        It is looked at soon after a context or informer changes state (the registry's
+        ``status_version``, which also moves on kubeconfig syncs) or rows changed (for
+        object counts), at most every ``NEWS_DELAY`` for either, and every ``status_period``
+        (for backoff countdowns).
         """
         registry = self._registry
         last: dict[str, Any] | None = None
         while True:
-            syncs = registry.kubeconfig_syncs
+            version = registry.status_version
             self._news = anyio.Event()
             payload = status_payload(registry.status(), self._watch_errors)
             if payload != last:
@@ -166,8 +167,12 @@ class Stream:
                 last = payload
             with anyio.move_on_after(self._dash.status_period):
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(_then_cancel, tg, registry.wait_kubeconfig_sync, syncs)
+                    tg.start_soon(_then_cancel, tg, self._state_change_after_delay, version)
                     tg.start_soon(_then_cancel, tg, self._news_after_delay)
+
+    async def _state_change_after_delay(self, version: int) -> None:
+        await self._registry.wait_status_change(version)
+        await anyio.sleep(NEWS_DELAY)  # coalesce: many contexts may flap at once
 
     async def _news_after_delay(self) -> None:
         await self._news.wait()

@@ -98,6 +98,7 @@ class Informer:
         settings: WatchSettings,
         store: Store,
         on_change: OnChange | None = None,
+        on_state: Callable[[], None] | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -105,6 +106,7 @@ class Informer:
         self.settings = settings
         self.store = store
         self._on_change = on_change
+        self._on_state = on_state  # called when state, has_synced or last_error change
         self._synced = anyio.Event()
         self._state = "listing"
         self._relists = 0
@@ -175,11 +177,10 @@ class Informer:
         try:
             self._rv = await self._sync()
         except KubemuxError as exc:
-            self._state = "error"
-            self._last_error = str(exc)
+            self._set_state("error", str(exc))
             raise
-        self._last_error = None
         self._synced.set()
+        self._set_state(self._state, None, notify=True)  # has_synced changed
 
     async def watch_forever(self) -> None:
         """WATCH (and RELIST when needed) until cancelled; failures are retried with backoff."""
@@ -200,7 +201,7 @@ class Informer:
         Tries a streaming list first (when enabled and not known to be unsupported by this
         server), else a paginated LIST.
         """
-        self._state = "listing" if not self.has_synced else "relisting"
+        self._set_state("listing" if not self.has_synced else "relisting", self._last_error)
         if self.settings.streaming_list and self.client.streaming_list is not False:
             try:
                 rv = await self._stream_list()
@@ -412,7 +413,7 @@ class Informer:
             started = time.monotonic()
             self._delivered = 0
             try:
-                self._state = "watching"
+                self._set_state("watching", self._last_error)
                 await self._watch_once()
                 if self._delivered == 0 and time.monotonic() - started < s.min_healthy_watch:
                     raise ClusterUnreachable(
@@ -518,6 +519,12 @@ class Informer:
         return entry.resource_version
 
     # ------------------------------------------------------------------ health
+    def _set_state(self, state: str, error: str | None, *, notify: bool = False) -> None:
+        notify = notify or state != self._state or error != self._last_error
+        self._state, self._last_error = state, error
+        if notify and self._on_state is not None:
+            self._on_state()
+
     def _skip(self, why: str) -> None:
         self._skipped += 1
         log.warning("%s/%s: skipped %s", self.client.context, self.key, why)
@@ -528,13 +535,12 @@ class Informer:
             self._failures = 0  # healthy long enough: the backoff starts over
         self._last_failure_at = now
         self._failures += 1
-        self._last_error = str(exc)
-        self._state = "backing off"
+        self._set_state("backing off", str(exc))
         log.warning("%s/%s: %s (failure %d)", self.client.context, self.key, exc, self._failures)
 
     async def _backoff(self) -> None:
         await anyio.sleep(self.settings.backoff.delay(max(1, self._failures)))
-        self._state = "watching"
+        self._set_state("watching", self._last_error)
 
 
 _INITIAL_EVENTS_END = "k8s.io/initial-events-end"

@@ -125,6 +125,8 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         self._reconcile_lock = anyio.Lock()
         self._syncs = 0
         self._sync_event = anyio.Event()
+        self._status_version = 0
+        self._status_event = anyio.Event()
 
     @classmethod
     def from_kubeconfig(
@@ -215,6 +217,31 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         await self._source.sync_now()  # its diff reaches _follow like any other
         await self.wait_kubeconfig_sync(before)
 
+    @property
+    def status_version(self) -> int:
+        """A number that grows whenever what :meth:`status` shows may have changed state.
+
+        It moves on context and informer state changes (starting, running, synced, backing
+        off, stopping, stopped), on errors recorded or cleared, and on kubeconfig syncs; not
+        on every object (object counts and resourceVersions change all the time).
+        """
+        return self._status_version
+
+    async def wait_status_change(self, after: int) -> int:
+        """Wait until :attr:`status_version` exceeds ``after``; returns the new value.
+
+        Take ``after = registry.status_version`` before reading :meth:`status`, then wait:
+        a UI re-reads status exactly when a state changed. Cancelling only stops the wait.
+        """
+        while self._status_version <= after:
+            await self._status_event.wait()
+        return self._status_version
+
+    def _status_changed(self) -> None:
+        self._status_version += 1
+        event, self._status_event = self._status_event, anyio.Event()
+        event.set()
+
     async def _follow(self, source: KubeconfigSource) -> None:
         async for diff in source.diffs:
             try:
@@ -251,6 +278,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             self._syncs += 1
             event, self._sync_event = self._sync_event, anyio.Event()
             event.set()
+            self._status_changed()
 
     def _autostart(self, name: str, specs: Iterable[tuple[InformerKey, Resource]]) -> None:
         wanted = {InformerKey(r.name): r for r in self._autowatch}
@@ -266,6 +294,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         assert self._tg is not None
         entry = ContextEntry(name, next(self._generations), self.contexts[name])
         self._entries[name] = entry
+        self._status_changed()
         self._tg.start_soon(self._run_entry, entry, name=f"kubemux context {name!r}")
         return entry
 
@@ -280,6 +309,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                     entry.state = "running"
                     self._failures.pop(entry.key, None)
                     entry.ready.set()
+                    self._status_changed()
                     for slot in entry.slots.values():  # queued before the client existed
                         tg.start_soon(self._run_slot, entry, slot, name=task_name(entry, slot))
                     await anyio.sleep_forever()
@@ -323,6 +353,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         if self._entries.get(entry.key) is entry:  # compare-and-delete, never a newer one
             del self._entries[entry.key]
         entry.done.set()
+        self._status_changed()
 
     def _request_stop(self, entry: ContextEntry, reason: str, final_change: str | None) -> None:
         if entry.state in ("stopping", "stopped"):
@@ -330,6 +361,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         entry.state = "stopping"
         entry.stop_reason = reason
         entry.final_change = final_change
+        self._status_changed()
         if entry.scope is not None:
             entry.scope.cancel(f"context {entry.key!r} {reason}")
 
@@ -433,12 +465,13 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
     def _forget_failures(self, context: str, key: InformerKey | None = None) -> None:
         """Drop the failure records of a context (or of one of its informers)."""
         if key is None:
-            self._failures.pop(context, None)
-            self._slot_failures.pop(context, None)
+            had = self._failures.pop(context, None), self._slot_failures.pop(context, None)
+            if had != (None, None):
+                self._status_changed()
             return
         failures = self._slot_failures.get(context)
-        if failures is not None:
-            failures.pop(key, None)
+        if failures is not None and failures.pop(key, None) is not None:
+            self._status_changed()
             if not failures:
                 del self._slot_failures[context]
 
@@ -462,6 +495,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             settings=self.settings,
             store=slot.store,
             on_change=self._publisher(entry, slot),
+            on_state=self._status_changed,
         )
         slot.informer = informer
         while True:
@@ -475,6 +509,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                 failure = Failure.record(exc, failures.get(slot.key), self._start_backoff)
                 failures[slot.key] = slot.failure = failure
                 slot.ready.set()
+                self._status_changed()
                 log.warning("context %r: %s failed: %s", entry.key, slot.key, exc)
                 if not slot.persistent:
                     if entry.slots.get(slot.key) is slot:
