@@ -31,7 +31,7 @@ async def test_an_unused_context_is_stopped_and_starts_again(
     tmp_path: Path, cluster: FakeCluster
 ) -> None:
     path = write_kubeconfig(tmp_path / "config", {"c": cluster, "d": cluster})
-    async with WatcherRegistry.from_kubeconfig(str(path), idle_timeout=0.2) as registry:
+    async with WatcherRegistry.from_kubeconfig(str(path), idle_timeout=0.5) as registry:
         async with registry.subscribe("pods", snapshot=False) as changes:
             with anyio.fail_after(TIMEOUT):
                 first = await registry.watch("c", "pods")
