@@ -166,7 +166,9 @@ def decode_block(
     object is only validated, not built); each entry's bytes are then cut out of ``buf`` with
     one copy, managedFields dropped. The object's position is known from the canonical
     prefix; the envelope has no other keys (``forbid_unknown_fields``) and ends right after
-    the object, so the slice is exactly the object the decoder saw.
+    the object, so the slice is exactly the object the decoder saw. (Only an envelope that
+    repeats ``"object"``, which no API server writes, could make them differ: JSON decoders
+    keep the last one.)
     """
     view = memoryview(buf)
     try:
