@@ -1,14 +1,20 @@
-"""The per-context client: TLS contexts built off the event loop and shared when safe."""
+"""The per-context client: TLS contexts built off the event loop and shared when safe; the
+watch line reader."""
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from pathlib import Path
 
+import aiohttp
 import anyio
+import anyio.lowlevel
+import pytest
+from aiohttp.base_protocol import BaseProtocol
 
-from kubemux import ContextConfig
-from kubemux._client import open_client
+from kubemux import ApiError, ContextConfig
+from kubemux._client import _blocks, open_client, split_block
 from kubemux.testing import FakeCluster, FakeContext, kubeconfig_dict
 
 
@@ -49,3 +55,54 @@ async def test_tls_cluster_with_its_ca_works_and_other_code_gets_real_contexts(
     fresh = rest.ssl.create_default_context()
     assert isinstance(fresh, ssl.SSLContext)
     assert all(fresh is not shared for shared in _shared_contexts.values())
+
+
+class _Response:
+    """What the line reader uses of an aiohttp response: a real StreamReader, fed by hand."""
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        protocol = BaseProtocol(loop)
+        protocol.transport = asyncio.Transport()  # "connected"; never paused (little data)
+        self.content = aiohttp.StreamReader(protocol, 2**16, loop=loop)
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 5, 7, 11, 64])
+async def test_blocks_hold_whole_lines_however_the_reads_cut_them(cut: int) -> None:
+    lines = [b'{"a":1}', b'{"b":"' + b"x" * 100 + b'"}', b"", b" ", b'{"c":3}']
+    data = b"\n".join(lines) + b"\n" + b'{"tail":true}'  # no newline at the very end
+    resp = _Response()
+    seen = []
+
+    async def feed() -> None:  # one read at a time, each taken before the next arrives
+        for i in range(0, len(data), cut):
+            resp.content.feed_data(data[i : i + cut])
+            for _ in range(3):
+                await anyio.lowlevel.checkpoint()
+        resp.content.feed_eof()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(feed)
+            async for buf, start, stop in _blocks(resp, "srv", 1024):  # type: ignore[arg-type]
+                block = buf[start:stop]
+                assert block.endswith(b"\n") or block == b'{"tail":true}'
+                seen.append(block)
+    if cut < 8:
+        assert len(seen) > 3  # the reads really were cut small
+    assert b"".join(seen) == data  # every byte once, in order, no line split across blocks
+    assert [line for b in seen for line in split_block((b, 0, len(b)))] == [
+        b'{"a":1}',
+        lines[1],
+        b'{"c":3}',
+        b'{"tail":true}',
+    ]
+
+
+async def test_a_line_longer_than_the_limit_is_refused() -> None:
+    resp = _Response()
+    resp.content.feed_data(b"x" * 5000)
+    resp.content.feed_eof()
+    with anyio.fail_after(5), pytest.raises(ApiError, match="exceeds 1024 bytes"):
+        async for _ in _blocks(resp, "srv", 1024):  # type: ignore[arg-type]
+            pass
