@@ -61,7 +61,7 @@ async def kubemux(*argv: str) -> tuple[int, str, str]:
     ("command", "expected"),
     [
         ("watch", ["--all-contexts", "--context", "--namespace", "--output", "wide,json"]),
-        ("status", ["--probe", "--kubeconfig"]),
+        ("status", ["--probe", "--kubeconfig", "--follow"]),
         ("demo", ["--contexts", "--port", "--watch", "--edit-period"]),
         ("dashboard", ["--kubeconfig", "--port", "--host", "127.0.0.1", "--resource"]),
     ],
@@ -176,6 +176,21 @@ async def test_status_shows_an_unreachable_context(tmp_path: Path) -> None:
     line = out.splitlines()[1]
     assert status_rows(out)["dead"][1] not in ("running", "idle")
     assert f"cannot reach {server}" in line
+
+
+async def test_status_follow_prints_the_table_again_when_it_changes(tmp_path: Path) -> None:
+    async with FakeCluster() as a, FakeCluster() as b:
+        a.create("pods", make_pod("web-1"))
+        path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+        out, err = Output(), io.StringIO()
+        argv = ["status", "-f", "--probe", "pods", "--duration", "60", "--kubeconfig", str(path)]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(run, argv, stdout=out, stderr=err))
+            await out.wait_for(r"prod +running.* 1 *\n +dev +running.* 0 *\n")
+            write_kubeconfig(path, {"prod": a})  # dev removed: a table without it follows
+            await out.wait_for(r"\n\n +CONTEXT[^\n]*\n\* +prod [^\n]*\n$")
+            tg.cancel_scope.cancel()
+    assert "dev" not in out.getvalue().split("\n\n")[-1] and err.getvalue() == ""
 
 
 async def test_watch_all_contexts_as_json_lines(kubeconfig: Path) -> None:

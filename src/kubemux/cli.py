@@ -26,6 +26,7 @@ import anyio.abc
 import anyio.to_thread
 import orjson
 
+from ._context import RegistryStatus
 from ._errors import ContextNotFound, KubemuxError
 from ._fanout import Change
 from ._kubeconfig import load_kubeconfig
@@ -52,6 +53,7 @@ _EXAMPLES = """examples:
   kubemux dashboard             the web dashboard for your kubeconfig, on 127.0.0.1:8000
   kubemux watch pods -A         every context's pods, live
   kubemux status --probe pods   which contexts answer, and how many pods each has
+  kubemux status -f --probe pods  the same, kept up to date as contexts change
 """
 
 
@@ -114,6 +116,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long a probe may take (default 10)",
     )
+    s.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="keep following the kubeconfig and print the table again whenever it changes "
+        "(with --probe, every context, also later ones, keeps watching that resource)",
+    )
+    s.add_argument("--duration", type=float, default=None, help=argparse.SUPPRESS)
 
     d = sub.add_parser(
         "demo",
@@ -334,6 +344,8 @@ async def _watch(args: argparse.Namespace, out: TextIO) -> int:
 
 # ---------------------------------------------------------------------- status
 async def _status(args: argparse.Namespace, out: TextIO) -> int:
+    if args.follow:
+        return await _follow_status(args, out)
     registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=False)
     async with registry:
         if args.probe:
@@ -346,32 +358,54 @@ async def _status(args: argparse.Namespace, out: TextIO) -> int:
             async with anyio.create_task_group() as tg:
                 for name in registry.contexts:
                     tg.start_soon(probe, name)
-        st = registry.status()
-        cur = st.current_context
-        out.write(
-            _table(
-                ["", "CONTEXT", "STATE", "SERVER", "USER", "NAMESPACE", "OBJECTS", "ERROR"],
-                [
-                    [
-                        "*" if c.name == cur else "",
-                        c.name,
-                        c.state,
-                        c.server,
-                        c.user_name,
-                        c.namespace or "",
-                        str(sum(i.objects for i in c.informers)) if c.informers else "",
-                        c.last_error or "",
-                    ]
-                    for c in st.contexts.values()
-                ],
-            )
-        )
-        for name, why in st.invalid_contexts.items():
-            out.write(f"invalid context {name!r}: {why}\n")
-        out.writelines(
-            f"kubeconfig error in {path}: {err}\n" for path, err in st.kubeconfig_errors.items()
-        )
+        out.write(_status_text(registry.status()))
     return 0
+
+
+async def _follow_status(args: argparse.Namespace, out: TextIO) -> int:
+    """Print the status table, then again each time it reads differently (Ctrl-C ends)."""
+    autowatch = [parse_resource(args.probe)] if args.probe else []
+    registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, autowatch=autowatch)
+    async with registry:
+        with anyio.move_on_after(args.duration):
+            last = ""
+            while True:
+                version = registry.status_version
+                text = _status_text(registry.status())
+                if text != last:
+                    out.write(("\n" if last else "") + text)
+                    out.flush()
+                    last = text
+                await registry.wait_status_change(version)
+                await anyio.sleep(0.2)  # one table for a burst of changes
+    return 0
+
+
+def _status_text(st: RegistryStatus) -> str:
+    cur = st.current_context
+    text = _table(
+        ["", "CONTEXT", "STATE", "SERVER", "USER", "NAMESPACE", "OBJECTS", "ERROR"],
+        [
+            [
+                "*" if c.name == cur else "",
+                c.name,
+                c.state,
+                c.server,
+                c.user_name,
+                c.namespace or "",
+                str(sum(i.objects for i in c.informers)) if c.informers else "",
+                c.last_error or "",
+            ]
+            for c in st.contexts.values()
+        ],
+    )
+    text += "".join(
+        f"invalid context {name!r}: {why}\n" for name, why in st.invalid_contexts.items()
+    )
+    text += "".join(
+        f"kubeconfig error in {path}: {err}\n" for path, err in st.kubeconfig_errors.items()
+    )
+    return text
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
