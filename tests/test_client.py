@@ -14,7 +14,8 @@ import pytest
 from aiohttp.base_protocol import BaseProtocol
 
 from kubemux import ApiError, ContextConfig
-from kubemux._client import _blocks, open_client, split_block
+from kubemux._client import _blocks, open_client
+from kubemux._codec import split_block
 from kubemux.testing import FakeCluster, FakeContext, kubeconfig_dict
 
 

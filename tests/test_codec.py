@@ -7,8 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from kubemux._client import split_block
-from kubemux._codec import Entry, decode_block
+from kubemux._codec import Entry, decode_block, split_block
 from kubemux.testing import make_pod
 
 

@@ -35,7 +35,7 @@ from ._resources import Resource
 if TYPE_CHECKING:
     from ._kubeconfig import ContextConfig
 
-__all__ = ["ContextClient", "open_client", "split_block"]
+__all__ = ["ContextClient", "open_client"]
 
 log = logging.getLogger(__name__)
 
@@ -183,12 +183,6 @@ async def _blocks(
         tail = chunk[last + 1 :]
         pending = [tail] if tail else []
         pending_size = len(tail)
-
-
-def split_block(block: Block) -> list[bytes]:
-    """A block's non-blank lines, one bytes object each (for the paths that are not hot)."""
-    buf, start, stop = block
-    return [line for line in buf[start:stop].split(b"\n") if line.strip()]
 
 
 def _unreachable(server: str, exc: BaseException) -> ClusterUnreachable:

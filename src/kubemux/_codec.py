@@ -34,6 +34,7 @@ __all__ = [
     "decode_entry",
     "decode_event",
     "decode_list",
+    "split_block",
 ]
 
 
@@ -174,7 +175,7 @@ def decode_block(
     try:
         heads = _block_decoder.decode_lines(view[start:stop])
     except DecodeError:  # some line is not a plain watch event: all go the general way
-        return [("", line) for line in buf[start:stop].split(b"\n") if line.strip()]
+        return [("", line) for line in split_block((buf, start, stop))]
     out: list[tuple[str, Entry | bytes]] = []
     append = out.append
     find = buf.find
@@ -206,6 +207,12 @@ def decode_block(
         append((etype, Entry(meta.namespace, meta.name, meta.resourceVersion, raw)))
         pos = end + 1
     return out
+
+
+def split_block(block: Block) -> list[bytes]:
+    """A block's non-blank lines, one bytes object each (for the paths that are not hot)."""
+    buf, start, stop = block
+    return [line for line in buf[start:stop].split(b"\n") if line.strip()]
 
 
 def _non_blank_line(buf: bytes, pos: int, end: int, stop: int) -> tuple[int, int]:

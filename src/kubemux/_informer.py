@@ -26,8 +26,17 @@ from typing import Any
 import anyio
 import orjson
 
-from ._client import ContextClient, split_block
-from ._codec import Block, Change3, DecodeError, Entry, decode_block, decode_list, split_event
+from ._client import ContextClient
+from ._codec import (
+    Block,
+    Change3,
+    DecodeError,
+    Entry,
+    decode_block,
+    decode_list,
+    split_block,
+    split_event,
+)
 from ._errors import ApiError, ClusterUnreachable, KubemuxError, ResourceExpired
 from ._resources import Resource
 from ._settings import WatchSettings

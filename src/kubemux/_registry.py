@@ -105,6 +105,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         self._source = source
         self.settings = settings or WatchSettings()
         self._autowatch = tuple(parse_resource(r) for r in autowatch)
+        self._autowatch_keys = frozenset(InformerKey(r.name) for r in self._autowatch)
         self._start_backoff = start_backoff or Backoff(initial_delay=1.0, max_delay=60.0)
         self._stop_timeout = stop_timeout
         self._subscriber_buffer = subscriber_buffer
@@ -396,7 +397,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         """Running entries nobody used for ``idle_timeout`` (see the constructor)."""
         assert self._idle_timeout is not None
         named = self._fanout.named_contexts()
-        autowatched = {InformerKey(r.name) for r in self._autowatch}
+        autowatched = self._autowatch_keys
         idle = []
         for entry in self._entries.values():
             slots = entry.slots.values()
@@ -572,12 +573,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         the store if it lacks them; query with ``store.by_index(name, value)``.
         """
         res = parse_resource(resource)
-        key = InformerKey(
-            res.name,
-            namespace if res.namespaced else None,
-            label_selector or None,
-            field_selector or None,
-        )
+        key = _informer_key(res, namespace, label_selector, field_selector)
         while True:
             failure = self._slot_failures.get(context, {}).get(key)
             if failure is not None and failure.pending and key not in self._live_slots(context):
@@ -668,12 +664,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         if entry is None or entry.state != "running":
             return None
         res = parse_resource(resource)
-        key = InformerKey(
-            res.name,
-            namespace if res.namespaced else None,
-            label_selector or None,
-            field_selector or None,
-        )
+        key = _informer_key(res, namespace, label_selector, field_selector)
         slot = entry.slots.get(key)
         if slot is None or not slot.store.has_synced:
             return None
@@ -782,6 +773,18 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             "subscribers": len(self._fanout),
             "slots": sum(len(e.slots) for e in self._entries.values()),
         }
+
+
+def _informer_key(
+    res: Resource, namespace: str | None, label_selector: str | None, field_selector: str | None
+) -> InformerKey:
+    """What names one informer of a context: a namespace only for namespaced resources."""
+    return InformerKey(
+        res.name,
+        namespace if res.namespaced else None,
+        label_selector or None,
+        field_selector or None,
+    )
 
 
 _EVENTS_V1 = parse_resource("events.events.k8s.io")
