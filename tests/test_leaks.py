@@ -41,7 +41,7 @@ from kubemux.testing import FakeCluster, FakeContext, kubeconfig_dict, make_pod,
 from kubemux.testing._workload import make_event
 
 TIMEOUT = 10
-EMPTY = {"entries": 0, "failures": 0, "subscribers": 0, "slots": 0}
+EMPTY = {"entries": 0, "failures": 0, "subscribers": 0, "slots": 0, "locks": 0}
 NEVER_RETRY = Backoff(initial_delay=3600, max_delay=3600, jitter=False)
 Specs = Mapping[str, FakeCluster | FakeContext]
 

@@ -20,6 +20,7 @@ from kubemux import (
     Unauthorized,
     WatcherRegistry,
 )
+from kubemux._informer import Informer
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 
 TIMEOUT = 10
@@ -463,9 +464,9 @@ async def test_snapshot_during_a_sliced_initial_list_has_no_gap_or_duplicate(
                 with anyio.fail_after(TIMEOUT):
                     while registry.store("c", "pods") is None:
                         await anyio.lowlevel.checkpoint()
-                entry = registry._entries["c"]
-                informer = next(iter(entry.slots.values())).informer
-                assert informer is not None and informer._pending  # mid-announcement
+                entry = registry._gens["c"]
+                informer = next(iter(entry.slots.values())).source
+                assert isinstance(informer, Informer) and informer._pending  # mid-announcement
                 late = await stack.enter_async_context(
                     registry.subscribe("pods", ["c"], buffer_size=5000)
                 )
