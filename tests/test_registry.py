@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -21,21 +20,9 @@ from kubemux import (
     WatcherRegistry,
 )
 from kubemux._informer import Informer
-from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
+from kubemux.testing import FakeCluster, FakeContext, make_pod, rewrite_kubeconfig, write_kubeconfig
 
 TIMEOUT = 10
-
-
-@pytest.fixture
-async def two_clusters() -> AsyncIterator[tuple[FakeCluster, FakeCluster]]:
-    async with (
-        FakeCluster(tokens={"tok-a"}, name="a") as a,
-        FakeCluster(tokens={"tok-b"}, name="b") as b,
-    ):
-        for i in range(3):
-            a.create("pods", make_pod(f"a-{i}"))
-            b.create("pods", make_pod(f"b-{i}", "kube-system"))
-        yield a, b
 
 
 def _kubeconfig(tmp_path: Path, contexts: dict[str, FakeCluster | FakeContext]) -> Path:
@@ -44,16 +31,6 @@ def _kubeconfig(tmp_path: Path, contexts: dict[str, FakeCluster | FakeContext]) 
 
 def _names(store: kubemux.Store) -> set[str]:
     return {o["metadata"]["name"] for o in store.list()}
-
-
-async def _sync(
-    registry: WatcherRegistry, path: Path, contexts: dict[str, FakeCluster | FakeContext]
-) -> None:
-    """Rewrite the kubeconfig and wait until the registry has reconciled it."""
-    before = registry.kubeconfig_syncs
-    write_kubeconfig(path, contexts)
-    with anyio.fail_after(TIMEOUT):
-        await registry.wait_kubeconfig_sync(before)
 
 
 async def test_watch_returns_synced_store_and_follows_changes(
@@ -132,7 +109,7 @@ async def test_context_removed_from_file_stops_everything(
             await registry.watch("a", "pods")
             await b.wait_for(lambda: b.open_watches == 1)
         async with registry.subscribe("pods", ["b"], snapshot=False) as changes:
-            await _sync(registry, path, {"a": a})
+            await rewrite_kubeconfig(registry, path, {"a": a}, present=())
             with anyio.fail_after(TIMEOUT):
                 change = await changes.__anext__()
                 await b.wait_for(lambda: b.open_watches == 0)
@@ -157,7 +134,9 @@ async def test_reload_with_new_token(
         gen_before = registry.status().contexts["a"].generation
         a.tokens.add("tok-new")
         async with registry.subscribe("pods", ["a"], snapshot=False) as changes:
-            await _sync(registry, path, {"a": FakeContext(cluster=a, token="tok-new")})
+            await rewrite_kubeconfig(
+                registry, path, {"a": FakeContext(cluster=a, token="tok-new")}, present=()
+            )
             seen = []
             with anyio.fail_after(TIMEOUT):
                 while len(seen) < 4:  # RESET, then the fresh state
@@ -196,7 +175,7 @@ async def test_unchanged_fingerprint_no_churn_and_broken_file_removes_nothing(
         assert str(path) in st.kubeconfig_errors
         assert st.contexts["a"].state == "running"
         # fixing it changes nothing else
-        await _sync(registry, path, contexts)
+        await rewrite_kubeconfig(registry, path, contexts, present=())
         st = registry.status()
         assert st.kubeconfig_errors == {}
         assert st.contexts["a"].generation == gen
@@ -506,7 +485,9 @@ async def test_watch_in_flight_during_a_reload_returns_the_new_generation(
                 await a.wait_for(lambda: len(a.requests) >= 1)
             gen = registry.status().contexts["a"].generation
             a.tokens.add("tok-2")
-            await _sync(registry, path, {"a": FakeContext(cluster=a, token="tok-2")})
+            await rewrite_kubeconfig(
+                registry, path, {"a": FakeContext(cluster=a, token="tok-2")}, present=()
+            )
             a.unstall()
         assert result and len(result[0]) == 3
         assert registry.status().contexts["a"].generation != gen
