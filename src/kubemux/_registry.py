@@ -13,15 +13,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import functools
-import itertools
 import logging
 import time
 from collections.abc import (
     AsyncGenerator,
-    AsyncIterator,
-    Awaitable,
-    Callable,
     Iterable,
     Mapping,
     Sequence,
@@ -31,19 +26,19 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ._codec import Entry
+from ._changes import Publisher
 from ._connector import Connector, HttpConnector
-from ._context import ContextGeneration, GenerationSettings, Hooks, Slot, iter_synced
-from ._errors import ContextNotFound, ContextRemoved, RegistryClosed, ResourceNotFound
+from ._context import ContextGeneration, GenerationSettings
+from ._errors import ContextRemoved, ResourceNotFound
 from ._event_index import EventIndex
-from ._failure import Failure
 from ._fanout import Change, Fanout, Subscription
-from ._informer import InformerKey, InformerStatus
+from ._generations import Generations
+from ._informer import InformerKey
 from ._kubeconfig import ContextConfig
 from ._kubeconfig_watch import ContextDiff, KubeconfigSource
 from ._resources import Resource, parse_resource
 from ._settings import Backoff, WatchSettings
-from ._status import ContextState, ContextStatus, RegistryStatus, build_context_status
+from ._status import ContextState, ContextStatus, RegistryStatus
 from ._store import Indexer, Store, Transform, drop_managed_fields
 
 __all__ = ["WatcherRegistry"]
@@ -52,9 +47,6 @@ log = logging.getLogger(__name__)
 
 ResourceSpec = str | Resource
 Specs = list[tuple[InformerKey, Resource]]
-
-_REMEMBER_FOR = 600.0  # a context that comes back within this restores its informers
-_REMEMBER_MAX = 1000
 
 
 class WatcherRegistry(anyio.AsyncContextManagerMixin):
@@ -119,7 +111,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         self._transform = transform
         self._transforms = {parse_resource(k).name: v for k, v in (transforms or {}).items()}
         self._idle_timeout = idle_timeout
-        self._gen_settings = GenerationSettings(
+        settings_ = GenerationSettings(
             connector=connector or HttpConnector(self.settings),
             start_backoff=start_backoff or Backoff(initial_delay=1.0, max_delay=60.0),
             start_timeout=start_timeout,
@@ -128,27 +120,17 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             event_cap=event_cap,
             event_max_age=event_max_age,
         )
-        self._hooks = Hooks(
-            publisher=self._publisher,
-            final=self._publish_final,
-            state_changed=self._status_changed,
-            start_failed=self._record_start_failure,
-            slot_failed=self._record_slot_failure,
-            done=self._generation_done,
-        )
-        self._gens: dict[str, ContextGeneration] = {}
-        self._locks: dict[str, tuple[anyio.Lock, list[int]]] = {}
-        self._stop_calls: dict[str, _SharedStop] = {}  # stop_watcher() calls under way
-        self._stragglers: set[ContextGeneration] = set()  # stops that overran stop_timeout
-        self._failures: dict[str, Failure] = {}  # context -> failed start
-        self._slot_failures: dict[str, dict[InformerKey, Failure]] = {}  # failed first LISTs
-        self._stops: dict[str, int] = {}  # context -> serial of its last explicit stop
-        self._stop_serial = itertools.count(1)
-        self._remembered: collections.OrderedDict[str, tuple[float, Specs]] = (
-            collections.OrderedDict()
-        )
         self._fanout = Fanout()
-        self._numbers = itertools.count(1)
+        publisher = Publisher(self._fanout, _EVENT_KEYS)
+        self._table = Generations(
+            source,
+            settings=settings_,
+            publisher=publisher.for_slot,
+            final=publisher.final,
+            status_changed=self._status_changed,
+            autowatch=self._autowatch,
+            stop_timeout=stop_timeout,
+        )
         self._tg: anyio.abc.TaskGroup | None = None
         self._state = "unopened"
         self._reconcile_lock = anyio.Lock()
@@ -187,22 +169,25 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         self._state = "opening"
         try:
             async with self._source as source, anyio.create_task_group() as tg:
-                self._tg = tg
-                self._state = "open"
+                self._tg = self._table.tg = tg
+                self._state = self._table.state = "open"
                 tg.start_soon(self._follow, source, name="kubemux kubeconfig follower")
                 if self._idle_timeout is not None:
-                    tg.start_soon(self._reap_forever, self._idle_timeout, name="kubemux reaper")
+                    tg.start_soon(
+                        self._table.reap_forever,
+                        self._idle_timeout,
+                        self._fanout.named_contexts,
+                        self._autowatch_keys,
+                        name="kubemux reaper",
+                    )
                 for name in self.contexts:
-                    self._autostart(name, [])
+                    self._table.autostart(name, [])
                 try:
                     yield self
                 finally:
-                    self._state = "closing"
+                    self._state = self._table.state = "closing"
                     with anyio.CancelScope(shield=True):
-                        await self._for_each(list(self._gens), self._close_one)
-                        with anyio.move_on_after(self._stop_timeout):
-                            for gen in list(self._stragglers):
-                                await gen.wait_done()
+                        await self._table.close()
                     self._fanout.close_all()
                     tg.cancel_scope.cancel("registry closed")
         except BaseExceptionGroup as group:
@@ -213,12 +198,8 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                 raise
             raise inner from inner.__cause__
         finally:
-            self._state = "closed"
-            self._tg = None
-
-    async def _close_one(self, name: str) -> None:
-        self._stops[name] = next(self._stop_serial)
-        await self._stop(name, "stopped: the registry closed", "REMOVED")
+            self._state = self._table.state = "closed"
+            self._tg = self._table.tg = None
 
     # ------------------------------------------------------------------ kubeconfig
     @property
@@ -282,140 +263,16 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         async with self._reconcile_lock:
             if diff.removed:
                 log.info("kubeconfig: removing %s", ", ".join(diff.removed))
-            await self._for_each(diff.removed, self._remove_one)
-            await self._for_each([c.name for c in diff.changed], self._reload_one)
-            await self._for_each([c.name for c in diff.added], self._add_one)
+            table = self._table
+            await table.for_each(diff.removed, table.remove)
+            await table.for_each([c.name for c in diff.changed], table.reload)
+            await table.for_each([c.name for c in diff.added], table.add)
             self._syncs += 1
             event, self._sync_event = self._sync_event, anyio.Event()
             event.set()
             self._status_changed()
 
-    async def _for_each(self, keys: Iterable[str], op: Callable[[str], Awaitable[Any]]) -> None:
-        """Run ``op`` for each key concurrently (each takes its own key's lock)."""
-
-        async def guarded(key: str) -> None:
-            try:
-                await op(key)
-            except Exception:  # one key's trouble must not stop the others
-                log.exception("context %r: %s failed", key, getattr(op, "__name__", op))
-
-        async with anyio.create_task_group() as tg:
-            for key in keys:
-                tg.start_soon(guarded, key)
-
-    async def _remove_one(self, name: str) -> None:
-        self._forget_failures(name)
-        self._stops.pop(name, None)
-        async with self._lock(name):
-            gen = self._gens.get(name)
-            if gen is not None:
-                self._remember(name, gen.specs())
-                await self._stop_generation(gen, "removed from the kubeconfig", "REMOVED")
-
-    async def _reload_one(self, name: str) -> None:
-        self._forget_failures(name)
-        async with self._lock(name):
-            gen = self._gens.get(name)
-            if gen is None:
-                return
-            log.info("kubeconfig: reloading %s", name)
-            specs = gen.specs()
-            await self._stop_generation(gen, "reloaded (kubeconfig changed)", "RESET")
-            self._autostart(name, specs)
-
-    async def _add_one(self, name: str) -> None:
-        async with self._lock(name):
-            remembered = self._remembered.pop(name, None)
-            fresh = remembered and time.monotonic() - remembered[0] < _REMEMBER_FOR
-            specs = remembered[1] if remembered and fresh else []
-            self._autostart(name, specs)
-
-    def _remember(self, name: str, specs: Specs) -> None:
-        """Keep what a removed context watched, for a while, in case it comes back (a
-        kubeconfig rewritten in a way that hid it for one sync)."""
-        if specs:
-            self._remembered[name] = (time.monotonic(), specs)
-            self._remembered.move_to_end(name)
-            while len(self._remembered) > _REMEMBER_MAX:
-                self._remembered.popitem(last=False)
-
-    def _autostart(self, name: str, specs: Specs) -> None:
-        """Start the autowatched and ``specs`` informers of ``name`` (caller holds its lock
-        or runs before any other task could)."""
-        wanted = {InformerKey(r.name): r for r in self._autowatch}
-        wanted.update(dict(specs))
-        if not wanted or self._state != "open" or name not in self.contexts:
-            return
-        gen = self._gens.get(name)
-        if gen is None or gen.is_stopping:
-            gen = self._spawn(name, persistent=True)
-        for key, resource in wanted.items():
-            gen.ensure_slot(key, resource, persistent=True)
-
     # ------------------------------------------------------------------ generations
-    @contextlib.asynccontextmanager
-    async def _lock(self, key: str) -> AsyncIterator[None]:
-        """The lock serialising every start, stop and reload of one key (dropped when free)."""
-        lock, users = self._locks.get(key) or self._locks.setdefault(key, (anyio.Lock(), [0]))
-        users[0] += 1
-        try:
-            async with lock:
-                yield
-        finally:
-            users[0] -= 1
-            if not users[0]:
-                del self._locks[key]
-
-    def _spawn(self, name: str, *, persistent: bool) -> ContextGeneration:
-        assert self._tg is not None and self._state == "open"
-        gen = ContextGeneration(
-            name,
-            next(self._numbers),
-            self.contexts[name],
-            settings=self._gen_settings,
-            hooks=self._hooks,
-            persistent=persistent,
-        )
-        old = self._gens.get(name)
-        if old is not None:  # a generation that is stopping on its own: no longer current
-            self._stragglers.add(old)
-        self._gens[name] = gen
-        self._status_changed()
-        self._tg.start_soon(gen.run, name=f"kubemux context {name!r}")
-        return gen
-
-    def _generation_done(self, gen: ContextGeneration) -> None:
-        if self._gens.get(gen.key) is gen:  # compare-and-delete, never a newer one
-            del self._gens[gen.key]
-        self._stragglers.discard(gen)
-
-    async def _stop_generation(
-        self, gen: ContextGeneration, reason: str, final_change: str | None
-    ) -> None:
-        """Stop ``gen`` and wait (shielded, bounded) until it has cleaned up."""
-        gen.request_stop(reason, final_change)
-        with anyio.move_on_after(self._stop_timeout, shield=True):
-            await gen.wait_done()
-        if not gen.is_done:
-            log.error("context %r did not stop within %.1fs", gen.key, self._stop_timeout)
-            self._stragglers.add(gen)
-            self._generation_done(gen)
-
-    async def _stop(
-        self,
-        name: str,
-        reason: str,
-        final_change: str | None,
-        only: ContextGeneration | None = None,
-    ) -> bool:
-        with anyio.CancelScope(shield=True):  # every holder of the lock is bounded in time
-            async with self._lock(name):
-                gen = self._gens.get(name)
-                if gen is None or (only is not None and gen is not only):
-                    return False
-                await self._stop_generation(gen, reason, final_change)
-        return True
-
     async def stop_watcher(self, context: str) -> bool:
         """Stop every watcher of ``context``; idempotent.
 
@@ -432,102 +289,10 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         Cancellation: the stop itself is shielded; cancelling the caller does not leave a
         half-stopped context.
         """
-        self._forget_failures(context)
-        if context in self._gens or context in self.contexts:
-            self._stops[context] = next(self._stop_serial)
-        shared = self._stop_calls.get(context)
-        if shared is not None:  # a stop of this context is under way: share its outcome
-            with anyio.CancelScope(shield=True):
-                await shared.done.wait()
-            return shared.result
-        shared = self._stop_calls[context] = _SharedStop()
-        try:
-            shared.result = await self._stop(context, "stopped by stop_watcher()", "REMOVED")
-        finally:
-            del self._stop_calls[context]
-            shared.done.set()
-        return shared.result
-
-    async def _current(self, context: str, stops_seen: int | None) -> ContextGeneration:
-        """The live generation of ``context``, started if needed (caller holds the lock)."""
-        if self._state != "open":
-            if self._state == "closing":
-                raise ContextRemoved(context, "stopped: the registry closed")
-            raise RegistryClosed(f"the registry is {self._state}: use `async with registry:`")
-        if self._stops.get(context) != stops_seen:
-            raise ContextRemoved(context, "stopped by stop_watcher()")
-        gen = self._gens.get(context)
-        if gen is not None and not gen.is_stopping:
-            return gen
-        if gen is not None:  # stopping on its own (idle after a failed start)
-            with anyio.move_on_after(self._stop_timeout, shield=True):
-                await gen.wait_done()
-            self._generation_done(gen)
-        if context not in self.contexts:
-            raise ContextNotFound(context, self._source.snapshot.invalid.get(context))
-        failure = self._failures.get(context)
-        if failure is not None and failure.pending:
-            failure.reraise()
-        return self._spawn(context, persistent=False)
-
-    def _record_start_failure(self, gen: ContextGeneration, failure: Failure | None) -> None:
-        if self._gens.get(gen.key) is not gen:
-            return
-        if failure is None:
-            self._failures.pop(gen.key, None)
-        else:
-            self._failures[gen.key] = failure
-
-    def _record_slot_failure(
-        self, gen: ContextGeneration, key: InformerKey, failure: Failure | None
-    ) -> None:
-        if self._gens.get(gen.key) is not gen:
-            return
-        if failure is None:
-            self._forget_failures(gen.key, key)
-            return
-        failures = self._slot_failures.setdefault(gen.key, {})
-        for k in [k for k, f in failures.items() if not f.pending]:
-            del failures[k]  # expired records go: at most one per live backoff
-        failures[key] = failure
-
-    def _forget_failures(self, context: str, key: InformerKey | None = None) -> None:
-        """Drop the failure records of a context (or of one of its informers)."""
-        if key is None:
-            had = self._failures.pop(context, None), self._slot_failures.pop(context, None)
-            if had != (None, None):
-                self._status_changed()
-            return
-        failures = self._slot_failures.get(context)
-        if failures is not None and failures.pop(key, None) is not None:
-            self._status_changed()
-            if not failures:
-                del self._slot_failures[context]
+        return await self._table.stop_watcher(context)
 
     def _make_store(self, resource: Resource) -> Store:
         return Store(resource, transform=self._transforms.get(resource.name, self._transform))
-
-    def _publisher(
-        self, gen: ContextGeneration, slot: Slot
-    ) -> Callable[[str, Entry, Entry | None], None]:
-        fanout = self._fanout
-        context, resource, number = gen.key, slot.key.resource, gen.number
-        feeds_index = slot.key in _EVENT_KEYS
-
-        def publish(kind: str, obj: Entry, old: Entry | None) -> None:
-            if len(fanout):
-                fanout.publish(
-                    Change.from_entry(context, resource, kind, obj, number), obj.namespace
-                )
-            if feeds_index:
-                index = gen.event_index
-                if index is not None:
-                    index.apply(kind, obj.decode())
-
-        return publish
-
-    def _publish_final(self, gen: ContextGeneration, resource: str, kind: str) -> None:
-        self._fanout.publish(Change(gen.key, resource, kind, None, gen.number), None)
 
     # ------------------------------------------------------------------ public API
     async def watch(
@@ -564,14 +329,14 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         """
         res = parse_resource(resource)
         key = _informer_key(res, namespace, label_selector, field_selector)
-        stops_seen = self._stops.get(context)
+        stops_seen = self._table.stops.get(context)
         while True:
-            failure = self._slot_failures.get(context, {}).get(key)
-            gen = self._gens.get(context)
+            failure = self._table.slot_failures.get(context, {}).get(key)
+            gen = self._table.gens.get(context)
             if failure is not None and failure.pending and (gen is None or key not in gen.slots):
                 failure.reraise()  # inside the backoff window: no request
-            async with self._lock(context):
-                gen = await self._current(context, stops_seen)
+            async with self._table.lock(context):
+                gen = await self._table.current(context, stops_seen)
                 slot = gen.ensure_slot(key, res, persistent=False)
             gen.last_used = time.monotonic()
             if gen.state is ContextState.BACKING_OFF and gen.failure is not None:
@@ -585,7 +350,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                 own.reraise()  # this call's own failure: it gets the error
             if gen.is_stopping:
                 if (gen.final_change not in ("RESET", None) and not gen.reaped) or (
-                    self._stops.get(context) != stops_seen
+                    self._table.stops.get(context) != stops_seen
                 ):
                     raise ContextRemoved(context, gen.stop_reason or "stopped")
                 # reloaded (a new generation takes over) or closing as idle after a failed
@@ -616,7 +381,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                 store = await self.watch(context, _EVENTS_V1)
             except ResourceNotFound:
                 store = await self.watch(context, _EVENTS_CORE)
-            gen = self._gens.get(context)
+            gen = self._table.gens.get(context)
             if gen is None or not gen.is_running:
                 continue  # stopped or reloaded in between: watch() decides what to raise
             try:
@@ -647,7 +412,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
 
         The arguments name the informer as :meth:`watch` does.
         """
-        gen = self._gens.get(context)
+        gen = self._table.gens.get(context)
         if gen is None or not gen.is_running:
             return None
         res = parse_resource(resource)
@@ -680,20 +445,10 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         wanted = frozenset(contexts) if contexts is not None else None
 
         def take_snapshot() -> list[Change]:
-            initial: list[Change] = []
-            gens = [g for g in self._gens.values() if wanted is None or g.key in wanted]
-            seen: set[tuple[str, str, str, str]] = set()
-            for gen, slot, source in iter_synced(gens, res_name):
-                for e in source.snapshot_entries(namespace):
-                    ident = (gen.key, slot.key.resource, e.namespace, e.name)
-                    if ident not in seen:
-                        seen.add(ident)
-                        initial.append(
-                            Change.from_entry(
-                                gen.key, slot.key.resource, "ADDED", e, gen.number, snapshot=True
-                            )
-                        )
-            return initial
+            gens = self._table.gens.values()
+            return Publisher.snapshot(
+                [g for g in gens if wanted is None or g.key in wanted], res_name, namespace
+            )
 
         return self._fanout.subscribe(
             resource=res_name,
@@ -708,7 +463,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         now = time.monotonic()
         out: dict[str, ContextStatus] = {}
         for name, cfg in self.contexts.items():
-            out[name] = self._context_status(name, cfg, now)
+            out[name] = self._table.context_status(cfg, now)
         snap = self._source.snapshot
         return RegistryStatus(
             contexts=out,
@@ -718,40 +473,10 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             kubeconfig_syncs=self._syncs,
         )
 
-    def _context_status(self, name: str, cfg: ContextConfig, now: float) -> ContextStatus:
-        gen = self._gens.get(name)
-        failures = [f for f in (self._failures.get(name),) if f is not None]
-        failures += self._slot_failures.get(name, {}).values()
-        state, number = ContextState.IDLE, None
-        informers: tuple[InformerStatus, ...] = ()
-        errors: list[str] = []
-        if gen is not None:
-            state, number, informers = gen.state, gen.number, gen.informer_statuses()
-            errors = [i.last_error for i in informers if i.last_error]
-            errors += [str(s.failure.error) for s in gen.slots.values() if s.failure]
-        if failures and state in (ContextState.IDLE, ContextState.RUNNING, ContextState.STOPPING):
-            pending = any(f.pending for f in failures)
-            state = ContextState.BACKING_OFF if pending else ContextState.ERROR
-        errors += [str(f.error) for f in failures if str(f.error) not in errors]
-        retry_in = max(0.0, min(f.retry_at for f in failures) - now) if failures else None
-        return build_context_status(
-            name=cfg.name,
-            server=cfg.server,
-            cluster_name=cfg.cluster_name,
-            user_name=cfg.user_name,
-            namespace=cfg.namespace,
-            source=cfg.source,
-            state=state,
-            generation=number,
-            informers=informers,
-            errors=errors,
-            retry_in=retry_in,
-        )
-
     def __repr__(self) -> str:
         states: collections.Counter[str] = collections.Counter()
         informers = synced = 0
-        for gen in self._gens.values():
+        for gen in self._table.gens.values():
             states[str(gen.state)] += 1
             for slot in gen.slots.values():
                 informers += 1
@@ -762,60 +487,24 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             f"informers={informers}, synced={synced}; subscribers={len(self._fanout)}>"
         )
 
-    # ------------------------------------------------------------------ idle reaping
-    async def _reap_forever(self, idle_timeout: float) -> None:
-        """Stop contexts unused for ``idle_timeout`` seconds (looks every quarter of it)."""
-        while True:
-            await anyio.sleep(idle_timeout / 4)
-            idle = self._idle_generations(time.monotonic())
-            if idle:
-                log.info(
-                    "stopping contexts unused for %gs: %s", idle_timeout, [g.key for g in idle]
-                )
-            for gen in idle:
-                gen.reaped = True
-            await self._for_each(
-                [g.key for g in idle],
-                functools.partial(self._reap, {g.key: g for g in idle}, idle_timeout),
-            )
-
-    async def _reap(
-        self, idle: Mapping[str, ContextGeneration], idle_timeout: float, key: str
-    ) -> None:
-        await self._stop(key, f"unused for {idle_timeout:g}s", "REMOVED", only=idle[key])
-
-    def _idle_generations(self, now: float) -> list[ContextGeneration]:
-        """Running generations nobody used for ``idle_timeout`` (see the constructor)."""
-        assert self._idle_timeout is not None
-        named = self._fanout.named_contexts()
-        idle = []
-        for gen in self._gens.values():
-            slots = gen.slots.values()
-            if not gen.is_running or any(s.key in self._autowatch_keys for s in slots):
-                continue
-            reads = sum(s.store._reads for s in slots)
-            busy = gen.key in named or not all(s.ready.is_set() for s in slots)
-            if busy or reads != gen.reads_seen:
-                gen.reads_seen = reads
-                gen.last_used = now
-            elif now - gen.last_used >= self._idle_timeout:
-                idle.append(gen)
-        return idle
-
     # ------------------------------------------------------------------ introspection
     @property
     def live_contexts(self) -> list[str]:
         """Contexts that currently have a generation (starting, running or stopping)."""
-        return sorted(self._gens)
+        return sorted(self._table.gens)
 
     def _structure_sizes(self) -> dict[str, int]:
-        return {
-            "entries": len(self._gens) + len(self._stragglers),
-            "failures": len(self._failures) + len(self._slot_failures),
-            "subscribers": len(self._fanout),
-            "slots": sum(len(g.slots) for g in self._gens.values()),
-            "locks": len(self._locks),
-        }
+        return {**self._table.sizes(), "subscribers": len(self._fanout)}
+
+    def _idle_generations(self, now: float) -> list[ContextGeneration]:  # for tests
+        assert self._idle_timeout is not None
+        return self._table.idle(
+            now, self._idle_timeout, self._fanout.named_contexts(), self._autowatch_keys
+        )
+
+    @property
+    def _gens(self) -> Mapping[str, ContextGeneration]:  # for tests
+        return self._table.gens
 
 
 def _informer_key(
@@ -828,14 +517,6 @@ def _informer_key(
         label_selector or None,
         field_selector or None,
     )
-
-
-class _SharedStop:
-    __slots__ = ("done", "result")
-
-    def __init__(self) -> None:
-        self.done = anyio.Event()
-        self.result = False
 
 
 def _require_asyncio() -> None:
