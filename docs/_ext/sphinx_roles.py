@@ -44,9 +44,12 @@ class SphinxRoles(griffe.Extension):
             return None
         for module in sorted(_PUBLIC_MODULES, key=len, reverse=True):
             depth = module.count(".") + 1
-            if ".".join(parts[:depth]) == module and len(parts) > depth:
-                if parts[depth] in self._public[module]:
-                    return ".".join(parts)
+            if (
+                ".".join(parts[:depth]) == module
+                and len(parts) > depth
+                and parts[depth] in self._public[module]
+            ):
+                return ".".join(parts)
         # kubemux._registry.WatcherRegistry.watch -> kubemux.WatcherRegistry.watch
         for i, part in enumerate(parts[1:], start=1):
             if part in self._public["kubemux"] and all(p.startswith("_") for p in parts[1:i]):
