@@ -18,8 +18,8 @@ demo: $(STAMP)
 test: lint typecheck pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples bench
-	$(BIN)/ruff format --check src tests examples bench
+	$(BIN)/ruff check src tests examples bench docs/_ext
+	$(BIN)/ruff format --check src tests examples bench docs/_ext
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
