@@ -342,3 +342,11 @@ def test_a_status_without_optional_fields() -> None:
     assert value(s, "kubemux_contexts") == 1
     assert value(s, "kubemux_subscribers") is None
     assert series_of(s, "a") == []
+
+
+def test_public_names() -> None:
+    names = kubemux.metrics.__all__
+    assert names == sorted(names)
+    assert {"KubemuxCollector", "register", "registered", "unregister"} <= set(names)
+    for name in names:
+        assert getattr(kubemux.metrics, name) is not None
