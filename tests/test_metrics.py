@@ -77,7 +77,9 @@ async def test_scrape_reports_contexts_and_informers(tmp_path: Path, cluster: Fa
         assert value(s, "kubemux_kubeconfig_errors") == 0
         assert value(s, "kubemux_context_state", context="prod", state="running") == 1
         assert value(s, "kubemux_context_state", context="prod", state="idle") == 0
-        assert value(s, "kubemux_context_state", context="dev", state="idle") == 1
+        assert series_of(s, "dev") == []  # idle: counted, no series of its own
+        assert value(s, "kubemux_contexts_by_state", state="idle") == 1
+        assert value(s, "kubemux_contexts_by_state", state="running") == 1
         assert value(s, "kubemux_context_generation", context="prod") == 1
         assert value(s, "kubemux_context_generation", context="dev") is None  # never started
 
@@ -135,9 +137,9 @@ async def test_series_go_with_the_context(tmp_path: Path, cluster: FakeCluster) 
 
         assert await watchers.stop_watcher("prod")
         after = scrape(prom)
-        assert set(series_of(after, "prod")) == {"kubemux_context_state"}  # idle now
-        assert value(after, "kubemux_context_state", context="prod", state="idle") == 1
-        assert value(after, "kubemux_context_generation", context="prod") is None
+        assert series_of(after, "prod") == []  # idle now: every series of it is gone
+        assert value(after, "kubemux_contexts_by_state", state="idle") == 2
+        assert value(after, "kubemux_contexts_by_state", state="running") == 0
 
 
 async def test_a_failing_context_shows_as_error(tmp_path: Path) -> None:

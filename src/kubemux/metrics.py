@@ -5,10 +5,14 @@ Prometheus scrapes, and at no other time: watching costs nothing extra per event
 that goes (removed, stopped, reaped) disappears from the next scrape by itself, and the labels
 are bounded by what the application watches, never by the objects:
 
-- ``context``: the kubeconfig context;
+- ``context``: the kubeconfig context (only those in use: starting, running, failing);
 - ``resource``: the informer's resource (``pods``, ``deployments.apps``);
 - ``scope``: the namespace an informer is limited to, or ``*`` for all namespaces and for
   cluster-scoped resources. Informers that differ only by their selectors are added together.
+
+Contexts that are known but idle (never started, or stopped) have no series of their own:
+``kubemux_contexts_by_state`` counts them, so a kubeconfig of thousands of contexts costs
+nothing until they are used.
 
 Usage::
 
@@ -102,7 +106,10 @@ class _Families:
             "Subscriptions closed because their consumer fell behind.",
             (),
         )
-        # context
+        self.contexts_by_state = _gauge(
+            f"{p}_contexts_by_state", "Contexts in each state (idle ones included).", ("state",)
+        )
+        # context (idle contexts, which hold nothing, have no series of their own)
         self.context_state = _gauge(
             f"{p}_context_state",
             "1 for the context's current state, 0 for the others.",
@@ -235,12 +242,17 @@ class KubemuxCollector(Collector):
         _add(f.subscribers, [], getattr(status, "subscribers", None))
         _add(f.subscriber_overflows, [], getattr(status, "subscriber_overflows", None))
 
+        by_state: dict[str, int] = dict.fromkeys(_CONTEXT_STATES, 0)
         for name, ctx in contexts.items():
             state = getattr(ctx, "state", None)
-            if state is not None:
-                current = _name(state)
-                for s in _states(state, _CONTEXT_STATES):
-                    f.context_state.add_metric([name, s], 1.0 if s == current else 0.0)
+            if state is None:
+                continue
+            current = _name(state)
+            by_state[current] = by_state.get(current, 0) + 1
+            if _is_idle(ctx, current):
+                continue  # a kubeconfig of 5,000 contexts costs no series until they are used
+            for s in _states(state, _CONTEXT_STATES):
+                f.context_state.add_metric([name, s], 1.0 if s == current else 0.0)
             _add(f.context_generation, [name], getattr(ctx, "generation", None))
             _add(f.context_retry_in, [name], getattr(ctx, "retry_in", None))
             _add(
@@ -249,6 +261,8 @@ class KubemuxCollector(Collector):
                 getattr(ctx, "credential_refreshes", None),
             )
             self._informers(f, name, getattr(ctx, "informers", ()), now)
+        for s, n in by_state.items():
+            f.contexts_by_state.add_metric([s], n)
         return f.all()
 
     def _informers(self, f: _Families, context: str, informers: Iterable[Any], now: float) -> None:
@@ -286,6 +300,17 @@ class KubemuxCollector(Collector):
             _latest(f.last_list, labels, [getattr(i, "last_sync", None) for i in members])
             _age(f.watch_age, labels, [getattr(i, "watch_started", None) for i in members], now)
             _age(f.last_event_age, labels, [getattr(i, "last_event", None) for i in members], now)
+
+
+def _is_idle(ctx: Any, state: str) -> bool:
+    """Known but not in use: no generation, no informer, no failure waiting for a retry."""
+    return (
+        state == "idle"
+        and getattr(ctx, "generation", None) is None
+        and not getattr(ctx, "informers", ())
+        and getattr(ctx, "retry_in", None) is None
+        and not getattr(ctx, "last_error", None)
+    )
 
 
 def _add(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], v: Any) -> None:
