@@ -121,6 +121,7 @@ async def test_stop_watcher_during_heavy_event_traffic(tmp_path: Path) -> None:
                 "failures": 0,
                 "subscribers": 0,
                 "slots": 0,
+                "locks": 0,
             }
             await wait_until(c, lambda: c.open_watches == 0)
             with anyio.fail_after(TIMEOUT):  # a new generation gets a new, full index

@@ -14,6 +14,7 @@ from ._kubeconfig_writer import FakeContext as FakeContext
 from ._kubeconfig_writer import kubeconfig_dict as kubeconfig_dict
 from ._kubeconfig_writer import write_kubeconfig as write_kubeconfig
 from ._objects import make_pod as make_pod
+from ._reconcile import rewrite_kubeconfig as rewrite_kubeconfig
 
 __all__ = [
     "FakeCluster",
@@ -21,5 +22,6 @@ __all__ = [
     "RecordedRequest",
     "kubeconfig_dict",
     "make_pod",
+    "rewrite_kubeconfig",
     "write_kubeconfig",
 ]
