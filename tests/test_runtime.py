@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
 import pytest
 import trio
@@ -44,3 +46,17 @@ def test_anyio_on_trio_is_refused() -> None:
 def test_outside_an_event_loop_is_refused() -> None:
     with pytest.raises(RuntimeError, match="outside any async event loop"):
         require_asyncio("WatcherRegistry")
+
+
+def test_registry_under_trio_fails_at_once_with_a_clear_error(tmp_path: Path) -> None:
+    """Entering a WatcherRegistry under trio is a programming error, raised at once (it
+    used to be reported as a cluster failure with a retry delay)."""
+    from kubemux import WatcherRegistry
+
+    async def main() -> None:
+        async with WatcherRegistry({}):
+            pass  # pragma: no cover - never reached
+
+    with pytest.raises(RuntimeError, match="kubemux runs on asyncio") as info:
+        anyio.run(main, backend="trio")
+    assert "retry" not in str(info.value)

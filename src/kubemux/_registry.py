@@ -37,6 +37,7 @@ from ._informer import InformerKey
 from ._kubeconfig import ContextConfig
 from ._kubeconfig_watch import ContextDiff, KubeconfigSource
 from ._resources import Resource, parse_resource
+from ._runtime import require_asyncio
 from ._settings import Backoff, WatchSettings
 from ._status import ContextState, ContextStatus, RegistryStatus
 from ._store import Indexer, Store, Transform, drop_managed_fields
@@ -165,7 +166,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
     async def __asynccontextmanager__(self) -> AsyncGenerator[WatcherRegistry]:
         if self._state != "unopened":
             raise RuntimeError(f"a WatcherRegistry can be entered once (it is {self._state})")
-        _require_asyncio()
+        require_asyncio("WatcherRegistry")
         self._state = "opening"
         try:
             async with self._source as source, anyio.create_task_group() as tg:
@@ -371,10 +372,8 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         absent. The index lives as long as the context's generation: ``stop_watcher`` (or a
         reload) drops it, and a reload builds a new one.
 
-        Raises:
-            The same errors as :meth:`watch`.
-
-        Cancelling the caller does not cancel the shared start.
+        It raises the same errors as :meth:`watch`. Cancelling the caller does not cancel
+        the shared start.
         """
         while True:
             try:
@@ -517,17 +516,6 @@ def _informer_key(
         label_selector or None,
         field_selector or None,
     )
-
-
-def _require_asyncio() -> None:
-    import sniffio
-
-    library = sniffio.current_async_library()
-    if library != "asyncio":
-        raise RuntimeError(
-            f"kubemux runs on asyncio (its HTTP client is aiohttp); "
-            f"WatcherRegistry was entered under {library}"
-        )
 
 
 _EVENTS_V1 = parse_resource("events.events.k8s.io")
