@@ -470,6 +470,8 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             kubeconfig_errors=dict(snap.errors),
             invalid_contexts=dict(snap.invalid),
             kubeconfig_syncs=self._syncs,
+            subscribers=len(self._fanout),
+            subscriber_overflows=self._fanout.overflows,
         )
 
     def __repr__(self) -> str:

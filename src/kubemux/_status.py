@@ -74,6 +74,8 @@ class RegistryStatus:
     kubeconfig_errors: Mapping[str, str]  # file -> error (its last good contexts are kept)
     invalid_contexts: Mapping[str, str]  # context -> why it cannot be used
     kubeconfig_syncs: int
+    subscribers: int = 0  # open subscriptions
+    subscriber_overflows: int = 0  # subscriptions closed by SubscriberOverflow, ever
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict, the one form the CLI (``-o json``) and the dashboard serve.
@@ -87,6 +89,8 @@ class RegistryStatus:
             "kubeconfig_errors": dict(self.kubeconfig_errors),
             "invalid_contexts": dict(self.invalid_contexts),
             "kubeconfig_syncs": self.kubeconfig_syncs,
+            "subscribers": self.subscribers,
+            "subscriber_overflows": self.subscriber_overflows,
         }
 
 
