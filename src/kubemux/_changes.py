@@ -38,7 +38,7 @@ class Publisher:
             if feeds_index:
                 index = gen.event_index
                 if index is not None:
-                    index.apply(kind, obj.decode())
+                    index.apply(kind, obj)
 
         return publish
 

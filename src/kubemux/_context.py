@@ -199,7 +199,7 @@ class ContextGeneration:
                 raise ContextRemoved(self.key, self.stop_reason or "stopped")
             s = self._settings
             index = EventIndex(max_events_per_object=s.event_cap, max_age=s.event_max_age)
-            index.replace(store.list())
+            index.replace(store._entries(None))
             self.event_index = index
             if s.event_max_age is not None:
                 self._tg.start_soon(
