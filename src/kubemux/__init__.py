@@ -19,6 +19,7 @@ from ._errors import ResourceExpired as ResourceExpired
 from ._errors import ResourceNotFound as ResourceNotFound
 from ._errors import SubscriberOverflow as SubscriberOverflow
 from ._errors import Unauthorized as Unauthorized
+from ._errors import UnknownResource as UnknownResource
 from ._event_index import EventIndex as EventIndex
 from ._event_index import EventIndexStatistics as EventIndexStatistics
 from ._fanout import Change as Change
@@ -68,6 +69,7 @@ __all__ = [
     "SubscriberOverflow",
     "Subscription",
     "Unauthorized",
+    "UnknownResource",
     "WatchSettings",
     "WatcherRegistry",
     "by_label",
