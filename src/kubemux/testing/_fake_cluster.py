@@ -137,6 +137,8 @@ class FakeCluster:
             sends big chunks, cheaper to read than any real cluster's stream.
         aggregated_discovery: Answer ``/api`` and ``/apis`` with an
             ``APIGroupDiscoveryList`` when asked; False: legacy discovery only.
+        table_format: Answer Table requests with Tables; False: plain objects, like an
+            aggregated API server without Table support.
         name: A label for ``repr`` and logs.
     """
 
@@ -152,6 +154,7 @@ class FakeCluster:
         expired_as_http: bool = False,
         chunk_buffer: int = 2048,
         aggregated_discovery: bool = True,
+        table_format: bool = True,
         name: str = "fake",
     ) -> None:
         self.name = name
@@ -165,6 +168,7 @@ class FakeCluster:
             expired_as_http=expired_as_http,
             chunk_buffer=chunk_buffer,
             aggregated_discovery=aggregated_discovery,
+            table_format=table_format,
         )
         self._runner: web.ServerRunner | None = None
         self._server: _TrackingServer | None = None

@@ -315,6 +315,7 @@ class ApiServer:
         expired_as_http: bool,
         chunk_buffer: int = 2048,
         aggregated_discovery: bool = True,
+        table_format: bool = True,
     ) -> None:
         if chunk_buffer < 1:
             raise ValueError(f"chunk_buffer must be positive, not {chunk_buffer}")
@@ -326,6 +327,7 @@ class ApiServer:
         self.streaming_list = streaming_list
         self.expired_as_http = expired_as_http
         self.aggregated_discovery = aggregated_discovery
+        self.table_format = table_format
         self.access: dict[str, Access] = {}  # token -> its limits (absent: everything)
         self.requests: list[RecordedRequest] = []
         self.watches: set[Watch] = set()
@@ -551,6 +553,8 @@ class ApiServer:
         self, request: web.BaseRequest, state: ResourceState, version: str, query: dict[str, str]
     ) -> tuple[Printer, str] | web.Response | None:
         """(printer, includeObject) when the client asked for a Table; None for objects."""
+        if not self.table_format:
+            return None
         accept = request.headers.get(hdrs.ACCEPT, "")
         wants_table = False
         for media_type, params in _media_types(accept):
