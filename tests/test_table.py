@@ -7,9 +7,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import orjson
 import pytest
 
-from kubemux import Backoff, ContextConfig, Resource, WatchSettings
+from kubemux import Backoff, ContextConfig, Resource, ResourceNotFound, WatchSettings
 from kubemux._client import ContextClient, open_client
 from kubemux._informer import InformerKey
 from kubemux._table import FALLBACK_COLUMNS, TableColumn, TableInformer, TableStore
@@ -219,8 +220,6 @@ async def test_server_without_table_support_falls_back_to_name_and_age() -> None
 
 
 async def test_unknown_resource_fails_the_first_list(cluster: FakeCluster) -> None:
-    from kubemux import ResourceNotFound
-
     store = TableStore(WIDGETS)
     async with open_client(config_for(cluster)) as client:
         informer = TableInformer(
@@ -229,3 +228,63 @@ async def test_unknown_resource_fails_the_first_list(cluster: FakeCluster) -> No
         with anyio.fail_after(TIMEOUT), pytest.raises(ResourceNotFound):
             await informer.initial_sync()
         assert informer.status().state == "error"
+
+
+def _informer_without_client() -> TableInformer:
+    store = TableStore(PODS)
+    store.columns = (TableColumn(name="Name", format="name"), TableColumn(name="Ready"))
+    return TableInformer(
+        None,  # type: ignore[arg-type]  # only the line decoding is used
+        PODS,
+        InformerKey("pods"),
+        settings=FAST,
+        store=store,
+    )
+
+
+def test_watch_lines_fast_and_general_paths_agree() -> None:
+    meta = {
+        "name": "p",
+        "namespace": "ns",
+        "resourceVersion": "7",
+        "managedFields": [{"manager": "m"}],
+        "labels": {"a": "b"},
+    }
+    table = {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": "7"},
+        "columnDefinitions": None,
+        "rows": [
+            {
+                "cells": ["p", "1/1"],
+                "object": {
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": meta,
+                },
+            }
+        ],
+    }
+    compact = orjson.dumps({"type": "ADDED", "object": table})
+    spaced = b'{"object": ' + orjson.dumps(table) + b', "type": "MODIFIED"}'
+    informer = _informer_without_client()
+    ((etype, entry),) = informer._decode((compact + b"\n" + spaced, 0, len(compact)))
+    assert etype == "ADDED" and not isinstance(entry, bytes)  # the one-decode path
+    assert (entry.namespace, entry.name, entry.resource_version) == ("ns", "p", "7")
+    fast = orjson.loads(entry.raw)
+    assert fast == {
+        "cells": ["p", "1/1"],
+        "metadata": {k: v for k, v in meta.items() if k != "managedFields"},
+    }
+    ((kind, line),) = informer._decode((spaced, 0, len(spaced)))
+    assert kind == "" and line == spaced  # not laid out as the server writes: general path
+    assert informer._handle_line(spaced) == "7"
+    row = informer.store.row("ns", "p")
+    assert row is not None and row.cells == ("p", "1/1") and row.metadata == fast["metadata"]
+    # a bookmark and an error line take the general path too
+    bookmark = orjson.dumps(
+        {"type": "BOOKMARK", "object": {**table, "rows": [], "metadata": {"resourceVersion": "9"}}}
+    )
+    assert informer._decode((bookmark, 0, len(bookmark)))[0][0] == ""
+    assert informer._handle_line(bookmark) == "9"

@@ -39,6 +39,9 @@ from ._settings import WatchSettings as WatchSettings
 from ._store import Store as Store
 from ._store import by_label as by_label
 from ._store import by_owner as by_owner
+from ._table import TableColumn as TableColumn
+from ._table import TableRow as TableRow
+from ._table import TableStore as TableStore
 
 __version__ = "0.1.0"
 
@@ -68,6 +71,9 @@ __all__ = [
     "Store",
     "SubscriberOverflow",
     "Subscription",
+    "TableColumn",
+    "TableRow",
+    "TableStore",
     "Unauthorized",
     "UnknownResource",
     "WatchSettings",

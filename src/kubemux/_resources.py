@@ -30,10 +30,10 @@ class Resource:
     kind: str = ""
     # what discovery says besides the identity; not part of equality or hashing, so a
     # resource resolved through discovery is the same key as the one written by hand
-    singular: str = dataclasses.field(default="", compare=False)
-    short_names: tuple[str, ...] = dataclasses.field(default=(), compare=False)
-    categories: tuple[str, ...] = dataclasses.field(default=(), compare=False)
-    verbs: tuple[str, ...] = dataclasses.field(default=(), compare=False)
+    singular: str = dataclasses.field(default="", compare=False, repr=False)
+    short_names: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    categories: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    verbs: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
     @property
     def api_version(self) -> str:
