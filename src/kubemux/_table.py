@@ -158,35 +158,41 @@ class _FastEvent(msgspec.Struct, gc=False):
 _fast_decoder = msgspec.json.Decoder(_FastEvent)
 _META_KEY = b'"metadata":'
 _MF_KEY = b'"managedFields":'
+_ROW_HEAD = b'{"cells":'
+_ROW_META = b',"metadata":'
 _LINE_END = b"}}}]}}"  # metadata, row object, row, rows, Table, event (the server's order)
 
 
-def _fast_entry(line: bytes, row: _FastRow) -> Entry | None:
-    """The entry of a one-row Table event, its metadata sliced out of the line (no second
-    decode); None when the line is not laid out as the API server writes it."""
+def _fast_entry(buf: bytes, view: memoryview, pos: int, end: int, row: _FastRow) -> Entry | None:
+    """The entry of the one-row Table event ``buf[pos:end]``, its metadata cut out of the
+    line with one copy (managedFields dropped); None when the line is not laid out as the
+    API server writes it (the caller then takes the general path)."""
     obj = row.object
-    if obj is None or not line.endswith(_LINE_END):
+    if obj is None or not buf.endswith(_LINE_END, pos, end):
         return None
-    start = line.rfind(_META_KEY) + len(_META_KEY)
-    end = len(line) - len(_LINE_END) + 1
-    if start <= len(_META_KEY) or line[start : start + 1] != b"{":
+    first = buf.rfind(_META_KEY, pos, end) + len(_META_KEY)
+    last = end - len(_LINE_END) + 1
+    if first < pos + len(_META_KEY) or buf[first] != 123:  # 123: b"{"
         return None
     meta = obj.metadata
-    mf = bytes(meta.managedFields)
-    metadata = line[start:end]
-    if mf:
-        key = metadata.find(_MF_KEY + mf)
+    cells = bytes(row.cells) or b"[]"
+    mf = meta.managedFields
+    if not len(mf):
+        parts: tuple[Any, ...] = (_ROW_HEAD, cells, _ROW_META, view[first:last], b"}")
+    else:
+        value = bytes(mf)
+        key = buf.find(_MF_KEY, first, last)
+        while key >= 0 and not buf.startswith(value, key + len(_MF_KEY)):
+            key = buf.find(_MF_KEY, key + 1, last)
         if key < 0:
             return None
-        cut = key + len(_MF_KEY) + len(mf)
-        if metadata[key - 1 : key] == b",":
-            metadata = metadata[: key - 1] + metadata[cut:]
-        elif metadata[cut : cut + 1] == b",":
-            metadata = metadata[:key] + metadata[cut + 1 :]
-        else:
-            metadata = metadata[:key] + metadata[cut:]
-    raw = b'{"cells":' + (bytes(row.cells) or b"[]") + b',"metadata":' + metadata + b"}"
-    return Entry(meta.namespace, meta.name, meta.resourceVersion, raw)
+        cut = key + len(_MF_KEY) + len(value)
+        if buf[key - 1] == 44:  # b","
+            key -= 1
+        elif buf[cut] == 44:
+            cut += 1
+        parts = (_ROW_HEAD, cells, _ROW_META, view[first:key], view[cut:last], b"}")
+    return Entry(meta.namespace, meta.name, meta.resourceVersion, b"".join(parts))
 
 
 _page_decoder = msgspec.json.Decoder(_TablePage)
@@ -389,30 +395,44 @@ class TableInformer(Informer):
         )
 
     def _decode(self, block: Any) -> list[tuple[str, Entry | bytes]]:
-        """Object events of Tables whose columns are known become entries in one decode;
-        anything else (bookmarks, errors, new columns, plain objects) goes to
-        :meth:`_parse` through the informer's general path."""
+        """The hot path: object events of one-row Tables with known columns become entries,
+        the whole block decoded in one msgspec call; anything else (bookmarks, errors, new
+        columns, plain objects, lines laid out otherwise) goes to :meth:`_parse` through the
+        informer's general path."""
+        buf, start, stop = block
+        view = memoryview(buf)
+        if buf.find(b"\n\n", start, stop) >= 0:
+            return [("", line) for line in split_block(block)]
+        try:
+            events = _fast_decoder.decode_lines(view[start:stop])
+        except DecodeError:
+            return [("", line) for line in split_block(block)]
         out: list[tuple[str, Entry | bytes]] = []
+        append = out.append
+        find = buf.find
         known = self.store.columns
-        for line in split_block(block):
-            try:
-                event = _fast_decoder.decode(line)
-            except DecodeError:
-                out.append(("", line))
-                continue
+        pos = start
+        for event in events:
+            end = find(b"\n", pos, stop)
+            if end < 0:
+                end = stop
+            if buf[pos] != 123:  # not where the decoder was (a blank-ish line): go slowly
+                return [("", line) for line in split_block(block)]
             page = event.object
             entry = None
             if (
                 event.type in _OBJECT_EVENTS
                 and page.kind == "Table"
                 and page.rows
+                and len(page.rows) == 1
                 and (not page.columnDefinitions or _columns(page.columnDefinitions) == known)
             ):
-                entry = _fast_entry(line, page.rows[0])
+                entry = _fast_entry(buf, view, pos, end, page.rows[0])
             if entry is None or not entry.name or not entry.resource_version:
-                out.append(("", line))
+                append(("", buf[pos:end]))
             else:
-                out.append((event.type, entry))
+                append((event.type, entry))
+            pos = end + 1
         return out
 
     def _parse(self, line: bytes) -> tuple[str, bytes, Entry | None]:
