@@ -7,8 +7,10 @@ HTTP), so these tests use a TLS cluster with a token; one test pins that quirk d
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
+import re
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -34,6 +36,7 @@ def _kubectl_binary() -> str:
 
 
 KUBECTL = _kubectl_binary()
+FIVE_HOURS_AGO = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 TOKEN = "kubectl-token"
 Json = dict[str, Any]
@@ -217,8 +220,8 @@ async def test_builtin_kinds_print_kubectls_columns(cluster: FakeCluster, kubeco
             "reason": "Started",
             "message": "Started container app",
             "source": {"component": "kubelet", "host": "node-1"},
-            "firstTimestamp": "2025-01-01T00:00:00Z",
-            "lastTimestamp": "2025-01-01T00:00:00Z",
+            "firstTimestamp": FIVE_HOURS_AGO,
+            "lastTimestamp": FIVE_HOURS_AGO,
         },
     )
     expected = {
@@ -239,7 +242,7 @@ async def test_builtin_kinds_print_kubectls_columns(cluster: FakeCluster, kubeco
         out = cells(await kubectl(kubeconfig, "get", name))
         assert out[0] == header, name
         if name == "ev":
-            assert out[1][0].endswith("d") and out[1][1:] == row  # days since 2025
+            assert re.fullmatch(r"5h(\d+m)?", out[1][0]) and out[1][1:] == row
         else:
             assert out[1][: len(row)] == row, name
     wide = cells(await kubectl(kubeconfig, "get", "deploy", "-o", "wide"))
