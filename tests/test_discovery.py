@@ -9,6 +9,7 @@ from kubemux import ContextConfig, Resource, ResourceNotFound
 from kubemux._client import open_client
 from kubemux._discovery import (
     Discovery,
+    in_category,
     parse_aggregated,
     parse_resource_list,
     preferred,
@@ -178,6 +179,15 @@ def test_resolve_unknown_names_suggest(served: list[Resource]) -> None:
     with pytest.raises(UnknownResource) as nothing:
         resolve("qqqqqqq", served)
     assert nothing.value.suggestions == () and "did you mean" not in str(nothing.value)
+
+
+def test_categories(served: list[Resource]) -> None:
+    names = [r.name for r in in_category("all", served)]
+    assert names.index("pods") < names.index("deployments.apps")  # priority order
+    assert {"pods", "services", "deployments.apps", "widgets.example.com"} <= set(names)
+    assert "configmaps" not in names and "nodes" not in names
+    assert [r.version for r in in_category("All", served) if r.plural == "widgets"] == ["v1"]
+    assert in_category("nope", served) == []
 
 
 def test_resource_values_resolve_without_discovery() -> None:

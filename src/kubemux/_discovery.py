@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AGGREGATED_ACCEPT",
     "Discovery",
+    "in_category",
     "parse_aggregated",
     "parse_resource_list",
     "preferred",
@@ -221,6 +222,13 @@ def resolve(
                 if target in _names(res):
                     return res
     raise UnknownResource(text or name, context, suggest(text, resources))
+
+
+def in_category(category: str, resources: Sequence[Resource]) -> list[Resource]:
+    """The resources of a category (``all``), preferred versions, in priority order: what
+    ``kubectl get all`` expands to."""
+    wanted = category.strip().lower()
+    return [r for r in preferred(resources) if wanted in r.categories]
 
 
 def suggest(name: str, resources: Sequence[Resource], limit: int = 3) -> tuple[str, ...]:
