@@ -166,6 +166,8 @@ async def test_half_written_file_removes_nothing(tmp_path: Path) -> None:
 
 
 async def test_referenced_token_file_change(tmp_path: Path) -> None:
+    # A token file rotates in place (projected service-account tokens, kubelet's atomic
+    # swaps): its contents are the credential layer's business and never restart a context.
     secrets = tmp_path / "secrets"
     secrets.mkdir()
     (secrets / "token").write_text("one")
@@ -174,13 +176,17 @@ async def test_referenced_token_file_change(tmp_path: Path) -> None:
     path = write(tmp_path / "kube" / "config", doc)
     async with KubeconfigSource(path, debounce_delay=DEBOUNCE) as source:
         assert source.snapshot.referenced_files == {str(secrets / "token")}
+        before = source.contexts["a"].fingerprint
         (secrets / "token").write_text("two")
-        diff = (await wait_for(source, lambda d: not d.is_empty))[-1]
-        assert names(diff.changed) == ["a"]
-        # an atomic replace of the token file (how kubelet and most tools rotate it)
+        assert (await source.sync_now()).is_empty
         tmp = secrets / ".token.new"
         tmp.write_text("three")
         os.replace(tmp, secrets / "token")
+        assert (await source.sync_now()).is_empty
+        assert source.contexts["a"].fingerprint == before
+        # a new path does restart it
+        doc["users"][0]["user"] = {"tokenFile": "../secrets/token2"}
+        write(path, doc)
         diff = (await wait_for(source, lambda d: not d.is_empty))[-1]
         assert names(diff.changed) == ["a"]
 

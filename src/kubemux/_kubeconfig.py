@@ -24,11 +24,26 @@ serverless client):
 - A context with no ``user`` (or an empty one) is valid and anonymous, as in client-go, which
   then uses an empty AuthInfo. Its ``user_name`` is ``""``.
 
+Field types follow kubectl exactly (:mod:`kubemux._kubeconfig_schema`): a wrong-typed field
+or illegal base64 anywhere in a file refuses the whole file, as kubectl does (its last good
+contexts are kept). What kubectl accepts in the file but fails on when a context is used (a
+token with a line break, a NUL in a path, ``auth-provider: azure``/``gcp``, a socks proxy, a
+CA file that is a FIFO) makes the contexts using that entry invalid instead.
+
 Each valid context gets a **fingerprint**: a sha256 over the canonical JSON (sorted keys) of
-its resolved context, cluster and user entries and the bytes of every file they reference.
+its resolved context, cluster and user entries and the bytes of the CA and client cert/key
+files they reference. A ``tokenFile`` counts by its path only: its contents rotate in place
+(projected service-account tokens) and the credential layer re-reads it without a restart.
 Reformatting or reordering the YAML does not change it; changing the server, a credential, or
-the contents of a CA/cert/key/token file does. A referenced file that is missing hashes as a
+the contents of a CA/cert/key file does. A referenced file that is missing hashes as a
 marker, so it is not an error here (the client reports it when it is used).
+
+Every file is read through one guarded open: only regular files (opened non-blocking, so a
+FIFO cannot hang the reader), at most :data:`MAX_KUBECONFIG_BYTES` for a kubeconfig and
+:data:`MAX_REFERENCED_FILE_BYTES` for a CA, cert, key or token file. A kubeconfig file that
+changed while it was read, or less than ``_SETTLE_DELAY`` before (a rewrite in place may be
+half done), is read again a little later; if it is still moving, its last good parse is kept
+and :attr:`KubeconfigLoader.unsettled` names it so the watcher reads it again.
 
 :class:`KubeconfigLoader` is meant to be called again and again (by the watcher): each file's
 last good parse is kept, and a file that currently fails to load (half-written, invalid YAML,
@@ -45,18 +60,24 @@ import dataclasses
 import hashlib
 import logging
 import os
+import stat
+import time
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
 import yaml
 
+from . import _kubeconfig_schema as schema
 from ._errors import ContextNotFound, KubeconfigError
 from ._kubeconfig_yaml import load_yaml
+from ._redact import redact_url
 
 __all__ = [
+    "MAX_KUBECONFIG_BYTES",
+    "MAX_REFERENCED_FILE_BYTES",
     "ContextConfig",
     "KubeconfigLoader",
     "KubeconfigSnapshot",
@@ -69,11 +90,19 @@ logger = logging.getLogger(__name__)
 PathsArg = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
 
 MEMORY_SOURCE: Final = "<memory>"
+MAX_KUBECONFIG_BYTES: Final = 64 * 1024 * 1024
+"""The largest kubeconfig file read (5,000 contexts with inline certificates is ~30 MB)."""
+MAX_REFERENCED_FILE_BYTES: Final = 4 * 1024 * 1024
+"""The largest CA, client certificate/key or token file read (CA bundles are ~200 KB)."""
+_SETTLE_DELAY: Final = 0.05  # a file modified more recently than this may be half written
+_READ_ATTEMPTS: Final = 3
 _ANONYMOUS_USER: Final = "kubemux-anonymous"
 _MISSING_FILE: Final = b"<missing>"
 _CLUSTER_FILE_FIELDS: Final = ("certificate-authority",)
 _USER_FILE_FIELDS: Final = ("client-certificate", "client-key", "tokenFile")
+_HASHED_USER_FILE_FIELDS: Final = ("client-certificate", "client-key")  # not tokenFile
 _SECTIONS: Final = (("clusters", "cluster"), ("contexts", "context"), ("users", "user"))
+_SINGULAR: Final = {"clusters": "cluster", "contexts": "context", "users": "user"}
 _JSON_OPTIONS: Final = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
@@ -84,7 +113,8 @@ class ContextConfig:
     Attributes:
         name: The context name.
         cluster_name: The name of the cluster entry it uses.
-        server: The cluster's API server URL.
+        server: The cluster's API server URL, exactly as in the kubeconfig (for connecting:
+            it may hold a ``user:password@``). Show :attr:`display_server` instead.
         user_name: The name of the user entry, ``""`` for an anonymous context.
         namespace: The context's default namespace, ``None`` if unset.
         source: Absolute path of the file that defined the context (``"<memory>"`` when
@@ -107,6 +137,11 @@ class ContextConfig:
     fingerprint: str
     config: Mapping[str, Any] = dataclasses.field(repr=False, compare=False)
 
+    @property
+    def display_server(self) -> str:
+        """:attr:`server` with any ``user:password@`` replaced by ``***@``, for showing."""
+        return redact_url(self.server)
+
     def client_config(self) -> dict[str, Any]:
         """A fresh, plain copy of :attr:`config` (for building a client; holds secrets)."""
         plain: dict[str, Any] = _plain(self.config)
@@ -114,7 +149,7 @@ class ContextConfig:
 
     def __repr__(self) -> str:
         return (
-            f"ContextConfig(name={self.name!r}, server={self.server!r}, "
+            f"ContextConfig(name={self.name!r}, server={self.display_server!r}, "
             f"cluster_name={self.cluster_name!r}, user_name={self.user_name!r}, "
             f"namespace={self.namespace!r}, source={self.source!r}, "
             f"fingerprint={self.fingerprint[:12]!r})"
@@ -247,6 +282,15 @@ class KubeconfigLoader:
         """
         self.files: tuple[str, ...] = tuple(str(p) for p in kubeconfig_paths(paths))
         self._last_good: dict[str, _ParsedFile] = {}
+        self._unsettled: tuple[str, ...] = ()
+
+    @property
+    def unsettled(self) -> tuple[str, ...]:
+        """Files the last :meth:`load` found still changing: read them again after a pause.
+
+        Their last good parse was used (or, with none yet, the unsettled read itself).
+        """
+        return self._unsettled
 
     def __repr__(self) -> str:
         return f"<KubeconfigLoader files={list(self.files)!r}>"
@@ -261,10 +305,11 @@ class KubeconfigLoader:
         parsed_files: list[_ParsedFile] = []
         errors: dict[str, str] = {}
         missing: list[str] = []
+        unsettled: list[str] = []
         for path in self.files:
             last = self._last_good.get(path)
             try:
-                data = _read_file(path)
+                data, settled = _read_kubeconfig(path)
             except FileNotFoundError:
                 self._last_good.pop(path, None)
                 missing.append(path)
@@ -277,6 +322,12 @@ class KubeconfigLoader:
             if last is not None and last.data == data:
                 parsed_files.append(last)
                 continue
+            if not settled:
+                unsettled.append(path)
+                if last is not None:  # maybe half written: not the truth until it settles
+                    logger.debug("kubeconfig file %s is still changing; read it later", path)
+                    parsed_files.append(last)
+                    continue
             try:
                 parsed = _parse_file(path, data)
             except KubeconfigError as exc:
@@ -295,6 +346,7 @@ class KubeconfigLoader:
             parsed_files.append(parsed)
         for path, message in errors.items():
             logger.debug("kubeconfig file %s failed to load: %s", path, message)
+        self._unsettled = tuple(unsettled)
         return _merge(parsed_files, self.files, errors=errors, missing=tuple(missing))
 
 
@@ -310,18 +362,89 @@ class _ParsedFile:
     users: dict[str, dict[str, Any]]
     current_context: str
     is_blank: bool
+    # entry name -> why it cannot be used (kubectl loads it but fails when it is used)
+    cluster_problems: dict[str, str] = dataclasses.field(default_factory=dict)
+    user_problems: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def _read_file(path: str) -> bytes:
-    """Read a kubeconfig file; FileNotFoundError passes through, other OSErrors convert."""
+class _FileProblem(Exception):
+    """A file that exists cannot be read as one (not a regular file, too large, bad path)."""
+
+
+def _read_regular(path: str, limit: int) -> tuple[bytes, os.stat_result]:
+    """The bytes of a regular file of at most ``limit`` bytes, and its fstat before reading.
+
+    Opened non-blocking, so that a FIFO returns at once (and is refused) instead of waiting
+    for a writer; devices and folders are refused before anything is read.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        _FileProblem: Anything else (message without the path).
+    """
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
         raise
     except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise KubeconfigError(f"{path}: cannot read: {reason}", path=path) from exc
+        raise _FileProblem(f"cannot read: {exc.strerror or type(exc).__name__}") from exc
+    except ValueError as exc:  # a NUL in the path; a lone surrogate
+        raise _FileProblem("the path is not a valid file name (a NUL character?)") from exc
+    try:
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode):
+            raise _FileProblem("not a regular file (a FIFO, a device or a folder?)")
+        if before.st_size > limit:
+            raise _FileProblem(f"larger than {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = os.read(fd, min(limit + 1 - size, 1 << 20) or 1)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise _FileProblem(f"larger than {limit} bytes")
+        return b"".join(chunks), before
+    except OSError as exc:
+        raise _FileProblem(f"cannot read: {exc.strerror or type(exc).__name__}") from exc
+    finally:
+        os.close(fd)
+
+
+def _read_kubeconfig(path: str) -> tuple[bytes, bool]:
+    """Read a kubeconfig file; ``(data, settled)``.
+
+    ``settled`` is false when the file changed while it was read or was modified within the
+    last ``_SETTLE_DELAY`` seconds, after ``_READ_ATTEMPTS`` reads spaced by that delay: an
+    in-place rewrite may be half done, and its prefix may be valid YAML.
+
+    Raises:
+        FileNotFoundError: The file does not exist.
+        KubeconfigError: It cannot be read (the message names it).
+    """
+    for attempt in range(_READ_ATTEMPTS):
+        try:
+            data, before = _read_regular(path, MAX_KUBECONFIG_BYTES)
+        except _FileProblem as exc:
+            raise KubeconfigError(f"{path}: {exc}", path=path) from exc
+        try:
+            after = os.stat(path)
+        except OSError:
+            stable = False
+        else:
+            stable = len(data) == before.st_size and (
+                before.st_ino,
+                before.st_size,
+                before.st_mtime_ns,
+                before.st_ctime_ns,
+            ) == (after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns)
+            age = time.time() - after.st_mtime_ns / 1e9
+            if stable and not -_SETTLE_DELAY < age < _SETTLE_DELAY:
+                return data, True
+        if attempt + 1 < _READ_ATTEMPTS:
+            time.sleep(_SETTLE_DELAY)
+    return data, False
 
 
 def _parse_file(path: str, data: bytes) -> _ParsedFile:
@@ -338,13 +461,18 @@ def _parse_file(path: str, data: bytes) -> _ParsedFile:
         raise KubeconfigError(f"{path}: invalid YAML{where}: {problem}", path=path) from exc
     except yaml.YAMLError as exc:  # ReaderError: bad encoding or control characters
         raise KubeconfigError(f"{path}: invalid YAML: {exc}", path=path) from exc
-    return _parse_document(path, document, base_dir=os.path.dirname(path), data=data)
+    except RecursionError as exc:
+        raise KubeconfigError(f"{path}: invalid YAML: nested too deeply", path=path) from exc
+    try:
+        return _parse_document(path, document, base_dir=os.path.dirname(path), data=data)
+    except RecursionError as exc:
+        raise KubeconfigError(f"{path}: not a valid kubeconfig: nested too deeply") from exc
 
 
 def _parse_document(
     path: str, document: Any, *, base_dir: str | None, data: bytes = b""
 ) -> _ParsedFile:
-    """Check the shape of one kubeconfig document and resolve its relative file paths."""
+    """Type-check one kubeconfig document as kubectl does and resolve its relative paths."""
 
     def fail(problem: str) -> KubeconfigError:
         return KubeconfigError(
@@ -356,79 +484,100 @@ def _parse_document(
     if document is None:
         document = {}
     if not isinstance(document, dict):
-        raise fail(f"expected a mapping at the top level, got {_type_name(document)}")
-    kind = document.get("kind")
+        raise fail(f"expected a mapping at the top level, got {schema.type_name(document)}")
+    try:
+        top = schema.check_entry(document, schema.CONFIG)
+    except schema.SchemaError as exc:
+        raise fail(str(exc)) from None
+    kind = top.get("kind")
     if kind not in (None, "", "Config"):
         raise fail(f"kind is {kind!r}, expected 'Config'")
-    current = document.get("current-context")
-    if current is None:
-        current = ""
-    if not isinstance(current, str):
-        raise fail(f"current-context must be a string, got {_type_name(current)}")
+    current = top.get("current-context") or ""
     sections: dict[str, dict[str, dict[str, Any]]] = {}
     for section, body_key in _SECTIONS:
         entries = document.get(section)
         if entries is None:
             entries = []
         if not isinstance(entries, list):
-            raise fail(f"{section!r} must be a list, got {_type_name(entries)}")
+            raise fail(f"{section!r} must be a list, got {schema.type_name(entries)}")
         by_name: dict[str, dict[str, Any]] = {}
         for index, entry in enumerate(entries):
             where = f"{section}[{index}]"
+            if entry is None:
+                entry = {}
             if not isinstance(entry, dict):
-                raise fail(f"{where} must be a mapping, got {_type_name(entry)}")
+                raise fail(f"{where} must be a mapping, got {schema.type_name(entry)}")
             name = entry.get("name")
             if name is None:
                 name = ""
             if not isinstance(name, str):
-                raise fail(f"{where}.name must be a string, got {_type_name(name)}")
+                raise fail(f"{where}.name must be a string, got {schema.type_name(name)}")
             body = entry.get(body_key)
             if body is None:
                 body = {}
             if not isinstance(body, dict):
-                raise fail(f"{where}.{body_key} must be a mapping, got {_type_name(body)}")
+                raise fail(f"{where}.{body_key} must be a mapping, got {schema.type_name(body)}")
             if name in by_name:
                 raise fail(f"duplicate name {name!r} in {section!r}")
             by_name[name] = body
         sections[section] = by_name
-    for name, body in sections["contexts"].items():
-        for key in ("cluster", "user", "namespace"):
-            _check_str(body, key, f"context {name!r}", fail)
-    for name, body in sections["clusters"].items():
-        _check_str(body, "server", f"cluster {name!r}", fail)
-        _check_str(body, "certificate-authority", f"cluster {name!r}", fail)
-        sections["clusters"][name] = _resolve(body, _CLUSTER_FILE_FIELDS, base_dir)
-    for name, body in sections["users"].items():
-        for key in _USER_FILE_FIELDS:
-            _check_str(body, key, f"user {name!r}", fail)
+
+    def check(section: str, name: str, body: dict[str, Any], spec: Any) -> dict[str, Any]:
+        try:
+            return schema.check_entry(body, spec)
+        except schema.SchemaError as exc:
+            owner = f"{_SINGULAR[section]} {name!r}"
+            if section != "contexts":
+                key = "cluster" if section == "clusters" else "user"
+                users = [c for c, b in sections["contexts"].items() if b.get(key) == name]
+                if users:
+                    shown = ", ".join(repr(c) for c in users[:3])
+                    more = f" and {len(users) - 3} more" if len(users) > 3 else ""
+                    owner = f"{owner} (used by context {shown}{more})"
+            raise fail(f"{owner}: {exc}") from None
+
+    contexts = sections["contexts"]
+    for name, body in contexts.items():
+        contexts[name] = check("contexts", name, body, schema.CONTEXT)
+    clusters = sections["clusters"]
+    cluster_problems: dict[str, str] = {}
+    for name, body in clusters.items():
+        body = check("clusters", name, body, schema.CLUSTER)
+        problem = schema.cluster_problem(body)
+        if problem is not None:
+            cluster_problems[name] = problem
+            clusters[name] = body
+        else:
+            clusters[name] = _resolve(body, _CLUSTER_FILE_FIELDS, base_dir)
+    users = sections["users"]
+    user_problems: dict[str, str] = {}
+    for name, body in users.items():
+        body = check("users", name, body, schema.USER)
+        problem = schema.user_problem(body)
+        if problem is not None:
+            user_problems[name] = problem
+            users[name] = body
+            continue
         resolved = _resolve(body, _USER_FILE_FIELDS, base_dir)
         exec_ = resolved.get("exec")
-        if exec_ is not None and not isinstance(exec_, dict):
-            raise fail(f"user {name!r}: exec must be a mapping, got {_type_name(exec_)}")
-        if exec_ is not None:
-            _check_str(exec_, "command", f"user {name!r}: exec", fail)
-            command = exec_.get("command")
-            # client-go resolves the exec command only when it is a path, not a $PATH lookup
-            if command and "/" in command:
-                resolved["exec"] = _resolve(exec_, ("command",), base_dir)
-        sections["users"][name] = resolved
+        command = exec_.get("command") if exec_ is not None else None
+        # client-go resolves the exec command only when it is a path, not a $PATH lookup
+        if exec_ is not None and command and "/" in command:
+            if resolved is body:
+                resolved = dict(body)
+            resolved["exec"] = _resolve(exec_, ("command",), base_dir)
+        users[name] = resolved
     return _ParsedFile(
         path=path,
         data=data,
-        clusters=sections["clusters"],
-        contexts=sections["contexts"],
-        users=sections["users"],
+        clusters=clusters,
+        contexts=contexts,
+        users=users,
         current_context=current,
         is_blank=is_blank,
+        cluster_problems=cluster_problems,
+        user_problems=user_problems,
     )
-
-
-def _check_str(
-    body: Mapping[str, Any], key: str, owner: str, fail: Callable[[str], KubeconfigError]
-) -> None:
-    value = body.get(key)
-    if value is not None and not isinstance(value, str):
-        raise fail(f"{owner}: {key} must be a string, got {_type_name(value)}")
 
 
 def _resolve(body: dict[str, Any], fields: Sequence[str], base_dir: str | None) -> dict[str, Any]:
@@ -453,20 +602,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _type_name(value: Any) -> str:
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return type(value).__name__
-
-
 # --------------------------------------------------------------------------- merging
 
 
@@ -480,18 +615,26 @@ def _merge(
     clusters: dict[str, dict[str, Any]] = {}
     users: dict[str, dict[str, Any]] = {}
     contexts: dict[str, tuple[dict[str, Any], str]] = {}
+    cluster_problems: dict[str, str] = {}
+    user_problems: dict[str, str] = {}
     current: str | None = None
     for pf in parsed_files:
         for name, body in pf.clusters.items():
-            clusters.setdefault(name, body)
+            if name not in clusters:
+                clusters[name] = body
+                if name in pf.cluster_problems:
+                    cluster_problems[name] = pf.cluster_problems[name]
         for name, body in pf.users.items():
-            users.setdefault(name, body)
+            if name not in users:
+                users[name] = body
+                if name in pf.user_problems:
+                    user_problems[name] = pf.user_problems[name]
         for name, body in pf.contexts.items():
             contexts.setdefault(name, (body, pf.path))
         if current is None and pf.current_context:
             current = pf.current_context
 
-    file_hashes: dict[str, bytes] = {}
+    file_hashes: dict[str, bytes | _RefProblem] = {}
     valid: dict[str, ContextConfig] = {}
     invalid: dict[str, str] = {}
     referenced: set[str] = set()
@@ -510,18 +653,29 @@ def _merge(
             invalid[name] = f"user {user_name!r} not found"
         elif not cluster.get("server"):
             invalid[name] = "no server"
+        elif cluster_name in cluster_problems:
+            invalid[name] = f"cluster {cluster_name!r}: {cluster_problems[cluster_name]}"
+        elif user_name in user_problems:
+            invalid[name] = f"user {user_name!r}: {user_problems[user_name]}"
         else:
             refs = _file_refs(cluster, _CLUSTER_FILE_FIELDS)
             if user is not None:
-                refs.extend(_file_refs(user, _USER_FILE_FIELDS))
+                refs.extend(_file_refs(user, _HASHED_USER_FILE_FIELDS))
+            token_file = user.get("tokenFile") if user is not None else None
             try:
+                if token_file:
+                    _check_token_file(token_file)
                 valid[name] = _build_context(
                     name, ctx, source, cluster_name, cluster, user_name, user, refs, file_hashes
                 )
-            except orjson.JSONEncodeError as exc:  # e.g. a recursive YAML alias, a huge int
+            except _RefProblem as exc:
+                invalid[name] = str(exc)
+            except (orjson.JSONEncodeError, RecursionError) as exc:  # a huge int, deep nesting
                 invalid[name] = f"entries cannot be encoded: {exc}"
             else:
                 referenced.update(refs)
+                if token_file:
+                    referenced.add(token_file)
     return KubeconfigSnapshot(
         contexts=types.MappingProxyType(valid),
         invalid=types.MappingProxyType(invalid),
@@ -546,7 +700,7 @@ def _build_context(
     user_name: str,
     user: dict[str, Any] | None,
     refs: Sequence[str],
-    file_hashes: dict[str, bytes],
+    file_hashes: dict[str, bytes | _RefProblem],
 ) -> ContextConfig:
     document = {
         "context": {"name": name, "context": ctx},
@@ -585,20 +739,49 @@ def _build_context(
     )
 
 
-def _hash_file(path: str, cache: dict[str, bytes]) -> bytes:
-    """sha256 of a referenced file, once per load; a missing file is a marker, not an error."""
+class _RefProblem(Exception):
+    """A file a context references exists but cannot be used (the message names it)."""
+
+
+def _hash_file(path: str, cache: dict[str, bytes | _RefProblem]) -> bytes:
+    """sha256 of a referenced file, once per load; a missing file is a marker, not an error.
+
+    Raises:
+        _RefProblem: The file is not a regular file, is too large, or its path is invalid.
+    """
     cached = cache.get(path)
-    if cached is not None:
-        return cached
+    if cached is None:
+        try:
+            data, _ = _read_regular(path, MAX_REFERENCED_FILE_BYTES)
+        except FileNotFoundError:
+            cached = _MISSING_FILE
+        except _FileProblem as exc:
+            if str(exc).startswith("cannot read"):  # e.g. permissions: the client says more
+                cached = f"<{exc}>".encode()
+            else:
+                cached = _RefProblem(f"{path}: {exc}")
+        else:
+            cached = hashlib.sha256(data).digest()
+        cache[path] = cached
+    if isinstance(cached, _RefProblem):
+        raise cached
+    return cached
+
+
+def _check_token_file(path: str) -> None:
+    """A token file may be missing (it is read when used) but not a FIFO or huge.
+
+    Raises:
+        _RefProblem: It exists and is not a regular file of at most the size cap.
+    """
     try:
-        with open(path, "rb") as f:
-            result = hashlib.file_digest(f, "sha256").digest()
-    except FileNotFoundError:
-        result = _MISSING_FILE
-    except OSError as exc:
-        result = f"<unreadable: {exc.errno}>".encode()
-    cache[path] = result
-    return result
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise _RefProblem(f"{path}: not a regular file (a FIFO, a device or a folder?)")
+    if st.st_size > MAX_REFERENCED_FILE_BYTES:
+        raise _RefProblem(f"{path}: larger than {MAX_REFERENCED_FILE_BYTES} bytes")
 
 
 def _json_default(value: Any) -> Any:
