@@ -10,7 +10,10 @@ are watched too, which covers Kubernetes' ``..data`` swaps in mounted Secrets.
 Bursts of events are debounced: a sync starts ``debounce_delay`` seconds after the last relevant
 event (but no later than ``max(2, 10 * debounce_delay)`` seconds after the first, so a file
 rewritten continuously still gets synced). A sync reads each file once
-(:meth:`KubeconfigLoader.load` in a worker thread), and syncs never overlap.
+(:meth:`KubeconfigLoader.load` in a worker thread), and syncs never overlap. A file the loader
+found still changing (:attr:`KubeconfigLoader.unsettled`: rewritten in place while it was read)
+keeps its last good contents and is read again after another debounce, so a half-written
+prefix that happens to be valid YAML never removes contexts.
 """
 
 from __future__ import annotations
@@ -342,6 +345,8 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
                         if self._follow and self._loader is not None:
                             tg.start_soon(self._debounce_loop)
                             await self._ensure_watching(signature)
+                            if self._loader.unsettled:
+                                self._note_change()
                         self._state = "open"
                         yield self
                     finally:
@@ -414,6 +419,8 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
             _log_sync(old, diff)
             if self._follow and self._state == "open":
                 await self._ensure_watching(signature)
+                if self._loader is not None and self._loader.unsettled:
+                    self._note_change()  # read it again once it has been quiet for a while
             return diff
 
     async def _debounce_loop(self) -> None:
@@ -540,11 +547,12 @@ def _symlink_chain(path: str) -> set[str]:
     for _ in range(16):
         try:
             target = os.readlink(current)
-        except OSError:
+        except (OSError, ValueError):
             break
         current = os.path.normpath(os.path.join(os.path.dirname(current), target))
         chain.add(current)
-    chain.add(os.path.realpath(path))
+    with contextlib.suppress(OSError, ValueError):
+        chain.add(os.path.realpath(path))
     return chain
 
 
@@ -553,7 +561,7 @@ def _signature(paths: Iterable[str]) -> _Signature:
     for path in paths:
         try:
             st = os.stat(path)
-        except OSError:
+        except (OSError, ValueError):
             result.append((path,))
         else:
             result.append((path, st.st_mtime_ns, st.st_size, st.st_ino))
