@@ -7,6 +7,8 @@ takes ~50-300 ms to deliver an event, plus the debounce delay.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -408,3 +410,49 @@ async def test_logs_have_no_secrets(tmp_path: Path, caplog: pytest.LogCaptureFix
     assert "failed to load" in caplog.text
     assert "1 added" in caplog.text
     assert secret not in caplog.text
+
+
+async def test_in_place_rewrites_never_remove_a_context_present_in_every_version(
+    tmp_path: Path,
+) -> None:
+    # A writer truncates the file and writes it back in two halves, 100 times a second; the
+    # first half alone is valid YAML that lacks most contexts. Only a read of a settled
+    # file is the truth: no diff may remove a context that every version has.
+    always = [f"ctx-{i}" for i in range(12)]
+    versions = [yaml.safe_dump(simple(*always, f"extra-{v}")).encode() for v in range(3)]
+    path = tmp_path / "config"
+    path.write_bytes(versions[0])
+    stop = threading.Event()
+    writes = 0
+
+    def writer() -> None:
+        nonlocal writes
+        while not stop.is_set():
+            text = versions[writes % len(versions)]
+            cut = text.index(b"\n", len(text) // 2) + 1  # a line boundary: a valid prefix
+            with path.open("wb") as f:  # in place: truncate, then write
+                f.write(text[:cut])
+                f.flush()
+                time.sleep(0.002)
+                f.write(text[cut:])
+            writes += 1
+            time.sleep(0.008)
+
+    diffs: list[ContextDiff] = []
+    async with KubeconfigSource(path, debounce_delay=0.005) as source:
+        assert set(always) <= set(source.contexts)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, writer)
+            try:
+                with anyio.fail_after(20):
+                    while len(diffs) < 15:
+                        diffs.append(await source.diffs.receive())
+            finally:
+                stop.set()
+        assert writes > 20
+        removed = {name for diff in diffs for name in diff.removed}
+        assert not removed & set(always), removed
+        # once the writer stops, the file settles and is read in full
+        path.write_bytes(versions[1])
+        final = await wait_for(source, lambda d: "extra-1" in d.snapshot.contexts)
+        assert set(always) | {"extra-1"} == set(final[-1].snapshot.contexts)
