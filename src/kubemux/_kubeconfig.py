@@ -42,8 +42,9 @@ Every file is read through one guarded open: only regular files (opened non-bloc
 FIFO cannot hang the reader), at most :data:`MAX_KUBECONFIG_BYTES` for a kubeconfig and
 :data:`MAX_REFERENCED_FILE_BYTES` for a CA, cert, key or token file. A kubeconfig file that
 changed while it was read, or less than ``_SETTLE_DELAY`` before (a rewrite in place may be
-half done), is read again a little later; if it is still moving, its last good parse is kept
-and :attr:`KubeconfigLoader.unsettled` names it so the watcher reads it again.
+half done), is read again once it has been quiet that long; if it is still moving, its last
+good parse is kept and :attr:`KubeconfigLoader.unsettled` names it so that the watcher reads
+it again after its debounce. (A first read has nothing to keep: it is used, and marked.)
 
 :class:`KubeconfigLoader` is meant to be called again and again (by the watcher): each file's
 last good parse is kept, and a file that currently fails to load (half-written, invalid YAML,
@@ -94,7 +95,7 @@ MAX_KUBECONFIG_BYTES: Final = 64 * 1024 * 1024
 """The largest kubeconfig file read (5,000 contexts with inline certificates is ~30 MB)."""
 MAX_REFERENCED_FILE_BYTES: Final = 4 * 1024 * 1024
 """The largest CA, client certificate/key or token file read (CA bundles are ~200 KB)."""
-_SETTLE_DELAY: Final = 0.05  # a file modified more recently than this may be half written
+_SETTLE_DELAY: Final = 0.02  # a file modified more recently than this may be half written
 _READ_ATTEMPTS: Final = 3
 _ANONYMOUS_USER: Final = "kubemux-anonymous"
 _MISSING_FILE: Final = b"<missing>"
@@ -309,7 +310,7 @@ class KubeconfigLoader:
         for path in self.files:
             last = self._last_good.get(path)
             try:
-                data, settled = _read_kubeconfig(path)
+                data, settled = _read_kubeconfig(path, None if last is None else last.data)
             except FileNotFoundError:
                 self._last_good.pop(path, None)
                 missing.append(path)
@@ -412,12 +413,14 @@ def _read_regular(path: str, limit: int) -> tuple[bytes, os.stat_result]:
         os.close(fd)
 
 
-def _read_kubeconfig(path: str) -> tuple[bytes, bool]:
+def _read_kubeconfig(path: str, known: bytes | None) -> tuple[bytes, bool]:
     """Read a kubeconfig file; ``(data, settled)``.
 
-    ``settled`` is false when the file changed while it was read or was modified within the
-    last ``_SETTLE_DELAY`` seconds, after ``_READ_ATTEMPTS`` reads spaced by that delay: an
-    in-place rewrite may be half done, and its prefix may be valid YAML.
+    ``settled`` is false when the file changed while it was read, or was modified less than
+    ``_SETTLE_DELAY`` seconds ago: an in-place rewrite may be half done, and its prefix may be
+    valid YAML. With ``known`` (the last good contents), a new unsettled read is retried once
+    the file has been quiet for that long (``_READ_ATTEMPTS`` reads in all); without it (a
+    first read) only a read that changed under us is retried, at once.
 
     Raises:
         FileNotFoundError: The file does not exist.
@@ -431,7 +434,7 @@ def _read_kubeconfig(path: str) -> tuple[bytes, bool]:
         try:
             after = os.stat(path)
         except OSError:
-            stable = False
+            stable, age = False, 0.0
         else:
             stable = len(data) == before.st_size and (
                 before.st_ino,
@@ -440,10 +443,13 @@ def _read_kubeconfig(path: str) -> tuple[bytes, bool]:
                 before.st_ctime_ns,
             ) == (after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns)
             age = time.time() - after.st_mtime_ns / 1e9
-            if stable and not -_SETTLE_DELAY < age < _SETTLE_DELAY:
-                return data, True
-        if attempt + 1 < _READ_ATTEMPTS:
-            time.sleep(_SETTLE_DELAY)
+        hot = -_SETTLE_DELAY < age < _SETTLE_DELAY
+        if stable and (not hot or data == known):
+            return data, True
+        if attempt + 1 == _READ_ATTEMPTS or (stable and known is None):
+            break
+        if known is not None:
+            time.sleep(min(max(_SETTLE_DELAY - age, 0.001), _SETTLE_DELAY))
     return data, False
 
 
