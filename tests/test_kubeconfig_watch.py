@@ -456,3 +456,29 @@ async def test_in_place_rewrites_never_remove_a_context_present_in_every_version
         path.write_bytes(versions[1])
         final = await wait_for(source, lambda d: "extra-1" in d.snapshot.contexts)
         assert set(always) | {"extra-1"} == set(final[-1].snapshot.contexts)
+
+
+async def test_following_survives_bad_paths_and_types(tmp_path: Path) -> None:
+    # A NUL in a referenced path, a NUL in a kubeconfig path and a wrong-typed field: each is
+    # an error where it belongs, entering works, and later syncs keep following the files.
+    good = write(tmp_path / "good", simple("a"))
+    doc = simple("b")
+    doc["clusters"][0]["cluster"]["certificate-authority"] = "ca\0.crt"
+    other = write(tmp_path / "other", doc)
+    bad_path = str(tmp_path / "x\0y")
+    async with KubeconfigSource([bad_path, good, other], debounce_delay=DEBOUNCE) as source:
+        assert list(source.contexts) == ["a"]
+        assert "NUL" in source.snapshot.invalid["b"]
+        assert "not a valid file name" in source.errors[bad_path]
+        bad_types = simple("a")
+        bad_types["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = "false"
+        write(good, bad_types)
+        diff = await wait_for(source, lambda d: str(good) in d.snapshot.errors)
+        assert "insecure-skip-tls-verify" in diff[-1].snapshot.errors[str(good)]
+        assert list(source.contexts) == ["a"]  # last good kept
+        write(other, simple("b"))
+        diff = await wait_for(source, lambda d: "b" in d.snapshot.contexts)
+        assert names(diff[-1].added) == ["b"]
+        write(good, simple("a", "c"))
+        await wait_for(source, lambda d: "c" in d.snapshot.contexts)
+        assert str(good) not in source.errors
