@@ -393,3 +393,14 @@ def test_nul_in_kubeconfig_path_is_a_file_error(tmp_path: Path) -> None:
     snapshot = KubeconfigLoader([bad, good]).load()
     assert "not a valid file name" in snapshot.errors[bad]
     assert list(snapshot.contexts) == ["x"]
+
+
+def test_loader_marks_a_file_still_changing(tmp_path: Path) -> None:
+    path = tmp_path / "config"
+    path.write_text(document())
+    loader = KubeconfigLoader(path)
+    assert list(loader.load().contexts) == ["x"]  # a first read is used even if just written
+    assert loader.unsettled == (str(path),)  # ... and marked, so the watcher reads it again
+    os.utime(path, (1_000_000_000, 1_000_000_000))  # quiet for long
+    loader.load()
+    assert loader.unsettled == ()

@@ -210,8 +210,9 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
     removed only by a clean parse that lacks it or by its file being deleted.
 
     :attr:`diffs` has a single consumer. It gets one :class:`ContextDiff` per completed sync,
-    empty ones included (a sync that changed nothing, e.g. a broken file being fixed). The
-    initial load is not a diff: read :attr:`contexts` after entering. At most
+    empty ones included (a sync that changed nothing, e.g. a broken file being fixed), except
+    the source's own re-reads of a file that was still changing when it was read: those emit
+    a diff only when something changed. The initial load is not a diff: read :attr:`contexts` after entering. At most
     ``max_pending_diffs`` diffs wait for the consumer; past that the newest waiting diff is
     merged with the new one (the watcher never blocks on a slow consumer). The stream ends
     (``EndOfStream``) when the source closes.
@@ -249,6 +250,7 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
         self._sync_lock = anyio.Lock()
         self._task_group: anyio.abc.TaskGroup | None = None
         self._changed = anyio.Event()
+        self._event_seen = False  # a file event (not just a re-read of an unsettled file)
         self._first_event = 0.0
         self._last_event = 0.0
         self._plan = _WatchPlan(frozenset(), frozenset(), frozenset())
@@ -346,7 +348,7 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
                             tg.start_soon(self._debounce_loop)
                             await self._ensure_watching(signature)
                             if self._loader.unsettled:
-                                self._note_change()
+                                self._note_change(resync=True)
                         self._state = "open"
                         yield self
                     finally:
@@ -401,7 +403,7 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
             raise RuntimeError(f"KubeconfigSource is {self._state}, not open")
         return await self._sync()
 
-    async def _sync(self) -> ContextDiff:
+    async def _sync(self, *, emit_empty: bool = True) -> ContextDiff:
         async with self._sync_lock:
             old = self.snapshot
             new: KubeconfigSnapshot
@@ -415,12 +417,14 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
             self._snapshot = new
             self._plan = plan
             self._syncs += 1
-            self._diffs.put(old.contexts, diff)
+            if emit_empty or not diff.is_empty or new.errors != old.errors:
+                self._diffs.put(old.contexts, diff)
             _log_sync(old, diff)
             if self._follow and self._state == "open":
                 await self._ensure_watching(signature)
                 if self._loader is not None and self._loader.unsettled:
-                    self._note_change()  # read it again once it has been quiet for a while
+                    # read it again once it has been quiet for a while
+                    self._note_change(resync=True)
             return diff
 
     async def _debounce_loop(self) -> None:
@@ -435,13 +439,18 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
                     break
                 await anyio.sleep(deadline - now)
             self._changed = anyio.Event()
+            event_seen, self._event_seen = self._event_seen, False
             try:
-                await self._sync()
+                # A re-read that only re-checks an unsettled file emits nothing if it changed
+                # nothing: the consumer sees one diff per sync that files caused.
+                await self._sync(emit_empty=event_seen)
             except Exception:  # load() does not raise; this is a bug, keep following anyway
                 logger.exception("kubeconfig sync failed")
 
-    def _note_change(self) -> None:
+    def _note_change(self, *, resync: bool = False) -> None:
         now = anyio.current_time()
+        if not resync:
+            self._event_seen = True
         if not self._changed.is_set():
             self._first_event = now
         self._last_event = now
