@@ -404,3 +404,16 @@ def test_loader_marks_a_file_still_changing(tmp_path: Path) -> None:
     os.utime(path, (1_000_000_000, 1_000_000_000))  # quiet for long
     loader.load()
     assert loader.unsettled == ()
+
+
+def test_from_dict_checks_types_too() -> None:
+    doc = {
+        "clusters": [{"name": "c", "cluster": {"server": "https://a", "proxy-url": 5}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"auth-provider": {"name": "gcp"}}}],
+    }
+    with pytest.raises(KubeconfigError, match="proxy-url must be a string"):
+        ContextConfig.from_dict("x", doc)
+    doc["clusters"][0]["cluster"]["proxy-url"] = "http://proxy:3128"  # type: ignore[index]
+    with pytest.raises(KubeconfigError, match="gke-gcloud-auth-plugin"):
+        ContextConfig.from_dict("x", doc)
