@@ -61,19 +61,29 @@ import dataclasses
 import hashlib
 import logging
 import os
-import stat
-import time
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
-import yaml
 
-from . import _kubeconfig_schema as schema
 from ._errors import ContextNotFound, KubeconfigError
-from ._kubeconfig_yaml import load_yaml
+from ._kubeconfig_files import (
+    MAX_KUBECONFIG_BYTES,
+    MAX_REFERENCED_FILE_BYTES,
+    RefProblem,
+    check_token_file,
+    hash_file,
+    read_kubeconfig,
+)
+from ._kubeconfig_parse import (
+    CLUSTER_FILE_FIELDS,
+    MEMORY_SOURCE,
+    ParsedFile,
+    parse_document,
+    parse_file,
+)
 from ._redact import redact_url
 
 __all__ = [
@@ -90,20 +100,8 @@ logger = logging.getLogger(__name__)
 
 PathsArg = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
 
-MEMORY_SOURCE: Final = "<memory>"
-MAX_KUBECONFIG_BYTES: Final = 64 * 1024 * 1024
-"""The largest kubeconfig file read (5,000 contexts with inline certificates is ~30 MB)."""
-MAX_REFERENCED_FILE_BYTES: Final = 4 * 1024 * 1024
-"""The largest CA, client certificate/key or token file read (CA bundles are ~200 KB)."""
-_SETTLE_DELAY: Final = 0.02  # a file modified more recently than this may be half written
-_READ_ATTEMPTS: Final = 3
 _ANONYMOUS_USER: Final = "kubemux-anonymous"
-_MISSING_FILE: Final = b"<missing>"
-_CLUSTER_FILE_FIELDS: Final = ("certificate-authority",)
-_USER_FILE_FIELDS: Final = ("client-certificate", "client-key", "tokenFile")
-_HASHED_USER_FILE_FIELDS: Final = ("client-certificate", "client-key")  # not tokenFile
-_SECTIONS: Final = (("clusters", "cluster"), ("contexts", "context"), ("users", "user"))
-_SINGULAR: Final = {"clusters": "cluster", "contexts": "context", "users": "user"}
+_HASHED_USER_FIELDS: Final = ("client-certificate", "client-key")  # not tokenFile
 _JSON_OPTIONS: Final = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
@@ -168,7 +166,7 @@ class ContextConfig:
                 (its cluster or user is missing, or it has no server).
             ContextNotFound: ``config`` has no context called ``name``.
         """
-        parsed = _parse_document(MEMORY_SOURCE, _plain(config), base_dir=None)
+        parsed = parse_document(MEMORY_SOURCE, _plain(config), base_dir=None)
         merged = _merge([parsed], [MEMORY_SOURCE], errors={}, missing=())
         if name in merged.contexts:
             return merged.contexts[name]
@@ -282,7 +280,7 @@ class KubeconfigLoader:
             paths: As for :func:`kubeconfig_paths`.
         """
         self.files: tuple[str, ...] = tuple(str(p) for p in kubeconfig_paths(paths))
-        self._last_good: dict[str, _ParsedFile] = {}
+        self._last_good: dict[str, ParsedFile] = {}
         self._unsettled: tuple[str, ...] = ()
 
     @property
@@ -303,14 +301,14 @@ class KubeconfigLoader:
         and its error goes into :attr:`KubeconfigSnapshot.errors`; a missing file contributes
         nothing.
         """
-        parsed_files: list[_ParsedFile] = []
+        parsed_files: list[ParsedFile] = []
         errors: dict[str, str] = {}
         missing: list[str] = []
         unsettled: list[str] = []
         for path in self.files:
             last = self._last_good.get(path)
             try:
-                data, settled = _read_kubeconfig(path, None if last is None else last.data)
+                data, settled = read_kubeconfig(path, None if last is None else last.data)
             except FileNotFoundError:
                 self._last_good.pop(path, None)
                 missing.append(path)
@@ -330,7 +328,7 @@ class KubeconfigLoader:
                     parsed_files.append(last)
                     continue
             try:
-                parsed = _parse_file(path, data)
+                parsed = parse_file(path, data)
             except KubeconfigError as exc:
                 errors[path] = str(exc)
                 if last is not None:
@@ -351,253 +349,7 @@ class KubeconfigLoader:
         return _merge(parsed_files, self.files, errors=errors, missing=tuple(missing))
 
 
-# --------------------------------------------------------------------------- parsing
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class _ParsedFile:
-    path: str
-    data: bytes
-    clusters: dict[str, dict[str, Any]]
-    contexts: dict[str, dict[str, Any]]
-    users: dict[str, dict[str, Any]]
-    current_context: str
-    is_blank: bool
-    # entry name -> why it cannot be used (kubectl loads it but fails when it is used)
-    cluster_problems: dict[str, str] = dataclasses.field(default_factory=dict)
-    user_problems: dict[str, str] = dataclasses.field(default_factory=dict)
-
-
-class _FileProblem(Exception):
-    """A file that exists cannot be read as one (not a regular file, too large, bad path)."""
-
-
-def _read_regular(path: str, limit: int) -> tuple[bytes, os.stat_result]:
-    """The bytes of a regular file of at most ``limit`` bytes, and its fstat before reading.
-
-    Opened non-blocking, so that a FIFO returns at once (and is refused) instead of waiting
-    for a writer; devices and folders are refused before anything is read.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        _FileProblem: Anything else (message without the path).
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise _FileProblem(f"cannot read: {exc.strerror or type(exc).__name__}") from exc
-    except ValueError as exc:  # a NUL in the path; a lone surrogate
-        raise _FileProblem("the path is not a valid file name (a NUL character?)") from exc
-    try:
-        before = os.fstat(fd)
-        if not stat.S_ISREG(before.st_mode):
-            raise _FileProblem("not a regular file (a FIFO, a device or a folder?)")
-        if before.st_size > limit:
-            raise _FileProblem(f"larger than {limit} bytes")
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            chunk = os.read(fd, min(limit + 1 - size, 1 << 20) or 1)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise _FileProblem(f"larger than {limit} bytes")
-        return b"".join(chunks), before
-    except OSError as exc:
-        raise _FileProblem(f"cannot read: {exc.strerror or type(exc).__name__}") from exc
-    finally:
-        os.close(fd)
-
-
-def _read_kubeconfig(path: str, known: bytes | None) -> tuple[bytes, bool]:
-    """Read a kubeconfig file; ``(data, settled)``.
-
-    ``settled`` is false when the file changed while it was read, or was modified less than
-    ``_SETTLE_DELAY`` seconds ago: an in-place rewrite may be half done, and its prefix may be
-    valid YAML. With ``known`` (the last good contents), a new unsettled read is retried once
-    the file has been quiet for that long (``_READ_ATTEMPTS`` reads in all); without it (a
-    first read) only a read that changed under us is retried, at once.
-
-    Raises:
-        FileNotFoundError: The file does not exist.
-        KubeconfigError: It cannot be read (the message names it).
-    """
-    for attempt in range(_READ_ATTEMPTS):
-        try:
-            data, before = _read_regular(path, MAX_KUBECONFIG_BYTES)
-        except _FileProblem as exc:
-            raise KubeconfigError(f"{path}: {exc}", path=path) from exc
-        try:
-            after = os.stat(path)
-        except OSError:
-            stable, age = False, 0.0
-        else:
-            stable = len(data) == before.st_size and (
-                before.st_ino,
-                before.st_size,
-                before.st_mtime_ns,
-                before.st_ctime_ns,
-            ) == (after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns)
-            age = time.time() - after.st_mtime_ns / 1e9
-        hot = -_SETTLE_DELAY < age < _SETTLE_DELAY
-        if stable and (not hot or data == known):
-            return data, True
-        if attempt + 1 == _READ_ATTEMPTS or (stable and known is None):
-            break
-        if known is not None:
-            time.sleep(min(max(_SETTLE_DELAY - age, 0.001), _SETTLE_DELAY))
-    return data, False
-
-
-def _parse_file(path: str, data: bytes) -> _ParsedFile:
-    try:
-        document = load_yaml(data)
-    except yaml.MarkedYAMLError as exc:
-        # Built by hand: str(exc) can quote a snippet of the file, which may hold a secret.
-        where = ""
-        if exc.problem_mark is not None:
-            where = f" at line {exc.problem_mark.line + 1}, column {exc.problem_mark.column + 1}"
-        problem = exc.problem or "syntax error"
-        if exc.context:
-            problem = f"{problem} ({exc.context})"
-        raise KubeconfigError(f"{path}: invalid YAML{where}: {problem}", path=path) from exc
-    except yaml.YAMLError as exc:  # ReaderError: bad encoding or control characters
-        raise KubeconfigError(f"{path}: invalid YAML: {exc}", path=path) from exc
-    except RecursionError as exc:
-        raise KubeconfigError(f"{path}: invalid YAML: nested too deeply", path=path) from exc
-    try:
-        return _parse_document(path, document, base_dir=os.path.dirname(path), data=data)
-    except RecursionError as exc:
-        raise KubeconfigError(f"{path}: not a valid kubeconfig: nested too deeply") from exc
-
-
-def _parse_document(
-    path: str, document: Any, *, base_dir: str | None, data: bytes = b""
-) -> _ParsedFile:
-    """Type-check one kubeconfig document as kubectl does and resolve its relative paths."""
-
-    def fail(problem: str) -> KubeconfigError:
-        return KubeconfigError(
-            f"{path}: not a valid kubeconfig: {problem}",
-            path=None if path == MEMORY_SOURCE else path,
-        )
-
-    is_blank = document is None  # empty, whitespace or comments only
-    if document is None:
-        document = {}
-    if not isinstance(document, dict):
-        raise fail(f"expected a mapping at the top level, got {schema.type_name(document)}")
-    try:
-        top = schema.check_entry(document, schema.CONFIG)
-    except schema.SchemaError as exc:
-        raise fail(str(exc)) from None
-    kind = top.get("kind")
-    if kind not in (None, "", "Config"):
-        raise fail(f"kind is {kind!r}, expected 'Config'")
-    current = top.get("current-context") or ""
-    sections: dict[str, dict[str, dict[str, Any]]] = {}
-    for section, body_key in _SECTIONS:
-        entries = document.get(section)
-        if entries is None:
-            entries = []
-        if not isinstance(entries, list):
-            raise fail(f"{section!r} must be a list, got {schema.type_name(entries)}")
-        by_name: dict[str, dict[str, Any]] = {}
-        for index, entry in enumerate(entries):
-            where = f"{section}[{index}]"
-            if entry is None:
-                entry = {}
-            if not isinstance(entry, dict):
-                raise fail(f"{where} must be a mapping, got {schema.type_name(entry)}")
-            name = entry.get("name")
-            if name is None:
-                name = ""
-            if not isinstance(name, str):
-                raise fail(f"{where}.name must be a string, got {schema.type_name(name)}")
-            body = entry.get(body_key)
-            if body is None:
-                body = {}
-            if not isinstance(body, dict):
-                raise fail(f"{where}.{body_key} must be a mapping, got {schema.type_name(body)}")
-            if name in by_name:
-                raise fail(f"duplicate name {name!r} in {section!r}")
-            by_name[name] = body
-        sections[section] = by_name
-
-    def check(section: str, name: str, body: dict[str, Any], spec: Any) -> dict[str, Any]:
-        try:
-            return schema.check_entry(body, spec)
-        except schema.SchemaError as exc:
-            owner = f"{_SINGULAR[section]} {name!r}"
-            if section != "contexts":
-                key = "cluster" if section == "clusters" else "user"
-                users = [c for c, b in sections["contexts"].items() if b.get(key) == name]
-                if users:
-                    shown = ", ".join(repr(c) for c in users[:3])
-                    more = f" and {len(users) - 3} more" if len(users) > 3 else ""
-                    owner = f"{owner} (used by context {shown}{more})"
-            raise fail(f"{owner}: {exc}") from None
-
-    contexts = sections["contexts"]
-    for name, body in contexts.items():
-        contexts[name] = check("contexts", name, body, schema.CONTEXT)
-    clusters = sections["clusters"]
-    cluster_problems: dict[str, str] = {}
-    for name, body in clusters.items():
-        body = check("clusters", name, body, schema.CLUSTER)
-        problem = schema.cluster_problem(body)
-        if problem is not None:
-            cluster_problems[name] = problem
-            clusters[name] = body
-        else:
-            clusters[name] = _resolve(body, _CLUSTER_FILE_FIELDS, base_dir)
-    users = sections["users"]
-    user_problems: dict[str, str] = {}
-    for name, body in users.items():
-        body = check("users", name, body, schema.USER)
-        problem = schema.user_problem(body)
-        if problem is not None:
-            user_problems[name] = problem
-            users[name] = body
-            continue
-        resolved = _resolve(body, _USER_FILE_FIELDS, base_dir)
-        exec_ = resolved.get("exec")
-        command = exec_.get("command") if exec_ is not None else None
-        # client-go resolves the exec command only when it is a path, not a $PATH lookup
-        if exec_ is not None and command and "/" in command:
-            if resolved is body:
-                resolved = dict(body)
-            resolved["exec"] = _resolve(exec_, ("command",), base_dir)
-        users[name] = resolved
-    return _ParsedFile(
-        path=path,
-        data=data,
-        clusters=clusters,
-        contexts=contexts,
-        users=users,
-        current_context=current,
-        is_blank=is_blank,
-        cluster_problems=cluster_problems,
-        user_problems=user_problems,
-    )
-
-
-def _resolve(body: dict[str, Any], fields: Sequence[str], base_dir: str | None) -> dict[str, Any]:
-    """A copy of ``body`` with its relative file-path ``fields`` made absolute."""
-    if base_dir is None:
-        return body
-    out = body
-    for key in fields:
-        value = body.get(key)
-        if value and not os.path.isabs(value):
-            if out is body:
-                out = dict(body)
-            out[key] = os.path.normpath(os.path.join(base_dir, value))
-    return out
+# --------------------------------------------------------------------------- helpers
 
 
 def _plain(value: Any) -> Any:
@@ -612,7 +364,7 @@ def _plain(value: Any) -> Any:
 
 
 def _merge(
-    parsed_files: Sequence[_ParsedFile],
+    parsed_files: Sequence[ParsedFile],
     files: Sequence[str],
     *,
     errors: dict[str, str],
@@ -640,7 +392,7 @@ def _merge(
         if current is None and pf.current_context:
             current = pf.current_context
 
-    file_hashes: dict[str, bytes | _RefProblem] = {}
+    file_hashes: dict[str, bytes | RefProblem] = {}
     valid: dict[str, ContextConfig] = {}
     invalid: dict[str, str] = {}
     referenced: set[str] = set()
@@ -664,17 +416,17 @@ def _merge(
         elif user_name in user_problems:
             invalid[name] = f"user {user_name!r}: {user_problems[user_name]}"
         else:
-            refs = _file_refs(cluster, _CLUSTER_FILE_FIELDS)
+            refs = _file_refs(cluster, CLUSTER_FILE_FIELDS)
             if user is not None:
-                refs.extend(_file_refs(user, _HASHED_USER_FILE_FIELDS))
+                refs.extend(_file_refs(user, _HASHED_USER_FIELDS))
             token_file = user.get("tokenFile") if user is not None else None
             try:
                 if token_file:
-                    _check_token_file(token_file)
+                    check_token_file(token_file)
                 valid[name] = _build_context(
                     name, ctx, source, cluster_name, cluster, user_name, user, refs, file_hashes
                 )
-            except _RefProblem as exc:
+            except RefProblem as exc:
                 invalid[name] = str(exc)
             except (orjson.JSONEncodeError, RecursionError) as exc:  # a huge int, deep nesting
                 invalid[name] = f"entries cannot be encoded: {exc}"
@@ -706,7 +458,7 @@ def _build_context(
     user_name: str,
     user: dict[str, Any] | None,
     refs: Sequence[str],
-    file_hashes: dict[str, bytes | _RefProblem],
+    file_hashes: dict[str, bytes | RefProblem],
 ) -> ContextConfig:
     document = {
         "context": {"name": name, "context": ctx},
@@ -717,7 +469,7 @@ def _build_context(
     digest = hashlib.sha256(canonical)
     for ref in sorted(set(refs)):
         digest.update(b"\0" + ref.encode("utf-8", "surrogateescape") + b"\0")
-        digest.update(_hash_file(ref, file_hashes))
+        digest.update(hash_file(ref, file_hashes))
     # A fresh copy (JSON round trip) so that no two contexts share mutable dicts.
     copy = orjson.loads(canonical)
     context_entry = copy["context"]
@@ -743,51 +495,6 @@ def _build_context(
             "current-context": name,
         },
     )
-
-
-class _RefProblem(Exception):
-    """A file a context references exists but cannot be used (the message names it)."""
-
-
-def _hash_file(path: str, cache: dict[str, bytes | _RefProblem]) -> bytes:
-    """sha256 of a referenced file, once per load; a missing file is a marker, not an error.
-
-    Raises:
-        _RefProblem: The file is not a regular file, is too large, or its path is invalid.
-    """
-    cached = cache.get(path)
-    if cached is None:
-        try:
-            data, _ = _read_regular(path, MAX_REFERENCED_FILE_BYTES)
-        except FileNotFoundError:
-            cached = _MISSING_FILE
-        except _FileProblem as exc:
-            if str(exc).startswith("cannot read"):  # e.g. permissions: the client says more
-                cached = f"<{exc}>".encode()
-            else:
-                cached = _RefProblem(f"{path}: {exc}")
-        else:
-            cached = hashlib.sha256(data).digest()
-        cache[path] = cached
-    if isinstance(cached, _RefProblem):
-        raise cached
-    return cached
-
-
-def _check_token_file(path: str) -> None:
-    """A token file may be missing (it is read when used) but not a FIFO or huge.
-
-    Raises:
-        _RefProblem: It exists and is not a regular file of at most the size cap.
-    """
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return
-    if not stat.S_ISREG(st.st_mode):
-        raise _RefProblem(f"{path}: not a regular file (a FIFO, a device or a folder?)")
-    if st.st_size > MAX_REFERENCED_FILE_BYTES:
-        raise _RefProblem(f"{path}: larger than {MAX_REFERENCED_FILE_BYTES} bytes")
 
 
 def _json_default(value: Any) -> Any:
