@@ -19,7 +19,8 @@ import yaml
 
 from kubemux._errors import KubeconfigError
 from kubemux._kubeconfig import ContextConfig, load_kubeconfig
-from kubemux._kubeconfig_watch import ContextDiff, KubeconfigSource, _DiffStream, diff_snapshots
+from kubemux._kubeconfig_diff import DiffStream as _DiffStream
+from kubemux._kubeconfig_watch import ContextDiff, KubeconfigSource, diff_snapshots
 
 DEBOUNCE = 0.05
 WAIT = 5.0
