@@ -111,7 +111,9 @@ async def test_table_view_has_server_columns_and_live_rows(
             assert change.view == "table" and change.name == "w-2"
             assert change.object is not None and change.object["cells"][1] == "small"
             assert plain.pending == 0  # no widget object informer runs: nothing for it
-        fake_cluster.create("pods", make_pod("p-new", "default"))
-        with anyio.fail_after(TIMEOUT):
-            while pods.row("default", "p-new") is None:
-                await anyio.sleep(0.01)
+        async with registry.subscribe("pods", ["c"], view="table", snapshot=False) as rows:
+            fake_cluster.create("pods", make_pod("p-new", "default"))
+            with anyio.fail_after(TIMEOUT):
+                assert (await rows.__anext__()).name == "p-new"
+        row = pods.row("default", "p-new")
+        assert row is not None and row.cells[0] == "p-new"
