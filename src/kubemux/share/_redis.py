@@ -20,6 +20,7 @@ import collections
 import contextlib
 import hashlib
 import logging
+import math
 import secrets
 import sys
 import time
@@ -278,6 +279,8 @@ class _Slot:
         self.rehydrations = 0
         self.promotions = 0
         self.started = False
+        self.inflight = 0  # changes in the write being sent
+        self.reachable_since: float | None = -math.inf  # None: Redis failed since
         self.queue: collections.deque[tuple[str, Entry, str, float]] = collections.deque()
         self.wake = anyio.Event()
         self.needs_snapshot = True
@@ -304,6 +307,7 @@ class _Slot:
 
     def _down(self, exc: BaseException) -> None:
         self.last_error = redact_text(f"redis: {type(exc).__name__}: {exc}")
+        self.reachable_since = None
         if self.stale_since is None and self.role != "leader":
             self.stale_since = time.time()
         log.warning("share slot %s: %s", self.k_lease, self.last_error)
@@ -430,7 +434,12 @@ class _Slot:
         self.wake.set()
 
     async def _lost_lease(self) -> None:
-        """Our token is no longer in the lease: take it again if free, else demote."""
+        """Our token is no longer in the lease: take it again if free, else demote.
+
+        The changes not yet written (queued or in flight) count as refused: the lease is
+        not ours, so no script of ours can write them any more."""
+        self.fenced += len(self.queue) + self.inflight
+        self.inflight = 0
         self.token = None
         self.needs_snapshot = True
         self.queue.clear()
@@ -507,7 +516,7 @@ class _Slot:
             self.needs_snapshot = True
             raise
         if res == -1:
-            self.fenced += 1
+            self.fenced += len(entries)
             await self._lost_lease()
             return
         self.epoch, self.seq = epoch, 0
@@ -524,15 +533,20 @@ class _Slot:
                 etype, entry, rv, ts = queue.popleft()
                 args += (etype, f"{entry.namespace}/{entry.name}", _value(entry), f"{ts:.6f}")
             args[3] = rv
-            with anyio.fail_after(timeout):
-                res = await self.s._publish(
-                    keys=[self.k_lease, self.k_meta, self.k_objs, self.k_log], args=args
-                )
+            self.inflight = n
+            try:
+                with anyio.fail_after(timeout):
+                    res = await self.s._publish(
+                        keys=[self.k_lease, self.k_meta, self.k_objs, self.k_log], args=args
+                    )
+            except BaseException:
+                self.inflight = 0
+                raise
             if res == -1:
-                self.fenced += 1
                 log.warning("share slot %s: write refused (lease lost)", self.k_lease)
                 await self._lost_lease()
                 return
+            self.inflight = 0
             if res == -2:  # the data moved under us (Redis restarted): republish all
                 self.needs_snapshot = True
                 self.queue.clear()
@@ -551,10 +565,18 @@ class _Slot:
         self.scope = None
 
     async def _acquire_loop(self, scope: anyio.CancelScope) -> None:
+        # After an outage the leader that was running gets one lease_ttl to take its lease
+        # again (it keeps its informer and republishes): followers wait that long.
         while True:
             await anyio.sleep(self.engine.acquire_period)
             try:
                 if self.can_lead:
+                    if self.reachable_since is None:
+                        with anyio.fail_after(self.engine.command_timeout):
+                            await self.client.ping()
+                        self.reachable_since = time.monotonic()
+                    if time.monotonic() - self.reachable_since < self.engine.lease_ttl:
+                        continue
                     if await self._try_acquire():
                         scope.cancel("kubemux.share: promoted to leader")
                         return
