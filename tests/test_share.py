@@ -218,8 +218,8 @@ async def test_redis_restarted_empty_followers_stale_then_rehydrate(
             redis_server.stop()
             await churn(cluster, 20, "r")
             with anyio.fail_after(10):
-                while (dump := await b.dump())["status"]["stale_since"] is None:
-                    await anyio.sleep(0.05)  # noqa: ASYNC110 - polls another process
+                while (dump := await b.dump())["status"]["stale_since"] is None:  # noqa: ASYNC110
+                    await anyio.sleep(0.05)  # polls another process
             assert len(dump["objects"]) >= 90  # still serving what it had
             redis_server.start()  # same port, empty
             await converge(cluster, [a, b], timeout=15)
