@@ -43,16 +43,23 @@ async def main() -> None:
     p.add_argument("--lease-ttl", type=float, default=1.5)
     p.add_argument("--acquire-period", type=float, default=0.25)
     p.add_argument("--no-lead", action="store_true")
+    p.add_argument("--lags", action="store_true", help="keep the lag of every change")
     args = p.parse_args()
 
     config = load_kubeconfig(args.kubeconfig).contexts[args.context]
     resource = parse_resource(args.resource)
     store = Store(resource)
     deleted: list[str] = []
+    lags: list[float] = []
+    session: Any = None
 
     def on_change(etype: str, entry: Entry, old: Entry | None) -> None:
         if etype == "DELETED":
             deleted.append(f"{entry.namespace}/{entry.name}")
+        if args.lags and session is not None:
+            status = session.slot_status(key)
+            if status is not None and status.role == "follower" and status.lag is not None:
+                lags.append(status.lag)
 
     engine = Redis(
         args.redis,
@@ -64,9 +71,10 @@ async def main() -> None:
     key = share_key(server=config.server, ca=None, identity="test", resource=resource)
     async with (
         open_client(config) as client,
-        engine.open() as session,
+        engine.open() as opened,
         anyio.create_task_group() as tg,
     ):
+        session = opened
         lead = informer_lead(
             client,
             resource,
@@ -98,8 +106,14 @@ async def main() -> None:
                 await anyio.sleep(0.01)
 
         tg.start_soon(roles)
+        t0 = time.monotonic()
         await tg.start(run_slot)
-        emit(op="started", role=session.slot_status(key).role)  # type: ignore[union-attr]
+        emit(
+            op="started",
+            role=session.slot_status(key).role,
+            elapsed=time.monotonic() - t0,
+            rss=_rss(),
+        )
 
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
@@ -124,8 +138,22 @@ async def main() -> None:
                         "lag": status.lag,
                     },
                     rss=_rss(),
+                    json_bytes=sum(len(e.raw) for e in store._entries(None)),
+                    store_bytes=_store_bytes(store),
+                    lags=lags,
                 )
         tg.cancel_scope.cancel()
+
+
+def _store_bytes(store: Store) -> int:
+    """What the store's entries and tables take (objects, strings, dict slots)."""
+    total = sys.getsizeof(store._items)
+    for bucket in store._items.values():
+        total += sys.getsizeof(bucket)
+        for name, e in bucket.items():
+            total += sys.getsizeof(e) + sys.getsizeof(e.raw) + sys.getsizeof(name)
+            total += sys.getsizeof(e.resource_version)
+    return total
 
 
 def _rss() -> int:
