@@ -627,17 +627,26 @@ class _Slot:
 
     def _apply_logged(self, eid: bytes, fields: dict[bytes, bytes]) -> bool:
         """Apply one stream entry; False on a gap (other epoch, missing seq, a reset)."""
-        etype = fields.get(b"t", b"").decode()
-        seq = int(fields.get(b"n", b"0"))
+        etype = fields.get(b"t", b"").decode(errors="replace")
+        try:
+            seq = int(fields.get(b"n", b"0"))
+        except ValueError:
+            return False
         if fields.get(b"e", b"").decode() != self.epoch or etype == "RESET":
             return False
         if seq != self.seq + 1:
             return False
-        change = self.store._apply(etype, _entry(fields[b"f"], fields[b"v"]))
+        try:
+            entry = _entry(fields[b"f"], fields[b"v"])
+        except (KeyError, ValueError):  # not written by a kubemux leader: reload the hash
+            log.warning("share slot %s: malformed stream entry %r", self.k_lease, eid)
+            return False
+        change = self.store._apply(etype, entry)
         if change is not None:
             self._emit(change.type, change.entry, change.old)
         self.seq, self.last_id = seq, eid
-        self.lag = max(0.0, time.time() - float(fields.get(b"ts", b"0")))
+        with contextlib.suppress(ValueError):
+            self.lag = max(0.0, time.time() - float(fields.get(b"ts", b"")))
         return True
 
     async def _hydrate(self) -> bool:
@@ -654,7 +663,10 @@ class _Slot:
         store = self.store
         replacement = Replacement(store)
         for i, (field, value) in enumerate(objs.items()):
-            replacement.add(_entry(field, value))
+            try:
+                replacement.add(_entry(field, value))
+            except ValueError:  # never cache what no reader can decode
+                log.warning("share slot %s: skipped a malformed object", self.k_lease)
             if i % _SLICE == _SLICE - 1:
                 await anyio.lowlevel.checkpoint()
         del objs
