@@ -263,6 +263,9 @@ async def test_secrets_stay_local_and_never_reach_redis(
             assert [set((await r.dump())["objects"]) for r in sec] == [{"default/db"}] * 2
             client = aioredis.Redis.from_url(redis_server.url)
             try:
+                with anyio.fail_after(10):  # the leader writes its snapshot after it synced
+                    while not [k async for k in client.scan_iter(match="*:objs")]:  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
                 blob = b""
                 async for key in client.scan_iter(count=1000):
                     blob += key + b"\n"
