@@ -393,3 +393,126 @@ async def test_cancelled_command_never_answers_the_next_request(
                     assert await client.get("a") == b"A"
     finally:
         await admin.aclose()
+
+
+def test_share_key_counts_identity_and_scope_not_context_names() -> None:
+    pods = parse_resource("pods")
+    base = {"server": "https://10.0.0.1:6443", "ca": b"CA", "resource": pods}
+    a = share_key(identity="alice;groups=dev", **base)  # type: ignore[arg-type]
+    assert a == share_key(identity="alice;groups=dev", **base)  # type: ignore[arg-type]
+    assert a != share_key(identity="bob;groups=dev", **base)  # type: ignore[arg-type]
+    assert a != share_key(identity="alice;groups=dev", namespace="x", **base)  # type: ignore[arg-type]
+    assert a != share_key(identity="alice;groups=dev", label_selector="a=b", **base)  # type: ignore[arg-type]
+    assert "10.0.0.1" not in a and "alice" not in a and len(a) == 64
+
+
+async def _status_is(session: Any, key: str, **want: Any) -> None:
+    with anyio.fail_after(10):
+        while True:
+            status = session.slot_status(key)
+            if status is not None and all(getattr(status, k) == v for k, v in want.items()):
+                return
+            await anyio.sleep(0.02)
+
+
+async def test_gap_in_the_stream_rehydrates_the_follower(
+    redis_server: RedisServer, cluster: FakeCluster, kubeconfig: Path
+) -> None:
+    import redis.asyncio as aioredis
+
+    from kubemux._client import open_client
+
+    config = load_kubeconfig(str(kubeconfig)).contexts["fake"]
+    pods = parse_resource("pods")
+    key = share_key(server=config.server, ca=None, identity="u", resource=pods)
+    engine = Redis(redis_server.url, prefix="g", lease_ttl=1.0, acquire_period=0.1)
+    raw = aioredis.Redis.from_url(redis_server.url)
+    lead_store, follow_store = Store(pods), Store(pods)
+    seen, on_change = _recorder()
+    try:
+        async with (
+            open_client(config) as client,
+            engine.open() as leader,
+            engine.open() as follower,
+            anyio.create_task_group() as tg,
+        ):
+            lead = informer_lead(
+                client, pods, InformerKey("pods"), settings=WatchSettings(), store=lead_store
+            )
+            await tg.start(
+                lambda task_status: leader.run_slot(
+                    key=key, store=lead_store, on_change=None, lead=lead, task_status=task_status
+                )
+            )
+            await tg.start(
+                lambda task_status: follower.run_slot(
+                    key=key,
+                    store=follow_store,
+                    on_change=on_change,
+                    lead=lead,
+                    task_status=task_status,
+                    can_lead=False,
+                )
+            )
+            before = follower.slot_status(key).rehydrations
+            [log_key] = [k async for k in raw.scan_iter(match="g:*:log")]
+            [meta_key] = [k async for k in raw.scan_iter(match="g:*:meta")]
+            epoch, seq = await raw.hmget(meta_key, ["epoch", "seq"])
+            # an entry as if some were trimmed away before this follower read them
+            await raw.xadd(
+                log_key,
+                {
+                    "t": "MODIFIED",
+                    "f": "default/web-1",
+                    "v": b"1\n{}",
+                    "n": int(seq) + 5,
+                    "e": epoch,
+                },
+            )
+            await _status_is(follower, key, rehydrations=before + 1)
+            cluster.delete("pods", "default", "web-3")
+            await cluster.wait_for(lambda: ("default", "web-3") not in follow_store)
+            assert follow_store.get("default", "web-1") == lead_store.get("default", "web-1")
+            assert ("DELETED", "web-3") in seen
+            assert sorted(follow_store.keys()) == sorted(lead_store.keys())
+            tg.cancel_scope.cancel()
+    finally:
+        await raw.aclose()
+
+
+async def test_redis_down_at_start_runs_locally_then_leads(
+    cluster: FakeCluster, kubeconfig: Path
+) -> None:
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server not installed")
+    from kubemux._client import open_client
+
+    server = RedisServer()  # a free port, nothing listening yet
+    config = load_kubeconfig(str(kubeconfig)).contexts["fake"]
+    pods = parse_resource("pods")
+    key = share_key(server=config.server, ca=None, identity="u", resource=pods)
+    engine = Redis(server.url, prefix="d", lease_ttl=0.6, acquire_period=0.1, command_timeout=1)
+    store = Store(pods)
+    try:
+        async with (
+            open_client(config) as client,
+            engine.open() as session,
+            anyio.create_task_group() as tg,
+        ):
+            lead = informer_lead(
+                client, pods, InformerKey("pods"), settings=WatchSettings(), store=store
+            )
+            await tg.start(
+                lambda task_status: session.run_slot(
+                    key=key, store=store, on_change=None, lead=lead, task_status=task_status
+                )
+            )
+            assert session.slot_status(key).role == "local"  # serving without Redis
+            assert len(store) == 100
+            server.start()
+            await _status_is(session, key, role="leader", last_error=None)
+            assert session.slot_status(key).epoch is not None  # its snapshot is written
+            assert lists(cluster) == 1 and cluster.open_watches == 1
+            tg.cancel_scope.cancel()
+    finally:
+        server.stop()

@@ -641,12 +641,12 @@ class _Slot:
         except (KeyError, ValueError):  # not written by a kubemux leader: reload the hash
             log.warning("share slot %s: malformed stream entry %r", self.k_lease, eid)
             return False
-        change = self.store._apply(etype, entry)
-        if change is not None:
-            self._emit(change.type, change.entry, change.old)
         self.seq, self.last_id = seq, eid
         with contextlib.suppress(ValueError):
             self.lag = max(0.0, time.time() - float(fields.get(b"ts", b"")))
+        change = self.store._apply(etype, entry)
+        if change is not None:
+            self._emit(change.type, change.entry, change.old)
         return True
 
     async def _hydrate(self) -> bool:
