@@ -516,3 +516,26 @@ async def test_redis_down_at_start_runs_locally_then_leads(
             tg.cancel_scope.cancel()
     finally:
         server.stop()
+
+
+def test_share_all_is_sorted_and_complete_and_imports_no_redis() -> None:
+    import subprocess
+    import sys
+    import types
+
+    import kubemux
+    import kubemux.share
+
+    names = kubemux.share.__all__
+    assert names == sorted(names)
+    public = {
+        n
+        for n, v in vars(kubemux.share).items()
+        if not n.startswith("_") and not isinstance(v, types.ModuleType) and n != "annotations"
+    }
+    assert set(names) == public
+    assert issubclass(kubemux.share.ShareError, kubemux.KubemuxError)
+    assert "secret" not in repr(Redis("redis://:secret@127.0.0.1:1/0"))
+    code = "import sys, kubemux; kubemux.share.Redis('redis://x'); print('redis' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

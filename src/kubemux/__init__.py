@@ -5,6 +5,7 @@ The public surface is this module, :mod:`kubemux.testing` and the ``kubemux`` co
 
 from __future__ import annotations
 
+from . import share as share  # kubemux.share.Redis(...); imports no Redis client
 from ._context import ContextStatus as ContextStatus
 from ._context import RegistryStatus as RegistryStatus
 from ._errors import ApiError as ApiError
