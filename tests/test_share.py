@@ -539,3 +539,26 @@ def test_share_all_is_sorted_and_complete_and_imports_no_redis() -> None:
     code = "import sys, kubemux; kubemux.share.Redis('redis://x'); print('redis' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+async def test_lead_failing_before_sync_raises_itself_and_releases_the_lease(
+    redis_server: RedisServer,
+) -> None:
+    import redis.asyncio as aioredis
+
+    from kubemux import Unauthorized
+
+    async def lead(resume_rv: str | None, publish: Any, task_status: Any) -> None:
+        raise Unauthorized(401, "Unauthorized", "bad token")
+
+    raw = aioredis.Redis.from_url(redis_server.url)
+    try:
+        async with Redis(redis_server.url, prefix="e").open() as session:
+            with pytest.raises(Unauthorized):
+                await session.run_slot(
+                    key="k", store=Store(parse_resource("pods")), on_change=None, lead=lead
+                )
+            assert session.slot_status("k") is None
+        assert [k async for k in raw.scan_iter(match="e:*")] == []
+    finally:
+        await raw.aclose()

@@ -24,7 +24,7 @@ import math
 import secrets
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -230,6 +230,18 @@ class RedisSession:
         return None if slot is None else slot.status()
 
 
+@contextlib.contextmanager
+def _unwrap() -> Iterator[None]:
+    """Raise a task group's single error as itself (the caller sees ``Unauthorized``, not an
+    ExceptionGroup around it)."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
+            raise group.exceptions[0] from None
+        raise
+
+
 def _digest(key: bytes | str) -> str:
     data = key.encode() if isinstance(key, str) else key
     return hashlib.sha256(data).hexdigest()[:32]
@@ -342,9 +354,10 @@ class _Slot:
         async def lead_local(*, task_status: anyio.abc.TaskStatus[None]) -> None:
             await self.lead(None, publish, task_status)
 
-        async with anyio.create_task_group() as tg:
-            await tg.start(lead_local)
-            self._started()
+        with _unwrap():
+            async with anyio.create_task_group() as tg:
+                await tg.start(lead_local)
+                self._started()
 
     async def run(self) -> None:
         while True:
@@ -403,7 +416,7 @@ class _Slot:
             await self.lead(resume_rv, self._publish, task_status)
 
         try:
-            with anyio.CancelScope() as scope:  # cancelled by _demote()
+            with anyio.CancelScope() as scope, _unwrap():  # cancelled by _demote()
                 self.scope = scope
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._renew_loop)
@@ -557,7 +570,7 @@ class _Slot:
     # ------------------------------------------------------------------ follower
     async def _follow_phase(self) -> None:
         self.role = "follower"
-        with anyio.CancelScope() as scope:
+        with anyio.CancelScope() as scope, _unwrap():
             self.scope = scope
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._acquire_loop, scope)
@@ -598,7 +611,11 @@ class _Slot:
                 if hydrate:
                     if not await self._hydrate():
                         with anyio.fail_after(timeout):  # wait for a leader's first snapshot
-                            await self.client.xread({self.k_log: b"0-0"}, count=1, block=block_ms)
+                            seen = await self.client.xread(
+                                {self.k_log: b"0-0"}, count=1, block=block_ms
+                            )
+                        if seen:  # a log without meta (evicted?): no busy loop on it
+                            await anyio.sleep(self.engine.acquire_period)
                         continue
                     hydrate = False
                     self._started()
