@@ -69,10 +69,12 @@ async def run(args: argparse.Namespace) -> list[tuple[str, str, str]]:
             # 1. watches per (context, resource) with N replicas
             watches = []
             for n in (1, 3, 10) if "watches" in args.parts else ():
-                reps = [Replica(f"w{n}-{i}", base) for i in range(n)]
+                # a share key per N (the identity), so no dead leader's lease is in the way
+                reps = [Replica(f"w{n}-{i}", [*base, "--identity", f"n{n}"]) for i in range(n)]
                 for r in reps:
                     await r.start(tg)
                 await started(reps)
+                await reps[0].wait(lambda reps=reps: any(r.role() == "leader" for r in reps), 30)
                 await anyio.sleep(1.0)  # let any extra watch show up
                 watches.append(f"N={n}: {cluster.open_watches}")
                 for r in reps:

@@ -43,6 +43,7 @@ async def main() -> None:
     p.add_argument("--lease-ttl", type=float, default=1.5)
     p.add_argument("--acquire-period", type=float, default=0.25)
     p.add_argument("--no-lead", action="store_true")
+    p.add_argument("--identity", default="test", help="who the API server sees (share key)")
     p.add_argument("--lags", action="store_true", help="keep the lag of every change")
     args = p.parse_args()
 
@@ -68,7 +69,7 @@ async def main() -> None:
         acquire_period=args.acquire_period,
     )
     settings = WatchSettings(backoff=Backoff(initial_delay=0.05, max_delay=0.5))
-    key = share_key(server=config.server, ca=None, identity="test", resource=resource)
+    key = share_key(server=config.server, ca=None, identity=args.identity, resource=resource)
     async with (
         open_client(config) as client,
         engine.open() as opened,

@@ -562,3 +562,26 @@ async def test_lead_failing_before_sync_raises_itself_and_releases_the_lease(
         assert [k async for k in raw.scan_iter(match="e:*")] == []
     finally:
         await raw.aclose()
+
+
+async def test_two_identities_one_watch_each(
+    redis_server: RedisServer, cluster: FakeCluster, kubeconfig: Path
+) -> None:
+    async with anyio.create_task_group() as tg:
+        reps = [
+            Replica(f"{who}{i}", start_args(redis_server, kubeconfig, "--identity", who))
+            for who in ("alice", "bob")
+            for i in range(2)
+        ]
+        try:
+            for r in reps:
+                await r.start(tg)
+            for r in reps:
+                await r.wait(lambda r=r: any(e["op"] == "started" for e in r.events))
+            assert sorted(r.role() or "" for r in reps[:2]) == ["follower", "leader"]
+            assert sorted(r.role() or "" for r in reps[2:]) == ["follower", "leader"]
+            await cluster.wait_for(lambda: cluster.open_watches == 2)
+            await converge(cluster, reps)
+        finally:
+            for r in reps:
+                await r.close()
