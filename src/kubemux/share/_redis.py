@@ -593,11 +593,15 @@ class _Slot:
                     if await self._try_acquire():
                         scope.cancel("kubemux.share: promoted to leader")
                         return
+                    held = True
                 else:
                     with anyio.fail_after(self.engine.command_timeout):
-                        held = await self.client.exists(self.k_lease)
-                    if not held and self.stale_since is None:
+                        held = bool(await self.client.exists(self.k_lease))
+                if not held:
+                    if self.stale_since is None:
                         self.stale_since = time.time()  # nobody leads: data may be stale
+                elif self.last_error is None and self.epoch is not None:
+                    self.stale_since = None  # a leader is there and the tail is healthy
             except self.s._errors as exc:
                 self._down(exc)
 
@@ -610,6 +614,9 @@ class _Slot:
             try:
                 if hydrate:
                     if not await self._hydrate():
+                        self.epoch = None  # the data followed left Redis
+                        if self.store.has_synced and self.stale_since is None:
+                            self.stale_since = time.time()
                         with anyio.fail_after(timeout):  # wait for a leader's first snapshot
                             seen = await self.client.xread(
                                 {self.k_log: b"0-0"}, count=1, block=block_ms
