@@ -387,7 +387,7 @@ class _Slot:
                 pipe.hmget(self.k_meta, ["epoch", "seq", "rv"])
                 pipe.xrange(self.k_log, min=b"(" + self.last_id, max="+")
                 (epoch, seq, rv), entries = await pipe.execute()
-            if epoch is None:
+            if epoch is None or seq is None or not seq.isdigit():
                 self.needs_snapshot = True
                 return None
             if epoch.decode() == self.epoch and self.store.has_synced:
@@ -401,8 +401,11 @@ class _Slot:
             self._down(exc)
             self.needs_snapshot = True
             return None
-        self.needs_snapshot = False
         self._fresh()
+        if not rv:  # nothing to resume from: LIST (and write a snapshot)
+            self.needs_snapshot = True
+            return None
+        self.needs_snapshot = False
         return str(rv.decode())
 
     async def _lead_phase(self, resume_rv: str | None) -> None:
@@ -682,8 +685,8 @@ class _Slot:
             pipe.xrevrange(self.k_log, count=1)
             pipe.hgetall(self.k_objs)
             (epoch, seq, rv), last, objs = await pipe.execute()
-        if epoch is None:
-            return False
+        if epoch is None or seq is None or not seq.isdigit():
+            return False  # no data (or not a kubemux leader's): wait for a snapshot
         store = self.store
         replacement = Replacement(store)
         for i, (field, value) in enumerate(objs.items()):
@@ -696,7 +699,7 @@ class _Slot:
         del objs
         for _ in replacement.find_deleted(_SLICE):
             await anyio.lowlevel.checkpoint()
-        changes = replacement.commit(rv.decode())
+        changes = replacement.commit((rv or b"").decode(errors="replace"))
         self.epoch, self.seq = epoch.decode(), int(seq)
         self.last_id = last[0][0] if last else b"0-0"
         self.rehydrations += 1
