@@ -440,6 +440,9 @@ class _Slot:
             self.scope.cancel("kubemux.share: another replica holds the lease")
 
     def _publish(self, etype: str, entry: Entry, rv: str) -> None:
+        if self.token is None and self.role == "leader":
+            self.fenced += 1  # the lease was lost and the demotion is under way: refused
+            return
         if self.needs_snapshot or self.token is None:
             return  # the next snapshot carries it
         queue = self.queue
