@@ -585,3 +585,49 @@ async def test_two_identities_one_watch_each(
         finally:
             for r in reps:
                 await r.close()
+
+
+async def test_follower_snapshot_matches_what_was_announced_during_a_sliced_hydrate(
+    redis_server: RedisServer, cluster: FakeCluster, kubeconfig: Path
+) -> None:
+    from kubemux._client import open_client
+
+    cluster.create_many("pods", (make_pod(f"more-{i}", size=300) for i in range(1400)))
+    config = load_kubeconfig(str(kubeconfig)).contexts["fake"]
+    pods = parse_resource("pods")
+    key = share_key(server=config.server, ca=None, identity="u", resource=pods)
+    engine = Redis(redis_server.url, prefix="s")
+    lead_store, follow_store = Store(pods), Store(pods)
+    sizes: list[int] = []
+    async with (
+        open_client(config) as client,
+        engine.open() as leader,
+        engine.open() as follower,
+        anyio.create_task_group() as tg,
+    ):
+
+        def on_change(etype: str, entry: Entry, old: Entry | None) -> None:
+            sizes.append(len(follower.snapshot_entries(key)))
+
+        lead = informer_lead(
+            client, pods, InformerKey("pods"), settings=WatchSettings(), store=lead_store
+        )
+        await tg.start(
+            lambda task_status: leader.run_slot(
+                key=key, store=lead_store, on_change=None, lead=lead, task_status=task_status
+            )
+        )
+        await tg.start(
+            lambda task_status: follower.run_slot(
+                key=key,
+                store=follow_store,
+                on_change=on_change,
+                lead=lead,
+                task_status=task_status,
+                can_lead=False,
+            )
+        )
+        await cluster.wait_for(lambda: len(sizes) == 1500)
+        assert sizes == list(range(1, 1501))  # each announcement, and nothing more, visible
+        assert len(follower.snapshot_entries(key)) == 1500 == len(follow_store)
+        tg.cancel_scope.cancel()

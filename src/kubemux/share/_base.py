@@ -117,6 +117,12 @@ class ShareSession(Protocol):
         """The status of a slot being run, or None."""
         ...
 
+    def snapshot_entries(self, key: bytes | str, namespace: str | None = None) -> list[Entry]:
+        """The slot's objects as announced to ``on_change`` so far: the store minus changes
+        of a rehydration not yet announced (as an Informer's ``snapshot_entries``). While
+        leading, the caller's informer is the one to ask."""
+        ...
+
 
 class ShareEngine(Protocol):
     """A share engine (``kubemux.share.Redis``): a value that opens sessions."""

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from .._codec import Entry
+from .._codec import Change3, Entry
 from .._informer import OnChange
 from .._redact import redact_text, redact_url
 from .._store import Replacement, Store
@@ -224,6 +224,12 @@ class RedisSession:
                     except self._errors:
                         pass  # it expires by itself
 
+    def snapshot_entries(self, key: bytes | str, namespace: str | None = None) -> list[Entry]:
+        """The slot's objects as announced to ``on_change`` so far (for a subscriber joining
+        while a rehydration is being announced in slices); [] for a slot not running."""
+        slot = self._slots.get(_digest(key))
+        return [] if slot is None else slot.snapshot_entries(namespace)
+
     def slot_status(self, key: bytes | str) -> SlotStatus | None:
         """See :meth:`kubemux.share.ShareSession.slot_status`."""
         slot = self._slots.get(_digest(key))
@@ -298,6 +304,7 @@ class _Slot:
         self.needs_snapshot = True
         self.lead_synced = False
         self.scope: anyio.CancelScope | None = None
+        self.pending: dict[str, dict[str, Change3]] = {}  # rehydration changes not announced
 
     def status(self) -> SlotStatus:
         return SlotStatus(
@@ -707,8 +714,39 @@ class _Slot:
         self.last_id = last[0][0] if last else b"0-0"
         self.rehydrations += 1
         self._fresh()
-        for i, c in enumerate(changes):
-            self._emit(c.type, c.entry, c.old)
-            if i % _SLICE == _SLICE - 1:
-                await anyio.lowlevel.checkpoint()
+        if len(changes) <= _SLICE:
+            for c in changes:
+                self._emit(c.type, c.entry, c.old)
+            return True
+        # announced in slices, like an informer's relist: until a change is announced,
+        # snapshot_entries() reports the object as it was
+        pending: dict[str, dict[str, Change3]] = {}
+        for c in changes:
+            pending.setdefault(c.entry.namespace, {})[c.entry.name] = c
+        self.pending = pending
+        try:
+            for i, c in enumerate(changes):
+                del pending[c.entry.namespace][c.entry.name]
+                self._emit(c.type, c.entry, c.old)
+                if i % _SLICE == _SLICE - 1:
+                    await anyio.lowlevel.checkpoint()
+        finally:
+            self.pending = {}
         return True
+
+    def snapshot_entries(self, namespace: str | None) -> list[Entry]:
+        entries = self.store._entries(namespace)
+        pending = self.pending
+        if not pending:
+            return entries
+        out: list[Entry] = []
+        for e in entries:
+            change = pending.get(e.namespace, {}).get(e.name)
+            if change is None:
+                out.append(e)
+            elif change.type == "MODIFIED" and change.old is not None:
+                out.append(change.old)
+        for ns, bucket in pending.items():
+            if namespace is None or ns == namespace:
+                out.extend(c.old for c in bucket.values() if c.type == "DELETED" and c.old)
+        return out
