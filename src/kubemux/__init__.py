@@ -5,6 +5,7 @@ The public surface is this module, :mod:`kubemux.testing` and the ``kubemux`` co
 
 from __future__ import annotations
 
+from . import share as share  # kubemux.share.Redis(...); imports no Redis client
 from ._errors import ApiError as ApiError
 from ._errors import ClusterUnreachable as ClusterUnreachable
 from ._errors import ContextNotFound as ContextNotFound

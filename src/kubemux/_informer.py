@@ -198,6 +198,17 @@ class Informer:
         """WATCH (and RELIST when needed) until cancelled; failures are retried with backoff."""
         await self._watch_loop(self._rv)
 
+    async def resume(self, resource_version: str) -> None:
+        """WATCH from ``resource_version`` over a store filled elsewhere (no LIST first).
+
+        For a shared watch taken over from another replica (:mod:`kubemux.share`): the
+        store already holds the state at ``resource_version``. A 410 relists as usual.
+        Runs until cancelled, like :meth:`watch_forever`.
+        """
+        self._synced.set()
+        self._set_state(self._state, None, notify=True)  # has_synced changed
+        await self._watch_loop(resource_version)
+
     # ------------------------------------------------------------------ LIST
     def _base_params(self) -> dict[str, str]:
         params: dict[str, str] = {}
