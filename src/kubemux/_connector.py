@@ -16,6 +16,8 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
+import anyio.abc
+
 from ._client import ContextClient, open_client
 from ._codec import Entry
 from ._discovery import Discovery, resolve
@@ -38,11 +40,10 @@ class SlotSource(Protocol):
     @property
     def has_synced(self) -> bool: ...
 
-    async def initial_sync(self) -> None:
-        """Fill the store. Raises a :class:`KubemuxError` when that fails."""
-
-    async def watch_forever(self) -> None:
-        """Keep the store current until cancelled; failures are retried inside."""
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Fill the store, report ``task_status.started()``, then keep it current until
+        cancelled. Raises (a :class:`KubemuxError`) before ``started()`` when the first
+        sync fails; failures after it are retried inside."""
 
     def status(self) -> InformerStatus: ...
 

@@ -268,6 +268,7 @@ class ContextGeneration:
                     self._started.set()
                     self._hooks.state_changed()
                     for slot in list(self.slots.values()):  # queued before we connected
+                        slot.failure = None  # the failed start it may carry is over
                         self._start_slot(tg, connection, slot)
                     await anyio.sleep_forever()
             except Exception as exc:
@@ -317,28 +318,29 @@ class ContextGeneration:
                 on_state=self._hooks.state_changed,
             )
             slot.source = source
+            synced = False
             try:
-                await source.initial_sync()
-            except Exception as exc:  # noqa: BLE001 - contained per informer
-                failure = self._slot_failure(slot, exc, failure, backoff)
-                if not slot.persistent:
-                    self._drop_slot(slot)
-                    return
-                await anyio.sleep(max(0.0, failure.retry_at - time.monotonic()))
-                continue
-            failure = slot.failure = None
-            self._hooks.slot_failed(self, slot.key, None)
-            slot.ready.set()
-            self._hooks.state_changed()
-            try:
-                await source.watch_forever()
+                async with anyio.create_task_group() as tg:
+                    await tg.start(source.run)
+                    synced = True
+                    failure = slot.failure = None
+                    self._hooks.slot_failed(self, slot.key, None)
+                    slot.ready.set()
+                    self._hooks.state_changed()
             except Exception as exc:
-                log.error("context %r: %s failed", self.key, slot.key, exc_info=exc)
-                failure = Failure.record(
-                    as_kubemux_error(exc, f"{self.key}/{slot.key}"), failure, backoff
-                )
-                slot.failure = failure
-                self._hooks.state_changed()
+                exc = _unwrap(exc)
+                if not synced:  # the first sync failed
+                    failure = self._slot_failure(slot, exc, failure, backoff)
+                    if not slot.persistent:
+                        self._drop_slot(slot)
+                        return
+                else:  # a bug below us after the first sync: contained, retried
+                    log.error("context %r: %s failed", self.key, slot.key, exc_info=exc)
+                    failure = Failure.record(
+                        as_kubemux_error(exc, f"{self.key}/{slot.key}"), failure, backoff
+                    )
+                    slot.failure = failure
+                    self._hooks.state_changed()
                 await anyio.sleep(max(0.0, failure.retry_at - time.monotonic()))
 
     def _slot_failure(
@@ -387,6 +389,13 @@ class ContextGeneration:
         self._done.set()
         self._hooks.done(self)
         self._hooks.state_changed()
+
+
+def _unwrap(exc: Exception) -> Exception:
+    """The one exception inside task-group wrapping, else ``exc`` itself."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 async def _prune_forever(index: EventIndex, period: float) -> None:
