@@ -32,6 +32,8 @@ from ._kubeconfig import KubeconfigSnapshot as KubeconfigSnapshot
 from ._kubeconfig import load_kubeconfig as load_kubeconfig
 from ._kubeconfig_watch import ContextDiff as ContextDiff
 from ._kubeconfig_watch import KubeconfigSource as KubeconfigSource
+from ._multistore import MultiStore as MultiStore
+from ._multistore import MultiTableStore as MultiTableStore
 from ._registry import WatcherRegistry as WatcherRegistry
 from ._resources import Resource as Resource
 from ._resources import parse_resource as parse_resource
@@ -70,6 +72,8 @@ __all__ = [
     "KubeconfigSnapshot",
     "KubeconfigSource",
     "KubemuxError",
+    "MultiStore",
+    "MultiTableStore",
     "NotSynced",
     "RegistryClosed",
     "RegistryStatus",

@@ -51,7 +51,7 @@ class Publisher:
     def snapshot(
         gens: Iterable[ContextGeneration],
         resources: Container[str] | None,
-        namespace: str | None,
+        namespace: str | frozenset[str] | None,
         view: str,
     ) -> list[Change]:
         """ADDED changes replaying what the synced slots of ``gens`` announced so far."""
@@ -60,7 +60,11 @@ class Publisher:
         for gen, slot, source in iter_synced(gens, resources):
             if slot.key.view != view:
                 continue
-            for e in source.snapshot_entries(namespace):
+            if isinstance(namespace, frozenset):
+                entries = [e for ns in sorted(namespace) for e in source.snapshot_entries(ns)]
+            else:
+                entries = source.snapshot_entries(namespace)
+            for e in entries:
                 ident = (gen.key, slot.key.resource, e.namespace, e.name)
                 if ident not in seen:
                     seen.add(ident)

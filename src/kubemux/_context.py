@@ -123,6 +123,7 @@ class ContextGeneration:
         self.final_change: str | None = "REMOVED"
         self.reaped = False  # stopped for being idle: a later watch() starts it again
         self.pending = 0  # callers about to add a slot (resolving a name meanwhile)
+        self.notes: dict[str, str] = {}  # resource -> why its scope is what it is
         self.last_used = time.monotonic()
         self.reads_seen = 0
         self._scope = anyio.CancelScope()  # may be cancelled before run() enters it

@@ -191,7 +191,7 @@ class Subscription:
         *,
         resource: str | Container[str] | None,
         contexts: frozenset[str] | None,
-        namespace: str | None,
+        namespace: str | frozenset[str] | None,
         buffer_size: int,
         snapshot: Callable[[], Iterable[Change]] | None = None,
         view: str = "objects",
@@ -225,7 +225,15 @@ class Subscription:
             view == self.view
             and (self._resources is None or resource in self._resources)
             and (self.contexts is None or context in self.contexts)
-            and (self.namespace is None or namespace is None or self.namespace == namespace)
+            and (
+                self.namespace is None
+                or namespace is None
+                or (
+                    self.namespace == namespace
+                    if isinstance(self.namespace, str)
+                    else namespace in self.namespace
+                )
+            )
         )
 
     def _offer(self, change: Change) -> None:
@@ -337,7 +345,7 @@ class Fanout:
         *,
         resource: str | Container[str] | None,
         contexts: Iterable[str] | None,
-        namespace: str | None,
+        namespace: str | frozenset[str] | None,
         buffer_size: int,
         snapshot: Callable[[], Iterable[Change]] | None = None,
         view: str = "objects",

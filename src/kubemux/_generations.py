@@ -379,6 +379,7 @@ class Generations:
             informers=informers,
             errors=errors,
             retry_in=retry_in,
+            notes=dict(gen.notes) if gen is not None else None,
         )
 
 

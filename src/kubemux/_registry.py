@@ -31,13 +31,14 @@ import anyio.abc
 from ._changes import Publisher
 from ._connector import Connector, HttpConnector
 from ._context import ContextGeneration, GenerationSettings
-from ._errors import ContextRemoved, ResourceNotFound
+from ._errors import ContextRemoved, Forbidden, ResourceNotFound
 from ._event_index import EventIndex
 from ._fanout import Change, Fanout, Subscription
 from ._generations import Generations
 from ._informer import InformerKey
 from ._kubeconfig import ContextConfig
 from ._kubeconfig_watch import ContextDiff, KubeconfigSource
+from ._multistore import MultiStore, MultiTableStore
 from ._resources import Resource, known_resource, parse_resource
 from ._runtime import require_asyncio
 from ._settings import Backoff, WatchSettings
@@ -81,6 +82,9 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             default) never does. Autowatched contexts are never stopped for idleness.
             Subscribers see ``REMOVED``; the next ``watch()`` starts the context again.
         connector: Where contexts get their data (advanced; default: HTTP to the API server).
+        namespaces: The namespaces a context's user may read (context -> names), for users
+            who may not list across all namespaces (Lens's "accessible namespaces"): a
+            forbidden cluster-wide LIST falls back to them (else to the context's namespace).
     """
 
     def __init__(
@@ -99,6 +103,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         transforms: Mapping[str, Transform | None] | None = None,
         idle_timeout: float | None = None,
         connector: Connector | None = None,
+        namespaces: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         if idle_timeout is not None and not idle_timeout > 0:
             raise ValueError(f"idle_timeout must be positive or None, not {idle_timeout!r}")
@@ -115,6 +120,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         self._transform = transform
         self._transforms = {_full_name(k): v for k, v in (transforms or {}).items()}
         self._idle_timeout = idle_timeout
+        self._namespaces = {k: tuple(v) for k, v in (namespaces or {}).items()}
         settings_ = GenerationSettings(
             connector=connector or HttpConnector(self.settings),
             start_backoff=start_backoff or Backoff(initial_delay=1.0, max_delay=60.0),
@@ -311,6 +317,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         label_selector: str | None = None,
         field_selector: str | None = None,
         indexers: Mapping[str, Indexer] | None = None,
+        namespaces: Sequence[str] | None = None,
     ) -> Store:
         """Start (or reuse) an informer and return its store once it has synced.
 
@@ -333,9 +340,15 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
 
         ``indexers`` (see :func:`kubemux.by_label`, :func:`kubemux.by_owner`) are added to
         the store if it lacks them; query with ``store.by_index(name, value)``.
+
+        ``namespaces=[...]`` watches those namespaces (one informer each) behind one
+        :class:`MultiStore`. With neither ``namespace`` nor ``namespaces``, a namespaced
+        resource whose cluster-wide LIST is forbidden (403) falls back to the context's
+        accessible namespaces (the registry's ``namespaces`` option), else its default
+        namespace; the store's ``scope`` and ``reason`` and :meth:`status` say so.
         """
-        store = await self._synced_store(
-            context, resource, namespace, label_selector, field_selector, "objects"
+        store = await self._scoped_store(
+            context, resource, namespace, namespaces, label_selector, field_selector, "objects"
         )
         for name, fn in (indexers or {}).items():
             store.add_indexer(name, fn)
@@ -349,7 +362,8 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
-    ) -> TableStore:
+        namespaces: Sequence[str] | None = None,
+    ) -> TableStore | MultiTableStore:
         """Start (or reuse) a table view and return it once synced: the server's columns
         (``.columns``, kubectl's, a CRD's printer columns) and one row of cells per object
         (``.rows()``), kept live by LIST and WATCH in the Table format with object
@@ -358,11 +372,82 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         Subscribe with ``view="table"`` for row changes. It raises what :meth:`watch`
         raises; cancelling the caller does not cancel the shared start.
         """
-        store = await self._synced_store(
-            context, resource, namespace, label_selector, field_selector, "table"
+        store = await self._scoped_store(
+            context, resource, namespace, namespaces, label_selector, field_selector, "table"
         )
-        assert isinstance(store, TableStore)
+        assert isinstance(store, TableStore | MultiTableStore)
         return store
+
+    async def _scoped_store(
+        self,
+        context: str,
+        resource: ResourceSpec,
+        namespace: str | None,
+        namespaces: Sequence[str] | None,
+        label_selector: str | None,
+        field_selector: str | None,
+        view: str,
+    ) -> Store:
+        if namespaces is not None:
+            if namespace is not None:
+                raise ValueError("give namespace or namespaces, not both")
+            if isinstance(namespaces, str) or not namespaces:
+                raise ValueError("namespaces must be a non-empty list of names")
+            return await self._union(
+                context, resource, namespaces, label_selector, field_selector, view, ""
+            )
+        try:
+            return await self._synced_store(
+                context, resource, namespace, label_selector, field_selector, view
+            )
+        except Forbidden as exc:
+            cfg = self.contexts.get(context)
+            if namespace is not None or cfg is None:
+                raise
+            configured = self._namespaces.get(context)
+            scope = list(configured or [cfg.namespace or "default"])
+            origin = "configured for the context" if configured else "the context's namespace"
+            reason = (
+                f"listing across all namespaces is forbidden ({exc.message or exc.reason}); "
+                f"watching {', '.join(scope)} ({origin})"
+            )
+            store = await self._union(
+                context, resource, scope, label_selector, field_selector, view, reason
+            )
+            if not store.resource.namespaced:
+                raise
+            gen = self._table.gens.get(context)
+            if gen is not None:
+                gen.notes[store.resource.name] = reason
+                self._status_changed()
+            log.info("context %r: %s: %s", context, store.resource.name, reason)
+            return store
+
+    async def _union(
+        self,
+        context: str,
+        resource: ResourceSpec,
+        scope: Sequence[str],
+        label_selector: str | None,
+        field_selector: str | None,
+        view: str,
+        reason: str,
+    ) -> MultiStore:
+        parts: dict[str, Store] = {}
+
+        async def one(ns: str) -> None:
+            parts[ns] = await self._synced_store(
+                context, resource, ns, label_selector, field_selector, view
+            )
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for ns in dict.fromkeys(scope):
+                    tg.start_soon(one, ns)
+        except BaseExceptionGroup as group:  # the first failure, as watch() raises it
+            raise _first(group) from None
+        kind = MultiTableStore if view == "table" else MultiStore
+        return kind(parts, reason=reason)
 
     async def resources(self, context: str) -> tuple[Resource, ...]:
         """What the context's cluster serves (discovery: aggregated, else legacy), in
@@ -529,6 +614,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         snapshot: bool = True,
         buffer_size: int | None = None,
         view: str = "objects",
+        namespaces: Iterable[str] | None = None,
     ) -> Subscription:
         """Subscribe to changes; use as ``async with registry.subscribe(...) as changes``.
 
@@ -547,17 +633,22 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         """
         if view not in ("objects", "table"):
             raise ValueError(f"view must be 'objects' or 'table', not {view!r}")
+        scope: str | frozenset[str] | None = namespace
+        if namespaces is not None:
+            if namespace is not None or isinstance(namespaces, str):
+                raise ValueError("give namespace or a list of namespaces, not both")
+            scope = frozenset(namespaces)
         names = self._subscription_names(resource) if resource is not None else None
         wanted = frozenset(contexts) if contexts is not None else None
 
         def take_snapshot() -> list[Change]:
             gens = [g for g in self._table.gens.values() if wanted is None or g.key in wanted]
-            return Publisher.snapshot(gens, names, namespace, view)
+            return Publisher.snapshot(gens, names, scope, view)
 
         return self._fanout.subscribe(
             resource=names,
             contexts=wanted,
-            namespace=namespace,
+            namespace=scope,
             buffer_size=buffer_size or self._subscriber_buffer,
             snapshot=take_snapshot if snapshot else None,
             view=view,
@@ -699,6 +790,13 @@ def _informer_key(
 _EVENTS_V1 = parse_resource("events.events.k8s.io")
 _EVENTS_CORE = parse_resource("events")
 _EVENT_KEYS = frozenset({InformerKey(_EVENTS_V1.name), InformerKey(_EVENTS_CORE.name)})
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _single(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
