@@ -9,6 +9,8 @@
     ├── NotSynced                  a store was read before its first LIST completed
     ├── SubscriberOverflow         a subscriber fell behind and its buffer filled up
     ├── ClusterUnreachable         (also ConnectionError) the server could not be reached
+    ├── CredentialError            a credential could not be obtained (exec plugin, token
+    │                              file, OIDC refresh)
     └── ApiError                   the API server answered with an error Status
         ├── ResourceExpired        410 Gone: the resourceVersion is too old
         ├── Unauthorized           401
@@ -28,6 +30,7 @@ __all__ = [
     "ClusterUnreachable",
     "ContextNotFound",
     "ContextRemoved",
+    "CredentialError",
     "Forbidden",
     "KubeconfigError",
     "KubemuxError",
@@ -108,6 +111,14 @@ class ClusterUnreachable(KubemuxError, ConnectionError):
         super().__init__(f"cannot reach {server}: {detail}")
         self.server = server
         self.detail = detail
+
+
+class CredentialError(KubemuxError):
+    """A credential could not be obtained or refreshed.
+
+    The message names the user entry and the source (``exec plugin aws``, ``token file
+    ...``, ``OIDC provider ...``) and never holds the credential itself.
+    """
 
 
 class ApiError(KubemuxError):

@@ -8,6 +8,7 @@ realistic pod bodies.
 
 from __future__ import annotations
 
+from ._auth import sign_token as sign_token
 from ._fake_cluster import FakeCluster as FakeCluster
 from ._http import RecordedRequest as RecordedRequest
 from ._kubeconfig_writer import FakeContext as FakeContext
@@ -21,5 +22,6 @@ __all__ = [
     "RecordedRequest",
     "kubeconfig_dict",
     "make_pod",
+    "sign_token",
     "write_kubeconfig",
 ]

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import orjson
 from aiohttp import hdrs, web
 
+from ._auth import AuthState
 from ._discovery import VERSION_INFO, api_versions, group_list, groups, resource_list
 from ._protocol import (
     BadRequest,
@@ -218,6 +219,15 @@ def _bearer(header: str | None) -> str | None:
     return value.strip() or None if scheme.lower() == "bearer" else None
 
 
+def _peercert(request: web.BaseRequest) -> dict[str, Any] | None:
+    transport = request.transport
+    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+    if ssl_object is None:
+        return None
+    cert: dict[str, Any] | None = ssl_object.getpeercert()
+    return cert
+
+
 def _int_param(query: Mapping[str, str], name: str) -> int:
     text = query.get(name, "")
     if not text:
@@ -253,13 +263,15 @@ class ApiServer:
         streaming_list: StreamingList,
         expired_as_http: bool,
         chunk_buffer: int = 2048,
+        auth: AuthState | None = None,
     ) -> None:
         if chunk_buffer < 1:
             raise ValueError(f"chunk_buffer must be positive, not {chunk_buffer}")
         self.store = store
         self.chunk_buffer = chunk_buffer
-        self.auth_required = tokens is not None
-        self.tokens: set[str] = tokens if tokens is not None else set()
+        self.auth = auth if auth is not None else AuthState(tokens)
+        self.auth_required = self.auth.required
+        self.tokens: set[str] = self.auth.tokens
         self.bookmark_period = bookmark_period
         self.streaming_list = streaming_list
         self.expired_as_http = expired_as_http
@@ -366,7 +378,7 @@ class ApiServer:
                     f"fault injected by FakeCluster.fail_next ({fault.reason})",
                     headers=headers,
                 )
-            if self.auth_required and (token is None or token not in self.tokens):
+            if self.auth.required and self.auth.authenticate(token, _peercert(request)) is None:
                 return _status(401, "Unauthorized", "Unauthorized")
             if request.method != "GET":
                 return _status(
