@@ -5,12 +5,15 @@ The public surface is this module, :mod:`kubemux.testing` and the ``kubemux`` co
 
 from __future__ import annotations
 
+from ._auth import CredentialPool as CredentialPool
+from ._auth import CredentialStatus as CredentialStatus
 from ._context import ContextStatus as ContextStatus
 from ._context import RegistryStatus as RegistryStatus
 from ._errors import ApiError as ApiError
 from ._errors import ClusterUnreachable as ClusterUnreachable
 from ._errors import ContextNotFound as ContextNotFound
 from ._errors import ContextRemoved as ContextRemoved
+from ._errors import CredentialError as CredentialError
 from ._errors import Forbidden as Forbidden
 from ._errors import KubeconfigError as KubeconfigError
 from ._errors import KubemuxError as KubemuxError
@@ -51,6 +54,9 @@ __all__ = [
     "ContextNotFound",
     "ContextRemoved",
     "ContextStatus",
+    "CredentialError",
+    "CredentialPool",
+    "CredentialStatus",
     "EventIndex",
     "EventIndexStatistics",
     "Forbidden",
