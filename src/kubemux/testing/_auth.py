@@ -52,7 +52,7 @@ class AuthState:
         self.clock = time.time  # wall clock: signed tokens cross process boundaries
         self.newest: dict[str, float] = {}  # user -> newest issue time accepted
         self.revoked_before: dict[str, float] = {}  # user -> nothing issued before is valid
-        self.cert_issued: dict[str, float] = {}  # serial (hex, upper) -> issue time
+        self.cert_issued: dict[int, float] = {}  # serial number -> issue time
         self.rejected = 0  # requests answered 401
 
     def revoke(self, user: str) -> None:
@@ -107,7 +107,11 @@ class AuthState:
             return None
         if not_after <= self.clock():
             return None
-        issued = self.cert_issued.get(str(peercert.get("serialNumber", "")).upper())
+        try:
+            serial = int(str(peercert.get("serialNumber", "")), 16)
+        except ValueError:
+            return None
+        issued = self.cert_issued.get(serial)
         if issued is None or issued < self.revoked_before.get(common_name, float("-inf")):
             return None
         return str(common_name)

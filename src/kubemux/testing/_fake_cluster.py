@@ -335,7 +335,7 @@ class FakeCluster:
         cert_pem: bytes = leaf.cert_chain_pems[0].bytes()
         from cryptography import x509
 
-        serial = format(x509.load_pem_x509_certificate(cert_pem).serial_number, "X")
+        serial = x509.load_pem_x509_certificate(cert_pem).serial_number
         self._auth.cert_issued[serial] = now
         return cert_pem, leaf.private_key_pem.bytes()
 
