@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import ssl
 import sys
 import time
@@ -517,3 +518,62 @@ async def test_in_cluster_context_uses_the_rotating_token_file(tmp_path: Path) -
             await _list(client)
             status = client.credential_status()
             assert status is not None and status.kind == "token-file" and status.refreshes == 2
+
+
+# ---------------------------------------------------------------------- kubectl agrees
+def _kubectl_132() -> str | None:
+    found = shutil.which("kubectl")
+    if found is None:
+        return None
+    real = os.path.join(os.path.dirname(os.path.realpath(found)), "kubectl.1.32")
+    return real if os.path.exists(real) else None
+
+
+@pytest.mark.skipif(_kubectl_132() is None, reason="kubectl 1.32 not installed")
+async def test_kubectl_runs_the_same_plugin_with_the_same_exec_info(tmp_path: Path) -> None:
+    kubectl = _kubectl_132()
+    assert kubectl is not None
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    async with FakeCluster(tls=True, signing_key=KEY, newest_only=True) as cluster:
+        cluster.create("pods", {"metadata": {"name": "web-1"}})
+        for log in (ours, theirs):
+            path = _kubeconfig(
+                tmp_path / f"config-{log.name}",
+                cluster,
+                {"u": _exec_user(log, ttl="60")},
+                {"a": "u"},
+            )
+        async with open_client(_contexts(tmp_path / "config-ours")["a"]) as client:
+            assert b"web-1" in await _list(client)
+        for _ in range(2):  # each kubectl process runs the plugin once, with a newer token
+            with anyio.fail_after(60):
+                result = await anyio.run_process(
+                    [
+                        kubectl,
+                        "--kubeconfig",
+                        str(path),
+                        "--context",
+                        "a",
+                        "get",
+                        "pods",
+                        "-o",
+                        "name",
+                    ],
+                    check=False,
+                )
+            assert result.returncode == 0, result.stderr.decode()[-500:]
+            assert result.stdout.decode().strip() == "pod/web-1"
+        # a new client of ours runs the plugin again, as kubectl does per process
+        async with open_client(_contexts(tmp_path / "config-ours")["a"]) as client:
+            assert b"web-1" in await _list(client)
+    assert len(_runs(theirs)) == 2
+    assert len(_runs(ours)) == 2
+    mine, kubectls = _runs(ours)[0]["info"], _runs(theirs)[0]["info"]
+    assert mine["apiVersion"] == kubectls["apiVersion"]
+    assert mine["spec"]["interactive"] == kubectls["spec"]["interactive"] is False
+    assert mine["spec"]["cluster"]["server"] == kubectls["spec"]["cluster"]["server"]
+    assert (
+        mine["spec"]["cluster"]["certificate-authority-data"]
+        == (kubectls["spec"]["cluster"]["certificate-authority-data"])
+    )
+    assert mine["spec"]["cluster"] == kubectls["spec"]["cluster"]

@@ -445,6 +445,7 @@ def _exec_cluster_info(cluster: Mapping[str, Any]) -> dict[str, Any]:
             ca = base64.b64encode(f.read()).decode()
     if ca:
         info["certificate-authority-data"] = ca
+    info["config"] = None  # client-go always sends it: the exec extension, or null
     for ext in cluster.get("extensions") or ():
         if isinstance(ext, Mapping) and ext.get("name") == "client.authentication.k8s.io/exec":
             info["config"] = ext.get("extension")
