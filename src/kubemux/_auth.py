@@ -505,8 +505,11 @@ class OidcProvider(CredentialProvider):
             )
 
     def _due(self, credential: Credential) -> bool:
-        # kubectl refreshes only once the id-token has expired; so do we (its clock skew)
-        return credential.expires_at is not None and time.time() >= credential.expires_at - 5
+        # kubectl refreshes once the id-token has expired (with a few seconds of skew)
+        if credential.expires_at is None:
+            return False
+        skew = min(5.0, SKEW_FRACTION * max(0.0, credential.expires_at - credential.obtained_at))
+        return time.time() >= credential.expires_at - skew
 
     async def _fetch(self) -> Credential:
         import aiohttp
@@ -515,9 +518,13 @@ class OidcProvider(CredentialProvider):
         if on_disk is not None:
             self.config.update(on_disk)
             token = on_disk.get("id-token")
-            expiry = _jwt_expiry(token) if token else None
-            if token and (expiry is None or expiry > time.time() + 5):
-                return Credential(token=token, expires_at=expiry, obtained_at=time.time())
+            current = self._credential
+            if token and (current is None or token != current.token):
+                candidate = Credential(
+                    token=token, expires_at=_jwt_expiry(token), obtained_at=time.time()
+                )
+                if not self._due(candidate):
+                    return candidate
         refresh, issuer = self.config.get("refresh-token"), self.config.get("idp-issuer-url")
         client_id = self.config.get("client-id")
         if not refresh or not issuer or not client_id:

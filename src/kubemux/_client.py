@@ -22,7 +22,6 @@ import os
 import shutil
 import ssl
 import tempfile
-import weakref
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -102,6 +101,7 @@ class ContextClient:
         # after a 401 the provider refreshes (single-flight) and the request is retried once.
         auth = self._auth
         credential = await auth.prepare() if auth is not None else None
+        retried = False
         while True:
             headers = dict(_ACCEPT)
             if credential is not None and credential.token:
@@ -121,13 +121,14 @@ class ContextClient:
                 if resp.status < 400:
                     auth.provider.accepted()
                 return resp
-            if auth.retried(credential):
+            if retried:
                 auth.provider.rejected(credential)
                 return resp
             fresh = await auth.provider.unauthorized(credential)
             if fresh is None:
                 return resp
             resp.release()
+            retried = True
             credential = await auth.prepare(fresh)
 
     async def list(
@@ -235,25 +236,17 @@ def _unreachable(server: str, exc: BaseException) -> ClusterUnreachable:
 class _RequestAuth:
     """A client's view of its refreshing credential: loads a new client certificate."""
 
-    __slots__ = ("_cert", "_first", "_retries", "api", "provider", "ssl_context")
+    __slots__ = ("_cert", "api", "provider", "ssl_context")
 
     def __init__(self, provider: CredentialProvider, api: Any, ssl_context: ssl.SSLContext) -> None:
         self.provider = provider
         self.api = api
         self.ssl_context = ssl_context
         self._cert: bytes | None = None
-        self._first: Credential | None = None
-        # credentials obtained by a 401 refresh: a 401 to one of them is not refreshed again
-        self._retries: weakref.WeakSet[Credential] = weakref.WeakSet()
-
-    def retried(self, credential: Credential) -> bool:
-        return credential in self._retries
 
     async def prepare(self, fresh: Credential | None = None) -> Credential:
         """The credential to send (``fresh``: the one a 401 refresh gave)."""
         credential = fresh if fresh is not None else await self.provider.current()
-        if fresh is not None:
-            self._retries.add(fresh)
         if credential.cert_pem is not None and credential.cert_pem != self._cert:
             await self._load_certificate(credential)
         return credential
