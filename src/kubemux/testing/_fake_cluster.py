@@ -182,9 +182,6 @@ class FakeCluster:
         ca.cert_pem.write_to_path(ca_file)
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         leaf.configure_cert(context)
-        # client certificates signed by this CA authenticate (common name = user)
-        ca.configure_trust(context)
-        context.verify_mode = ssl.CERT_OPTIONAL
         self._ca = ca
         return context, ca_file
 
@@ -324,8 +321,13 @@ class FakeCluster:
         Raises:
             RuntimeError: The cluster does not serve TLS.
         """
-        if self._ca is None:
+        if self._ca is None or self._ssl is None:
             raise RuntimeError(f"{self!r} does not serve TLS")
+        if self._ssl.verify_mode != ssl.CERT_OPTIONAL:
+            # from the first issued certificate on, new handshakes ask for client
+            # certificates signed by this CA (others then fail the handshake)
+            self._ca.configure_trust(self._ssl)
+            self._ssl.verify_mode = ssl.CERT_OPTIONAL
         now = self._auth.clock()
         start = datetime.datetime.fromtimestamp(now - 60, datetime.UTC)
         end = datetime.datetime.fromtimestamp(now + ttl, datetime.UTC)
