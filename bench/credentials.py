@@ -8,9 +8,10 @@ Three FakeClusters on 127.0.0.1, one context each, watched through a WatcherRegi
 * ``oidc``: id-tokens from a fake IdP (HTTP on 127.0.0.1) expire every ``--lifetime`` s,
   refresh tokens are single-use and written back to the kubeconfig.
 
-Pods churn on every cluster; with ``--drop-watches`` every watch is aborted every 3 s, so
-requests keep carrying credentials (the informer counts an aborted stream as a failure
-and backs off). At the end, per context: requests, 401s, plugin runs / refreshes, relists,
+Pods churn on every cluster; every watch ends after 2-4 s (``timeoutSeconds``) and is
+re-opened from its resourceVersion, so requests keep carrying credentials. With
+``--drop-watches`` every watch is also aborted every 3 s (the informer counts an aborted
+stream as a failure and backs off). At the end, per context: requests, 401s, plugin runs / refreshes, relists,
 RESETs seen by a subscriber, and whether the store equals the server.
 
     python bench/credentials.py --duration 60
@@ -31,7 +32,7 @@ import anyio
 import yaml
 from aiohttp import web
 
-from kubemux import WatcherRegistry
+from kubemux import WatcherRegistry, WatchSettings
 from kubemux.testing import FakeCluster, make_pod
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -130,7 +131,10 @@ async def main(duration: float, lifetime: float, reopen_watches: bool) -> None:
         resets = dict.fromkeys(clusters, 0)
         # follow=False: the OIDC write-back changes the file; until the registry's fingerprint
         # uses kubemux._auth.credential_insensitive, following it would restart the context
-        async with WatcherRegistry.from_kubeconfig([str(config)], follow=False) as registry:
+        settings = WatchSettings(watch_timeout_range=(2.0, 4.0))  # watches end every 2-4 s
+        async with WatcherRegistry.from_kubeconfig(
+            [str(config)], follow=False, settings=settings
+        ) as registry:
             stores = {n: await registry.watch(n, "pods") for n in clusters}
             async with anyio.create_task_group() as tg:
 
