@@ -577,3 +577,71 @@ async def test_kubectl_runs_the_same_plugin_with_the_same_exec_info(tmp_path: Pa
         == (kubectls["spec"]["cluster"]["certificate-authority-data"])
     )
     assert mine["spec"]["cluster"] == kubectls["spec"]["cluster"]
+
+
+@pytest.mark.skipif(_kubectl_132() is None, reason="kubectl 1.32 not installed")
+async def test_kubectl_reruns_the_plugin_after_revocation_and_expiry(tmp_path: Path) -> None:
+    kubectl = _kubectl_132()
+    assert kubectl is not None
+    log = tmp_path / "runs"
+    async with FakeCluster(tls=True, signing_key=KEY, newest_only=True) as cluster:
+        cluster.create("pods", {"metadata": {"name": "web-1"}})
+        path = _kubeconfig(
+            tmp_path / "config", cluster, {"u": _exec_user(log, ttl="4")}, {"a": "u"}
+        )
+        argv = [
+            kubectl,
+            "--kubeconfig",
+            str(path),
+            "--context",
+            "a",
+            "wait",
+            "--for=delete",
+            "pod/web-1",
+            "--timeout=60s",
+        ]
+        async with anyio.create_task_group() as tg:
+            result: list[Any] = []
+
+            async def run() -> None:
+                result.append(await anyio.run_process(argv, check=False))
+
+            tg.start_soon(run)
+            with anyio.fail_after(30):
+                await cluster.wait_for(lambda: cluster.open_watches == 1, timeout=30)
+                cluster.revoke("plugin-user")
+                cluster.drop_watches()
+                await cluster.wait_for(
+                    lambda: len(_runs(log)) >= 2 and cluster.open_watches == 1, timeout=30
+                )
+                revoked_401s = cluster.unauthorized
+                expiry = _runs(log)[-1]["time"] + 4
+                while time.time() < expiry:  # noqa: ASYNC110 - the wall clock passing the expiry
+                    await anyio.sleep(0.1)
+                cluster.drop_watches()
+                await cluster.wait_for(
+                    lambda: len(_runs(log)) >= 3 and cluster.open_watches == 1, timeout=30
+                )
+                cluster.delete("pods", "default", "web-1")
+        assert result[0].returncode == 0, result[0].stderr.decode()[-800:]
+        kubectl_401s = cluster.unauthorized
+        # kubemux on the same cluster and plugin: the same runs, no more 401s
+        ours = tmp_path / "ours"
+        path = _kubeconfig(
+            tmp_path / "ours.yaml", cluster, {"u": _exec_user(ours, ttl="4")}, {"a": "u"}
+        )
+        async with open_client(_contexts(path)["a"]) as client:
+            await _list(client)
+            cluster.revoke("plugin-user")
+            await _list(client)
+            our_revoked_401s = cluster.unauthorized - kubectl_401s
+            with anyio.fail_after(10):
+                while time.time() < _runs(ours)[-1]["time"] + 4:  # noqa: ASYNC110 - wall clock
+                    await anyio.sleep(0.1)
+            await _list(client)
+        our_401s = cluster.unauthorized - kubectl_401s
+    # kubectl: one run at start, one after the revocation (after one 401), one at expiry
+    assert len(_runs(log)) == 3
+    assert revoked_401s == 1 and kubectl_401s == 1
+    assert len(_runs(ours)) == 3
+    assert our_revoked_401s == 1 and our_401s == 1
