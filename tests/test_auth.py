@@ -645,3 +645,44 @@ async def test_kubectl_reruns_the_plugin_after_revocation_and_expiry(tmp_path: P
     assert revoked_401s == 1 and kubectl_401s == 1
     assert len(_runs(ours)) == 3
     assert our_revoked_401s == 1 and our_401s == 1
+
+
+async def test_a_socks5_proxy_is_refused_clearly(tmp_path: Path) -> None:
+    async with FakeCluster() as cluster:
+        path = _kubeconfig(tmp_path / "config", cluster, {"u": {}}, {"a": "u"})
+        doc = yaml.safe_load(path.read_text())
+        doc["clusters"][0]["cluster"]["proxy-url"] = "socks5://user:pw@127.0.0.1:1080"
+        path.write_text(yaml.safe_dump(doc))
+        with pytest.raises(
+            KubeconfigError, match="proxy-url scheme 'socks5' is not supported"
+        ) as info:
+            async with open_client(_contexts(path)["a"]):
+                pass
+        assert "pw" not in str(info.value)
+
+
+async def test_oidc_refuses_to_spend_when_the_file_lacks_the_entry(tmp_path: Path) -> None:
+    async with FakeCluster(tokens=set()) as cluster, FakeIdP(cluster, ttl=3600) as idp:
+        provider = {
+            "name": "oidc",
+            "config": {
+                "client-id": "kubemux",
+                "idp-issuer-url": idp.url,
+                "idp-certificate-authority-data": base64.b64encode(
+                    idp.ca.cert_pem.bytes()
+                ).decode(),
+                "id-token": _jwt(time.time() - 10, 0),
+                "refresh-token": "r0",
+            },
+        }
+        path = _kubeconfig(
+            tmp_path / "config", cluster, {"u": {"auth-provider": provider}}, {"a": "u"}
+        )
+        cfg = _contexts(path)["a"]
+        doc = yaml.safe_load(path.read_text())
+        doc["users"][0]["name"] = "renamed"
+        path.write_text(yaml.safe_dump(doc))
+        with pytest.raises(CredentialError, match="not spent"):
+            async with open_client(cfg):
+                pass
+        assert idp.spent == []

@@ -532,11 +532,11 @@ class OidcProvider(CredentialProvider):
                 f"{self.source}: the id-token expired and there is no refresh-token, "
                 "idp-issuer-url or client-id to refresh it (log in again)"
             )
-        if self.path is None or not os.access(self.path, os.W_OK):
+        if self.path is None or on_disk is None or not os.access(self.path, os.W_OK):
             raise CredentialError(
                 f"{self.source}: the id-token expired, and its refresh-token is not spent "
-                f"because the new one could not be saved ({self.path or 'no file'} is "
-                "not writable)"
+                f"because the new one could not be saved ({self.path or 'no file'} is not "
+                f"writable or no longer has user {self.user_name!r} with this provider)"
             )
         form = {"grant_type": "refresh_token", "refresh_token": refresh, "client_id": client_id}
         if self.config.get("client-secret"):

@@ -336,6 +336,7 @@ async def _open_client(
     folder = tempfile.mkdtemp(prefix="kubemux-")
     try:
         client_config = config.client_config()
+        _check_proxy(config, client_config)
         if provider is not None:
             _strip_dynamic_credentials(client_config)
         _materialise_inline_credentials(client_config, folder)
@@ -473,6 +474,23 @@ def _materialise_inline_credentials(config: dict[str, Any], folder: str) -> None
                 with os.fdopen(fd, "wb") as out:
                     out.write(content)
                 body[field] = path
+
+
+def _check_proxy(config: ContextConfig, client_config: Mapping[str, Any]) -> None:
+    """aiohttp speaks to HTTP(S) proxies only: refuse others clearly, not at connect time."""
+    for item in client_config.get("clusters") or ():
+        body = item.get("cluster") if isinstance(item, dict) else None
+        proxy = body.get("proxy-url") if isinstance(body, dict) else None
+        if not proxy:
+            continue
+        scheme = str(proxy).partition("://")[0].lower()
+        if scheme not in ("http", "https"):
+            raise KubeconfigError(
+                f"context {config.name!r} (from {config.source}): proxy-url scheme "
+                f"{scheme!r} is not supported (kubemux connects through http:// and "
+                "https:// proxies only)",
+                path=config.source,
+            )
 
 
 def _strip_dynamic_credentials(config: dict[str, Any]) -> None:
