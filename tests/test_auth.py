@@ -686,3 +686,51 @@ async def test_oidc_refuses_to_spend_when_the_file_lacks_the_entry(tmp_path: Pat
             async with open_client(cfg):
                 pass
         assert idp.spent == []
+
+
+@pytest.mark.parametrize("material", ["token", "certificate"])
+async def test_a_refreshed_credential_keeps_informers_caches_and_resource_versions(
+    tmp_path: Path, material: str
+) -> None:
+    from kubemux import WatcherRegistry
+
+    log = tmp_path / "runs"
+    async with FakeCluster(tls=True, signing_key=KEY, newest_only=True) as cluster:
+        for i in range(3):
+            cluster.create("pods", {"metadata": {"name": f"p-{i}"}})
+        if material == "certificate":
+            cert, key = cluster.issue_client_cert("plugin-user")
+            (tmp_path / "cert").write_bytes(cert)
+            (tmp_path / "key").write_bytes(key)
+            user = _exec_user(log, cert=str(tmp_path / "cert"), certkey=str(tmp_path / "key"))
+            user["exec"]["env"] = [e for e in user["exec"]["env"] if e["name"] != "KMX_PLUGIN_KEY"]
+        else:
+            user = _exec_user(log)
+        path = _kubeconfig(tmp_path / "config", cluster, {"u": user}, {"a": "u"})
+        async with WatcherRegistry.from_kubeconfig([str(path)], follow=False) as registry:
+            with anyio.fail_after(20):
+                store = await registry.watch("a", "pods")
+            generation = registry.status().contexts["a"].generation
+            kinds: list[str] = []
+            async with registry.subscribe(resource="pods") as changes:
+                await cluster.wait_for(lambda: cluster.open_watches == 1, timeout=20)
+                cluster.revoke("plugin-user")
+                if material == "certificate":
+                    cert, key = cluster.issue_client_cert("plugin-user")
+                    (tmp_path / "cert").write_bytes(cert)
+                    (tmp_path / "key").write_bytes(key)
+                cluster.drop_watches()
+                await cluster.wait_for(lambda: len(_runs(log)) == 2, timeout=20)
+                cluster.create("pods", {"metadata": {"name": "after"}})
+                with anyio.fail_after(20):
+                    async for change in changes:
+                        kinds.append(change.type)
+                        if change.type == "ADDED" and change.name == "after":
+                            break
+            status = registry.status().contexts["a"]
+            assert status.generation == generation and status.state == "running"
+            assert "RESET" not in kinds
+            assert sum(i.relists for i in status.informers) == 0
+            assert {o["metadata"]["name"] for o in store.list()} == {"p-0", "p-1", "p-2", "after"}
+        assert len(_runs(log)) == 2
+        assert cluster.unauthorized >= 1  # the revoked credential was refused, then replaced
