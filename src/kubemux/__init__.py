@@ -7,19 +7,20 @@ from __future__ import annotations
 
 from ._auth import CredentialPool as CredentialPool
 from ._auth import CredentialStatus as CredentialStatus
-from ._context import ContextStatus as ContextStatus
-from ._context import RegistryStatus as RegistryStatus
 from ._errors import ApiError as ApiError
 from ._errors import ClusterUnreachable as ClusterUnreachable
 from ._errors import ContextNotFound as ContextNotFound
 from ._errors import ContextRemoved as ContextRemoved
 from ._errors import CredentialError as CredentialError
 from ._errors import Forbidden as Forbidden
+from ._errors import InternalError as InternalError
 from ._errors import KubeconfigError as KubeconfigError
 from ._errors import KubemuxError as KubemuxError
 from ._errors import NotSynced as NotSynced
+from ._errors import RegistryClosed as RegistryClosed
 from ._errors import ResourceExpired as ResourceExpired
 from ._errors import ResourceNotFound as ResourceNotFound
+from ._errors import StartTimeout as StartTimeout
 from ._errors import SubscriberOverflow as SubscriberOverflow
 from ._errors import Unauthorized as Unauthorized
 from ._event_index import EventIndex as EventIndex
@@ -38,6 +39,9 @@ from ._resources import parse_resource as parse_resource
 from ._resources import register_resource as register_resource
 from ._settings import Backoff as Backoff
 from ._settings import WatchSettings as WatchSettings
+from ._status import ContextState as ContextState
+from ._status import ContextStatus as ContextStatus
+from ._status import RegistryStatus as RegistryStatus
 from ._store import Store as Store
 from ._store import by_label as by_label
 from ._store import by_owner as by_owner
@@ -53,6 +57,7 @@ __all__ = [
     "ContextDiff",
     "ContextNotFound",
     "ContextRemoved",
+    "ContextState",
     "ContextStatus",
     "CredentialError",
     "CredentialPool",
@@ -61,15 +66,18 @@ __all__ = [
     "EventIndexStatistics",
     "Forbidden",
     "InformerStatus",
+    "InternalError",
     "KubeconfigError",
     "KubeconfigSnapshot",
     "KubeconfigSource",
     "KubemuxError",
     "NotSynced",
+    "RegistryClosed",
     "RegistryStatus",
     "Resource",
     "ResourceExpired",
     "ResourceNotFound",
+    "StartTimeout",
     "Store",
     "SubscriberOverflow",
     "Subscription",

@@ -11,6 +11,9 @@
     ├── ClusterUnreachable         (also ConnectionError) the server could not be reached
     ├── CredentialError            a credential could not be obtained (exec plugin, token
     │                              file, OIDC refresh)
+    ├── StartTimeout               (also TimeoutError) a context did not start in time
+    ├── RegistryClosed             (also RuntimeError) the registry is not open
+    ├── InternalError              an unexpected error inside kubemux or a library (a bug)
     └── ApiError                   the API server answered with an error Status
         ├── ResourceExpired        410 Gone: the resourceVersion is too old
         ├── Unauthorized           401
@@ -32,14 +35,18 @@ __all__ = [
     "ContextRemoved",
     "CredentialError",
     "Forbidden",
+    "InternalError",
     "KubeconfigError",
     "KubemuxError",
     "NotSynced",
+    "RegistryClosed",
     "ResourceExpired",
     "ResourceNotFound",
+    "StartTimeout",
     "SubscriberOverflow",
     "Unauthorized",
     "api_error_from_status",
+    "as_kubemux_error",
 ]
 
 
@@ -102,6 +109,37 @@ class SubscriberOverflow(KubemuxError):
 
     Resubscribe (with ``snapshot=True``) to start again from the current state.
     """
+
+
+class StartTimeout(KubemuxError, TimeoutError):
+    """A context did not start (client built, credentials obtained) within its time limit."""
+
+    def __init__(self, context: str, timeout: float) -> None:
+        super().__init__(f"context {context!r} did not start within {timeout:g}s")
+        self.context = context
+        self.timeout = timeout
+
+
+class RegistryClosed(KubemuxError, RuntimeError):
+    """The registry is not open: use it inside ``async with registry:``."""
+
+
+class InternalError(KubemuxError):
+    """An unexpected error inside kubemux or a library it uses: a bug, contained.
+
+    Keeps the original exception's type and message; the traceback is logged once.
+    """
+
+    def __init__(self, where: str, error: BaseException) -> None:
+        detail = str(error) or type(error).__name__
+        super().__init__(f"{where}: unexpected {type(error).__name__}: {detail}")
+        self.where = where
+        self.error_type = type(error).__name__
+
+
+def as_kubemux_error(exc: BaseException, where: str) -> KubemuxError:
+    """``exc`` itself if it is a :class:`KubemuxError`, else an :class:`InternalError`."""
+    return exc if isinstance(exc, KubemuxError) else InternalError(where, exc)
 
 
 class ClusterUnreachable(KubemuxError, ConnectionError):

@@ -26,12 +26,12 @@ import anyio.abc
 import anyio.to_thread
 import orjson
 
-from ._context import RegistryStatus
 from ._errors import ContextNotFound, KubemuxError
 from ._fanout import Change
 from ._kubeconfig import load_kubeconfig
 from ._registry import WatcherRegistry
 from ._resources import parse_resource
+from ._status import RegistryStatus
 
 __all__ = ["main", "run"]
 

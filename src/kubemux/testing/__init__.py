@@ -15,6 +15,7 @@ from ._kubeconfig_writer import FakeContext as FakeContext
 from ._kubeconfig_writer import kubeconfig_dict as kubeconfig_dict
 from ._kubeconfig_writer import write_kubeconfig as write_kubeconfig
 from ._objects import make_pod as make_pod
+from ._reconcile import rewrite_kubeconfig as rewrite_kubeconfig
 
 __all__ = [
     "FakeCluster",
@@ -22,6 +23,7 @@ __all__ = [
     "RecordedRequest",
     "kubeconfig_dict",
     "make_pod",
+    "rewrite_kubeconfig",
     "sign_token",
     "write_kubeconfig",
 ]
