@@ -734,3 +734,57 @@ async def test_a_refreshed_credential_keeps_informers_caches_and_resource_versio
             assert {o["metadata"]["name"] for o in store.list()} == {"p-0", "p-1", "p-2", "after"}
         assert len(_runs(log)) == 2
         assert cluster.unauthorized >= 1  # the revoked credential was refused, then replaced
+
+
+_V1 = "client.authentication.k8s.io/v1"
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [
+        ("not json", "not JSON"),
+        (json.dumps({"kind": "Other", "apiVersion": _V1}), "did not print an ExecCredential"),
+        (
+            json.dumps({"kind": "ExecCredential", "apiVersion": _V1 + "beta1", "status": {}}),
+            "answered with apiVersion",
+        ),
+        (json.dumps({"kind": "ExecCredential", "apiVersion": _V1}), "has no status"),
+        (
+            json.dumps({"kind": "ExecCredential", "apiVersion": _V1, "status": {}}),
+            "neither a token nor a certificate",
+        ),
+        (
+            json.dumps(
+                {
+                    "kind": "ExecCredential",
+                    "apiVersion": _V1,
+                    "status": {"token": "t", "expirationTimestamp": "tomorrow\x1b[2J"},
+                }
+            ),
+            r"expirationTimestamp 'tomorrow\\\\x1b\[2J' is not an RFC 3339 time",
+        ),
+        (
+            json.dumps(
+                {"kind": "ExecCredential", "apiVersion": _V1, "status": {"clientKeyData": "k"}}
+            ),
+            "come together",
+        ),
+    ],
+)
+async def test_bad_plugin_output_is_a_clear_error(
+    tmp_path: Path, output: str, message: str
+) -> None:
+    async with FakeCluster(signing_key=KEY) as cluster:
+        user = {
+            "exec": {
+                "apiVersion": _V1,
+                "command": sys.executable,
+                "args": ["-c", f"import sys; sys.stdout.write({output!r})"],
+                "interactiveMode": "Never",
+            }
+        }
+        path = _kubeconfig(tmp_path / "config", cluster, {"u": user}, {"a": "u"})
+        with pytest.raises(CredentialError, match=message) as info:
+            async with open_client(_contexts(path)["a"]):
+                pass
+        assert "\x1b" not in str(info.value)
