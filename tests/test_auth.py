@@ -788,3 +788,24 @@ async def test_bad_plugin_output_is_a_clear_error(
             async with open_client(_contexts(path)["a"]):
                 pass
         assert "\x1b" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"client-id": 123, "id-token": "x"},
+        {"id-token": 5},
+        {"idp-certificate-authority-data": 7},
+        {"idp-certificate-authority-data": "not base64!"},
+        {"refresh-token": ["a"]},
+    ],
+)
+async def test_odd_oidc_entries_are_kubeconfig_errors(
+    tmp_path: Path, config: dict[str, Any]
+) -> None:
+    async with FakeCluster(tokens=set()) as cluster:
+        user = {"auth-provider": {"name": "oidc", "config": config}}
+        path = _kubeconfig(tmp_path / "config", cluster, {"u": user}, {"a": "u"})
+        with pytest.raises((KubeconfigError, CredentialError)):
+            async with open_client(_contexts(path)["a"]):
+                pass

@@ -478,8 +478,15 @@ class OidcProvider(CredentialProvider):
     kind = "oidc"
 
     def __init__(self, config: Mapping[str, Any], *, path: str | None, user_name: str) -> None:
+        for key, value in config.items():
+            if value is not None and not isinstance(value, str):
+                raise KubeconfigError(
+                    f"user {user_name!r}: auth-provider oidc: {terminal_safe(str(key)[:60])} "
+                    f"must be a string, not {type(value).__name__}",
+                    path=path,
+                )
         issuer = config.get("idp-issuer-url")
-        super().__init__(f"OIDC provider {issuer or '(no issuer)'}")
+        super().__init__(f"OIDC provider {redact_text(str(issuer or '(no issuer)'))}")
         self.config = dict(config)
         self.path = path
         self.user_name = user_name
