@@ -809,3 +809,19 @@ async def test_odd_oidc_entries_are_kubeconfig_errors(
         with pytest.raises((KubeconfigError, CredentialError)):
             async with open_client(_contexts(path)["a"]):
                 pass
+
+
+async def test_a_missing_plugin_shows_its_install_hint(tmp_path: Path) -> None:
+    async with FakeCluster(signing_key=KEY) as cluster:
+        user = {
+            "exec": {
+                "apiVersion": _V1,
+                "command": "kubemux-no-such-plugin",
+                "interactiveMode": "IfAvailable",
+                "installHint": "install it with: pip install no-such-plugin",
+            }
+        }
+        path = _kubeconfig(tmp_path / "config", cluster, {"u": user}, {"a": "u"})
+        with pytest.raises(CredentialError, match=r"could not be started.*pip install no-such"):
+            async with open_client(_contexts(path)["a"]):
+                pass

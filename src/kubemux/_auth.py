@@ -315,6 +315,8 @@ class ExecProvider(CredentialProvider):
             {"apiVersion": self.api_version, "kind": "ExecCredential", "spec": info},
             separators=(",", ":"),
         )
+        hint = spec.get("installHint")
+        self.install_hint = terminal_safe(hint.strip()[:500]) if isinstance(hint, str) else ""
         self.runs = 0
 
     async def _fetch(self) -> Credential:
@@ -330,7 +332,8 @@ class ExecProvider(CredentialProvider):
                 f"{self.source} did not answer within {self.timeout:g} s (killed)"
             ) from None
         except OSError as exc:
-            raise CredentialError(f"{self.source} could not be started: {exc}") from exc
+            hint = f"; {self.install_hint}" if self.install_hint else ""
+            raise CredentialError(f"{self.source} could not be started: {exc}{hint}") from exc
         if code != 0:
             raise CredentialError(f"{self.source} failed with exit code {code}{_stderr_tail(err)}")
         return self._parse(out, err, started)
