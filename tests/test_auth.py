@@ -825,3 +825,39 @@ async def test_a_missing_plugin_shows_its_install_hint(tmp_path: Path) -> None:
         with pytest.raises(CredentialError, match=r"could not be started.*pip install no-such"):
             async with open_client(_contexts(path)["a"]):
                 pass
+
+
+@pytest.mark.parametrize(("cluster_info", "providers", "runs"), [(False, 1, 1), (True, 2, 2)])
+async def test_one_provider_per_user_across_clusters_unless_the_plugin_sees_the_cluster(
+    tmp_path: Path, cluster_info: bool, providers: int, runs: int
+) -> None:
+    log = tmp_path / "runs"
+    async with FakeCluster(signing_key=KEY) as one, FakeCluster(signing_key=KEY) as two:
+        user = _exec_user(log)
+        user["exec"]["provideClusterInfo"] = cluster_info
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "one", "cluster": {"server": one.server}},
+                {"name": "two", "cluster": {"server": two.server}},
+            ],
+            "users": [{"name": "u", "user": user}],
+            "contexts": [
+                {"name": "a", "context": {"cluster": "one", "user": "u"}},
+                {"name": "b", "context": {"cluster": "two", "user": "u"}},
+            ],
+        }
+        path = tmp_path / "config"
+        path.write_text(yaml.safe_dump(doc))
+        ctx = _contexts(path)
+        pool = CredentialPool()
+        async with (
+            open_client(ctx["a"], credentials=pool) as a,
+            open_client(ctx["b"], credentials=pool) as b,
+        ):
+            assert len(pool) == providers
+            await _list(a)
+            await _list(b)
+            assert len(pool.status()) == providers
+    assert len(_runs(log)) == runs

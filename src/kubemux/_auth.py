@@ -745,12 +745,14 @@ class CredentialPool:
         kind = _dynamic_kind(user, where, config.source)
         if kind is None:
             return None
+        # with provideClusterInfo the plugin's answer depends on the cluster too
+        per_cluster = kind == "exec" and bool(user["exec"].get("provideClusterInfo"))
         canonical = json.dumps(
             [
                 config.source,
                 config.user_name,
                 credential_insensitive(user),
-                kind == "exec" and cluster.get("server"),
+                cluster if per_cluster else None,
             ],
             sort_keys=True,
             default=str,

@@ -1,8 +1,10 @@
 """One HTTP client per context generation, and the raw LIST/WATCH requests.
 
-kubernetes-asyncio builds the client (so tokens, token files, client certificates, exec
-plugins, proxies and TLS settings behave exactly as they do there), but kubemux never asks it
-for OpenAPI model objects: responses are read raw (``_preload_content=False``) and decoded
+kubernetes-asyncio builds the client (so static tokens, client certificates, proxies and TLS
+settings behave exactly as they do there); credentials that refresh (exec plugins, token
+files, OIDC) come from :mod:`kubemux._auth` and are sent by :meth:`ContextClient._call`,
+which retries a request once after a 401 and a refresh. kubemux never asks it for OpenAPI
+model objects: responses are read raw (``_preload_content=False``) and decoded
 with orjson into plain dicts. Every foreign exception is converted here: HTTP errors into
 :class:`ApiError` built from the Status body, connection problems into
 :class:`ClusterUnreachable` naming the server.
