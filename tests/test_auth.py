@@ -861,3 +861,38 @@ async def test_one_provider_per_user_across_clusters_unless_the_plugin_sees_the_
             await _list(b)
             assert len(pool.status()) == providers
     assert len(_runs(log)) == runs
+
+
+async def test_a_rotated_token_file_keeps_informers_caches(tmp_path: Path) -> None:
+    from kubemux import WatcherRegistry
+
+    token_file = tmp_path / "token"
+    token_file.write_text("sa-1")
+    async with FakeCluster(tokens={"sa-1"}) as cluster:
+        cluster.create("pods", {"metadata": {"name": "p-0"}})
+        user = {"tokenFile": str(token_file)}
+        path = _kubeconfig(tmp_path / "config", cluster, {"u": user}, {"a": "u"})
+        async with WatcherRegistry.from_kubeconfig([str(path)], follow=True) as registry:
+            with anyio.fail_after(20):
+                store = await registry.watch("a", "pods")
+            generation = registry.status().contexts["a"].generation
+            kinds: list[str] = []
+            async with registry.subscribe(resource="pods") as changes:
+                await cluster.wait_for(lambda: cluster.open_watches == 1, timeout=20)
+                token_file.write_text("sa-2")
+                cluster.tokens.clear()
+                cluster.tokens.add("sa-2")
+                cluster.drop_watches()
+                await cluster.wait_for(lambda: cluster.open_watches_for("sa-2") == 1, timeout=20)
+                cluster.create("pods", {"metadata": {"name": "after"}})
+                with anyio.fail_after(20):
+                    async for change in changes:
+                        kinds.append(change.type)
+                        if change.type == "ADDED" and change.name == "after":
+                            break
+            status = registry.status().contexts["a"]
+            assert status.generation == generation and status.state == "running"
+            assert "RESET" not in kinds
+            assert sum(i.relists for i in status.informers) == 0
+            assert {o["metadata"]["name"] for o in store.list()} == {"p-0", "after"}
+        assert cluster.unauthorized == 1
