@@ -204,7 +204,7 @@ async def test_a_token_the_server_rejects_is_reported_and_cleared_on_success(
         user = _exec_user(log, token="bad")
         path = _kubeconfig(tmp_path / "config", cluster, {"u": user}, {"a": "u"})
         async with open_client(_contexts(path)["a"]) as client:
-            with pytest.raises(Unauthorized):
+            with pytest.raises(Unauthorized, match=r"exec plugin .* returned a token the server"):
                 await _list(client)
             status = client.credential_status()
             assert status is not None and status.last_error is not None

@@ -125,10 +125,10 @@ class ContextClient:
                 return resp
             if retried:
                 auth.provider.rejected(credential)
-                return resp
+                raise await _unauthorized(resp, auth.provider)
             fresh = await auth.provider.unauthorized(credential)
             if fresh is None:
-                return resp
+                raise await _unauthorized(resp, auth.provider)
             resp.release()
             retried = True
             credential = await auth.prepare(fresh)
@@ -226,6 +226,23 @@ async def _blocks(
         tail = chunk[last + 1 :]
         pending = [tail] if tail else []
         pending_size = len(tail)
+
+
+async def _unauthorized(resp: aiohttp.ClientResponse, provider: CredentialProvider) -> ApiError:
+    """The 401 a refresh could not fix, saying why (``exec plugin aws returned a token
+    the server rejects``, or why the refresh failed)."""
+    try:
+        body = await resp.read()
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        body = b""
+    finally:
+        resp.release()
+    error = api_error_from_status(401, body)
+    note = provider.status().last_error
+    if not note:
+        return error
+    message = f"{error.message} ({note})" if error.message else note
+    return type(error)(error.status, error.reason, message)
 
 
 def _unreachable(server: str, exc: BaseException) -> ClusterUnreachable:
