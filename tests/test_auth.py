@@ -896,3 +896,21 @@ async def test_a_rotated_token_file_keeps_informers_caches(tmp_path: Path) -> No
             assert sum(i.relists for i in status.informers) == 0
             assert {o["metadata"]["name"] for o in store.list()} == {"p-0", "after"}
         assert cluster.unauthorized == 1
+
+
+async def test_a_wrapped_plugin_is_killed_with_its_children(tmp_path: Path) -> None:
+    log = tmp_path / "runs"
+    async with FakeCluster(signing_key=KEY) as cluster:
+        user = _exec_user(log, hang="60")
+        user["exec"]["command"] = "sh"
+        user["exec"]["args"] = ["-c", f"'{sys.executable}' '{PLUGIN}'; true"]
+        path = _kubeconfig(tmp_path / "config", cluster, {"u": user}, {"a": "u"})
+        with pytest.raises(CredentialError, match="did not answer"):
+            async with open_client(
+                _contexts(path)["a"], credentials=CredentialPool(exec_timeout=1)
+            ):
+                pass
+        child = _runs(log)[0]["pid"]
+        with anyio.fail_after(5):
+            while not _gone(child):  # noqa: ASYNC110 - an unrelated process: poll it
+                await anyio.sleep(0.02)

@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import signal
 import ssl
 import subprocess
 import tempfile
@@ -392,8 +393,14 @@ async def _run_plugin(
 
     The process is killed on timeout (TimeoutError) and on cancellation.
     """
+    # its own process group, so that a wrapper's children (sh -c ..., a shim) die with it
     process = await anyio.open_process(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
     )
     out = bytearray()
     err = bytearray()
@@ -413,8 +420,7 @@ async def _run_plugin(
                 tg.start_soon(drain, process.stderr, err, _STDERR_LIMIT)
             code = await process.wait()
     except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
+        _kill_group(process)
         with anyio.move_on_after(2.0, shield=True):
             await process.wait()
         raise
@@ -422,6 +428,14 @@ async def _run_plugin(
         with anyio.move_on_after(2.0, shield=True):
             await process.aclose()
     return bytes(out), bytes(err), code
+
+
+def _kill_group(process: anyio.abc.Process) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
 
 
 def _stderr_tail(err: bytes) -> str:
