@@ -23,6 +23,7 @@ from ._errors import ResourceNotFound as ResourceNotFound
 from ._errors import StartTimeout as StartTimeout
 from ._errors import SubscriberOverflow as SubscriberOverflow
 from ._errors import Unauthorized as Unauthorized
+from ._errors import UnknownResource as UnknownResource
 from ._event_index import EventIndex as EventIndex
 from ._event_index import EventIndexStatistics as EventIndexStatistics
 from ._fanout import Change as Change
@@ -45,6 +46,9 @@ from ._status import RegistryStatus as RegistryStatus
 from ._store import Store as Store
 from ._store import by_label as by_label
 from ._store import by_owner as by_owner
+from ._table import TableColumn as TableColumn
+from ._table import TableRow as TableRow
+from ._table import TableStore as TableStore
 
 __version__ = "0.1.0"
 
@@ -81,7 +85,11 @@ __all__ = [
     "Store",
     "SubscriberOverflow",
     "Subscription",
+    "TableColumn",
+    "TableRow",
+    "TableStore",
     "Unauthorized",
+    "UnknownResource",
     "WatchSettings",
     "WatcherRegistry",
     "by_label",

@@ -19,6 +19,7 @@
         ├── Unauthorized           401
         ├── Forbidden              403
         └── ResourceNotFound       (also LookupError) 404: unknown resource type or object
+            └── UnknownResource    a resource name the cluster's discovery does not know
 
 Foreign exceptions (aiohttp, yaml, OSError) are converted at the boundary with
 ``raise ... from exc`` so callers only need to catch :class:`KubemuxError`.
@@ -45,6 +46,7 @@ __all__ = [
     "StartTimeout",
     "SubscriberOverflow",
     "Unauthorized",
+    "UnknownResource",
     "api_error_from_status",
     "as_kubemux_error",
 ]
@@ -192,6 +194,28 @@ class Forbidden(ApiError):
 
 class ResourceNotFound(ApiError, LookupError):
     """404: the resource type (or the object) does not exist on this server."""
+
+
+class UnknownResource(ResourceNotFound):
+    """A resource name that no resource served by the cluster matches (kubectl's rules).
+
+    Attributes:
+        name: The name as given.
+        context: The context whose discovery was asked, or None.
+        suggestions: Close names the cluster does serve (``widgets.example.com``), best first.
+    """
+
+    def __init__(
+        self, name: str, context: str | None = None, suggestions: tuple[str, ...] = ()
+    ) -> None:
+        where = f" (context {context!r})" if context else ""
+        message = f"the server doesn't have a resource type {name!r}{where}"
+        if suggestions:
+            message += "; did you mean " + " or ".join(repr(s) for s in suggestions) + "?"
+        super().__init__(404, "NotFound", message)
+        self.name = name
+        self.context = context
+        self.suggestions = suggestions
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {

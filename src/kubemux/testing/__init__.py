@@ -2,6 +2,8 @@
 
 ``FakeCluster`` serves the list/watch protocol on 127.0.0.1; tests create and change objects
 through its Python API and script faults (dropped watches, 5xx, stalls, compaction, restarts).
+It also serves aggregated and legacy discovery, CustomResourceDefinitions created and deleted
+at runtime, the Table format (kubectl's columns) and per-token RBAC by namespace.
 ``write_kubeconfig`` points kubeconfig contexts at running clusters; ``make_pod`` builds
 realistic pod bodies.
 """
