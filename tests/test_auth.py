@@ -914,3 +914,24 @@ async def test_a_wrapped_plugin_is_killed_with_its_children(tmp_path: Path) -> N
         with anyio.fail_after(5):
             while not _gone(child):  # noqa: ASYNC110 - an unrelated process: poll it
                 await anyio.sleep(0.02)
+
+
+async def test_a_failed_refresh_ahead_of_expiry_keeps_the_working_credential(
+    tmp_path: Path,
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("one")
+    async with FakeCluster(tokens={"one"}) as cluster:
+        user = {"tokenFile": str(token_file)}
+        path = _kubeconfig(tmp_path / "config", cluster, {"u": user}, {"a": "u"})
+        pool = CredentialPool(token_file_period=0.0)
+        async with open_client(_contexts(path)["a"], credentials=pool) as client:
+            token_file.unlink()  # mid-rotation, say
+            cluster.clear_requests()
+            await _list(client)
+            assert [r.token for r in cluster.requests] == ["one"]
+            await _list(client)  # not retried on every request
+            status = client.credential_status()
+            assert status is not None and status.refreshes == 1
+            assert status.last_error is not None and "cannot read it" in status.last_error
+        assert len(cluster.requests) == 2

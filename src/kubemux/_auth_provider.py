@@ -31,6 +31,12 @@ TOKEN_FILE_PERIOD: Final = 60.0  # client-go re-reads a token file once a minute
 MAX_SKEW: Final = 60.0  # refresh at most this long before expiry ...
 SKEW_FRACTION: Final = 0.1  # ... and at most this share of the credential's lifetime early
 _REJECT_BACKOFF: Final = (1.0, 60.0)  # a fresh credential the server rejects: wait, doubling
+_EARLY_RETRY_DELAY: Final = 5.0  # a failed refresh ahead of expiry is retried after this
+
+
+def _usable(credential: Credential) -> bool:
+    """Not expired yet (a credential without an expiry counts as usable)."""
+    return credential.expires_at is None or time.time() < credential.expires_at
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +100,7 @@ class CredentialProvider:
         self._last_error: str | None = None
         self._reject_delay = 0.0
         self._retry_after = 0.0  # monotonic: no 401-driven refresh before this
+        self._early_retry_at = 0.0  # monotonic: no refresh-ahead attempt before this
         self.users = 0  # clients holding it (the pool's reference count)
 
     def __repr__(self) -> str:
@@ -110,13 +117,26 @@ class CredentialProvider:
         starts it again.
         """
         credential = self._credential
-        if credential is not None and not self._due(credential):
+        if credential is not None and not self._wants_refresh(credential):
             return credential
         async with self._lock:
             credential = self._credential
-            if credential is not None and not self._due(credential):
+            if credential is not None and not self._wants_refresh(credential):
                 return credential
-            return await self._refresh()
+            try:
+                return await self._refresh()
+            except CredentialError:
+                if credential is None or not _usable(credential):
+                    raise
+                # refreshing ahead failed, but the old credential still works: use it, and
+                # try again a little later rather than on every request
+                self._early_retry_at = time.monotonic() + _EARLY_RETRY_DELAY
+                return credential
+
+    def _wants_refresh(self, credential: Credential) -> bool:
+        if not self._due(credential):
+            return False
+        return not _usable(credential) or time.monotonic() >= self._early_retry_at
 
     async def unauthorized(self, used: Credential) -> Credential | None:
         """The server answered 401 to ``used``: a new credential to retry with, or None.
@@ -151,8 +171,8 @@ class CredentialProvider:
 
     def accepted(self) -> None:
         """A request succeeded: clear a recorded error."""
-        if self._last_error is not None or self._reject_delay:
-            self._last_error = None
+        if self._reject_delay:
+            self._last_error = None  # the 401 is over (a failing refresh stays visible)
             self._reject_delay = 0.0
             self._retry_after = 0.0
 
@@ -182,6 +202,7 @@ class CredentialProvider:
             self._last_error = str(exc)
             raise
         self._credential = credential
+        self._last_error = None
         self._refreshes += 1
         self._last_refresh = time.time()
         log.debug("%s: credential refreshed (%d)", self.source, self._refreshes)
