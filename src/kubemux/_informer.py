@@ -58,6 +58,7 @@ class InformerKey:
     namespace: str | None = None
     label_selector: str | None = None
     field_selector: str | None = None
+    view: str = "objects"  # or "table": server-side columns and rows (kubectl's view)
 
     def __str__(self) -> str:
         parts = [self.resource]
@@ -67,6 +68,8 @@ class InformerKey:
             parts.append(f"-l {self.label_selector}")
         if self.field_selector:
             parts.append(f"--field-selector {self.field_selector}")
+        if self.view != "objects":
+            parts.append(f"({self.view})")
         return " ".join(parts)
 
 
