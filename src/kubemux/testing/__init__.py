@@ -10,6 +10,7 @@ realistic pod bodies.
 
 from __future__ import annotations
 
+from ._auth import sign_token as sign_token
 from ._fake_cluster import FakeCluster as FakeCluster
 from ._http import RecordedRequest as RecordedRequest
 from ._kubeconfig_writer import FakeContext as FakeContext
@@ -25,5 +26,6 @@ __all__ = [
     "kubeconfig_dict",
     "make_pod",
     "rewrite_kubeconfig",
+    "sign_token",
     "write_kubeconfig",
 ]
