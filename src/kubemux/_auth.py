@@ -18,12 +18,7 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
-
-from ._errors import KubeconfigError
-
-if TYPE_CHECKING:
-    from ._kubeconfig import ContextConfig
+from typing import Any, Final
 
 from ._auth_exec import EXEC_TIMEOUT, ExecProvider
 from ._auth_oidc import OidcProvider
@@ -34,6 +29,8 @@ from ._auth_provider import (
     CredentialStatus,
     TokenFileProvider,
 )
+from ._errors import KubeconfigError
+from ._kubeconfig import ContextConfig, credential_insensitive
 
 __all__ = [
     "Credential",
@@ -47,9 +44,6 @@ __all__ = [
 IN_CLUSTER_ROOT: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 IN_CLUSTER_NAME: Final = "in-cluster"
 # auth-provider config keys that are credential material (refreshed in place), not identity
-_AUTH_PROVIDER_MATERIAL: Final = frozenset(
-    {"id-token", "refresh-token", "access-token", "expiry", "expires-in", "expires-on"}
-)
 _REMOVED_PROVIDERS: Final = {
     "gcp": "gke-gcloud-auth-plugin (an exec plugin)",
     "azure": "kubelogin (an exec plugin)",
@@ -57,27 +51,6 @@ _REMOVED_PROVIDERS: Final = {
 
 
 # ---------------------------------------------------------------------- the pool
-def credential_insensitive(user_entry: Mapping[str, Any]) -> dict[str, Any]:
-    """``user_entry`` without what a refresh rewrites in place, for fingerprints.
-
-    The id-token, refresh-token (and the access-token and expiry of removed providers) of
-    an ``auth-provider`` entry change when kubemux or kubectl refresh them; a fingerprint
-    computed over this view does not, so such a write-back does not restart the context.
-    Everything else (an inline ``token``, certificate data, exec settings) is kept.
-    """
-    out = dict(user_entry)
-    provider = out.get("auth-provider")
-    if isinstance(provider, Mapping):
-        provider = dict(provider)
-        config = provider.get("config")
-        if isinstance(config, Mapping):
-            provider["config"] = {
-                k: v for k, v in config.items() if k not in _AUTH_PROVIDER_MATERIAL
-            }
-        out["auth-provider"] = provider
-    return out
-
-
 def _user_entry(config: ContextConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     doc = config.client_config()
     users = doc.get("users") or []
