@@ -12,11 +12,15 @@ from ._errors import ClusterUnreachable as ClusterUnreachable
 from ._errors import ContextNotFound as ContextNotFound
 from ._errors import ContextRemoved as ContextRemoved
 from ._errors import Forbidden as Forbidden
+from ._errors import InternalError as InternalError
 from ._errors import KubeconfigError as KubeconfigError
 from ._errors import KubemuxError as KubemuxError
 from ._errors import NotSynced as NotSynced
+from ._errors import ProtocolError as ProtocolError
 from ._errors import ResourceExpired as ResourceExpired
 from ._errors import ResourceNotFound as ResourceNotFound
+from ._errors import ResponseTooLarge as ResponseTooLarge
+from ._errors import ServerTimeout as ServerTimeout
 from ._errors import SubscriberOverflow as SubscriberOverflow
 from ._errors import Unauthorized as Unauthorized
 from ._event_index import EventIndex as EventIndex
@@ -55,15 +59,19 @@ __all__ = [
     "EventIndexStatistics",
     "Forbidden",
     "InformerStatus",
+    "InternalError",
     "KubeconfigError",
     "KubeconfigSnapshot",
     "KubeconfigSource",
     "KubemuxError",
     "NotSynced",
+    "ProtocolError",
     "RegistryStatus",
     "Resource",
     "ResourceExpired",
     "ResourceNotFound",
+    "ResponseTooLarge",
+    "ServerTimeout",
     "Store",
     "SubscriberOverflow",
     "Subscription",

@@ -3,14 +3,15 @@
 kubernetes-asyncio builds the client (so tokens, token files, client certificates, exec
 plugins, proxies and TLS settings behave exactly as they do there), but kubemux never asks it
 for OpenAPI model objects: responses are read raw (``_preload_content=False``) and decoded
-with orjson into plain dicts. Every foreign exception is converted here: HTTP errors into
-:class:`ApiError` built from the Status body, connection problems into
-:class:`ClusterUnreachable` naming the server.
+with orjson into plain dicts. Every foreign exception is converted here, in
+:func:`map_exceptions`: HTTP errors into :class:`ApiError` built from the Status body,
+connection problems into :class:`ClusterUnreachable` naming the server, a slow server into
+:class:`ServerTimeout`, a malformed or oversized response into :class:`ProtocolError` /
+:class:`ResponseTooLarge`. Every request waits for the context's rate limiter first.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import collections
 import contextlib
@@ -22,39 +23,90 @@ import os
 import shutil
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import anyio
 
 from ._codec import Block
-from ._errors import ApiError, ClusterUnreachable, KubeconfigError, api_error_from_status
+from ._errors import (
+    ClusterUnreachable,
+    InternalError,
+    KubeconfigError,
+    KubemuxError,
+    ProtocolError,
+    ResponseTooLarge,
+    ServerTimeout,
+    api_error_from_status,
+)
 from ._resources import Resource
+from ._settings import WatchSettings
 
 if TYPE_CHECKING:
     from ._kubeconfig import ContextConfig
 
-__all__ = ["ContextClient", "open_client"]
+__all__ = ["ContextClient", "Progress", "RateLimiter", "map_exceptions", "open_client"]
 
 log = logging.getLogger(__name__)
 
 _ACCEPT = {"Accept": "application/json"}
 
 
+class Progress:
+    """What one informer's current request is waiting for (read by its ``status()``).
+
+    ``since`` is the monotonic time since when the client has been waiting for something
+    the server owes it: response headers, the rest of a LIST body, the rest of a watch line.
+    ``None`` while nothing is owed (a watch idle between events is not waiting).
+    """
+
+    __slots__ = ("since",)
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+
+
+class RateLimiter:
+    """A token bucket: ``qps`` requests a second, ``burst`` saved up (client-go's
+    ``flowcontrol.NewTokenBucketRateLimiter``). Callers queue by reservation, in order."""
+
+    __slots__ = ("_burst", "_qps", "_tokens", "_updated")
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self._qps = qps
+        self._burst = max(1, burst)
+        self._tokens = float(self._burst)
+        self._updated = time.monotonic()
+
+    async def acquire(self) -> None:
+        """Take one token, waiting for it if needed. Cancelling gives up the wait."""
+        if self._qps <= 0:  # disabled
+            return
+        now = time.monotonic()
+        self._tokens = min(self._burst, self._tokens + (now - self._updated) * self._qps)
+        self._updated = now
+        self._tokens -= 1
+        if self._tokens < 0:
+            await anyio.sleep(-self._tokens / self._qps)
+
+
 class ContextClient:
     """Raw LIST and WATCH against one context's API server.
 
     Built by :func:`open_client`, which owns its lifetime (the HTTP session is closed when
-    the ``async with`` ends).
+    the ``async with`` ends). Every request it starts goes through one rate limiter, shared
+    by all informers of the context (made from the first request's settings).
     """
 
-    __slots__ = ("_api", "context", "server", "streaming_list")
+    __slots__ = ("_api", "_limiter", "context", "server", "streaming_list")
 
     def __init__(self, context: str, server: str, api: Any) -> None:
         self.context = context
         self.server = server
         self._api = api
+        self._limiter: RateLimiter | None = None
         self.streaming_list: bool | None = None  # does this server do streaming lists?
 
     def __repr__(self) -> str:
@@ -63,12 +115,23 @@ class ContextClient:
     @contextlib.asynccontextmanager
     async def _request(
         self,
+        what: str,
         path: str,
         params: Mapping[str, str],
+        settings: WatchSettings,
         client_timeout: aiohttp.ClientTimeout,
+        progress: Progress,
+        throttle: bool,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        try:
-            resp: aiohttp.ClientResponse = await self._api.call_api(
+        if throttle:
+            limiter = self._limiter
+            if limiter is None:
+                limiter = self._limiter = RateLimiter(settings.qps, settings.burst)
+            await limiter.acquire()
+        progress.since = time.monotonic()
+        resp: aiohttp.ClientResponse | None = None
+        with map_exceptions(self.server, what), anyio.move_on_after(settings.response_timeout):
+            resp = await self._api.call_api(
                 path,
                 "GET",
                 query_params=list(params.items()),
@@ -77,15 +140,17 @@ class ContextClient:
                 _preload_content=False,
                 _request_timeout=client_timeout,
             )
-        except (TimeoutError, aiohttp.ClientError, OSError, ssl.SSLError) as exc:
-            raise _unreachable(self.server, exc) from exc
+        if resp is None:
+            raise ServerTimeout(
+                self.server, f"{what}: no response within {settings.response_timeout:g} s"
+            )
         try:
             if resp.status >= 400:
                 try:
-                    body = await resp.read()
-                except (TimeoutError, aiohttp.ClientError, OSError):
-                    body = b""
-                raise api_error_from_status(resp.status, body)
+                    body = await _read_body(resp, self.server, what, settings, _ERROR_BODY_MAX)
+                except KubemuxError:
+                    body = bytearray()
+                raise api_error_from_status(resp.status, bytes(body))
             yield resp
         finally:
             resp.release()
@@ -95,24 +160,34 @@ class ContextClient:
         resource: Resource,
         namespace: str | None,
         params: Mapping[str, str],
+        settings: WatchSettings,
         *,
-        request_timeout: float,
-        connect_timeout: float,
-    ) -> bytes:
+        progress: Progress | None = None,
+        throttle: bool = True,
+    ) -> bytearray:
         """One LIST request (one page); returns the response body, undecoded.
+
+        ``throttle=False`` skips the rate limiter (a continuation page of a LIST that is
+        making progress).
 
         Raises:
             ApiError: the server answered with an error status.
             ClusterUnreachable: the server could not be reached or the response broke off.
+            ServerTimeout: no response headers in time, or the body stalled.
+            ResponseTooLarge: the body exceeds ``settings.max_response_size``.
 
         Cancellation abandons the request and releases its connection.
         """
-        t = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
-        async with self._request(resource.path(namespace), params, t) as resp:
-            try:
-                body: bytes = await resp.read()
-            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-                raise _unreachable(self.server, exc) from exc
+        progress = progress or Progress()
+        t = aiohttp.ClientTimeout(
+            total=settings.request_timeout, sock_connect=settings.connect_timeout
+        )
+        what = f"LIST {resource.name}"
+        async with self._request(
+            what, resource.path(namespace), params, settings, t, progress, throttle
+        ) as resp:
+            body = await _read_body(resp, self.server, what, settings, settings.max_response_size)
+        progress.since = None
         return body
 
     @contextlib.asynccontextmanager
@@ -121,75 +196,168 @@ class ContextClient:
         resource: Resource,
         namespace: str | None,
         params: Mapping[str, str],
+        settings: WatchSettings,
         *,
-        inactivity_timeout: float,
-        connect_timeout: float,
-        max_line_size: int,
+        progress: Progress | None = None,
+        inactivity_timeout: float | None = None,
     ) -> AsyncIterator[AsyncIterator[Block]]:
         """Open a WATCH; yields an async iterator over blocks of its raw lines.
 
         The iterator ends when the server ends the stream. No bytes for
-        ``inactivity_timeout`` seconds, or a broken connection, raise
-        :class:`ClusterUnreachable`. Lines of any size up to ``max_line_size`` are read.
+        ``inactivity_timeout`` seconds (default: the settings'), a broken connection, or a
+        line that stalls (see ``WatchSettings.read_timeout``) raise
+        :class:`ClusterUnreachable` or :class:`ServerTimeout`. Lines of any size up to
+        ``settings.max_line_size`` are read; a longer one raises :class:`ResponseTooLarge`.
         """
+        progress = progress or Progress()
+        silence = settings.inactivity_timeout if inactivity_timeout is None else inactivity_timeout
         t = aiohttp.ClientTimeout(
-            total=None, sock_connect=connect_timeout, sock_read=inactivity_timeout
+            total=None, sock_connect=settings.connect_timeout, sock_read=silence
         )
-        async with self._request(resource.path(namespace), params, t) as resp:
-            yield _blocks(resp, self.server, max_line_size)
+        async with self._request(
+            f"WATCH {resource.name}", resource.path(namespace), params, settings, t, progress, True
+        ) as resp:
+            progress.since = None
+            yield _blocks(resp, self.server, settings, progress)
+
+
+_ERROR_BODY_MAX = 1024 * 1024  # an error Status is small; read no more of a hostile one
+
+
+@contextlib.contextmanager
+def map_exceptions(server: str, what: str) -> Iterator[None]:
+    """Convert every foreign exception a request raises into a kubemux error (the one place).
+
+    Connecting fails or times out, the connection drops, TLS fails: :class:`ClusterUnreachable`.
+    The server is reached but too slow: :class:`ServerTimeout`. The HTTP response is
+    malformed: :class:`ProtocolError`. Anything else (a bug in a library): :class:`InternalError`.
+    kubemux's own errors and cancellation pass through.
+    """
+    try:
+        yield
+    except KubemuxError:
+        raise
+    except aiohttp.ConnectionTimeoutError as exc:
+        raise ClusterUnreachable(server, f"{what}: connecting timed out") from exc
+    except TimeoutError as exc:  # aiohttp's read and total timeouts
+        raise ServerTimeout(server, f"{what}: timed out") from exc
+    except aiohttp.ClientResponseError as exc:  # aiohttp could not parse the response
+        raise ProtocolError(server, f"{what}: malformed HTTP response: {exc.message}") from exc
+    except (aiohttp.ClientError, OSError, ssl.SSLError) as exc:
+        raise ClusterUnreachable(server, f"{what}: {str(exc) or type(exc).__name__}") from exc
+    except Exception as exc:
+        raise InternalError(
+            f"{what} {server}: unexpected {type(exc).__name__}: {str(exc)[:300]}"
+        ) from exc
+
+
+def _deadline(began: float, received: int, settings: WatchSettings) -> float:
+    """When a body or line that began at ``began`` and has ``received`` bytes is overdue."""
+    return began + settings.read_timeout + received / max(1, settings.min_read_rate)
+
+
+async def _read_body(
+    resp: aiohttp.ClientResponse, server: str, what: str, settings: WatchSettings, limit: int
+) -> bytearray:
+    """The whole body, refused once it exceeds ``limit`` bytes or stalls (see
+    ``WatchSettings.read_timeout``). One copy: no list of chunks joined at the end."""
+    length = resp.content_length
+    if length is not None and length > limit:
+        raise ResponseTooLarge(
+            server, f"{what}: the response ({length} bytes) exceeds {limit} bytes", limit
+        )
+    body = bytearray()
+    content = resp.content
+    began = time.monotonic()
+    with map_exceptions(server, what):
+        while True:
+            chunk: bytes | None = None
+            with anyio.move_on_after(_deadline(began, len(body), settings) - time.monotonic()):
+                chunk = await content.readany()
+            if chunk is None:
+                raise ServerTimeout(
+                    server,
+                    f"{what}: the response stalled ({len(body)} bytes in "
+                    f"{time.monotonic() - began:.0f} s)",
+                )
+            if not chunk:
+                return body
+            body += chunk
+            if len(body) > limit:
+                raise ResponseTooLarge(
+                    server, f"{what}: the response exceeds {limit} bytes; not read further", limit
+                )
 
 
 async def _blocks(
-    resp: aiohttp.ClientResponse, server: str, max_line_size: int
+    resp: aiohttp.ClientResponse, server: str, settings: WatchSettings, progress: Progress
 ) -> AsyncIterator[Block]:
     """The response as blocks of complete lines, about one block per socket read.
 
     Not ``StreamReader.readline()``: it refuses lines above its buffer limit, and a single
     object can legitimately be larger than that. A block is a slice of what the socket gave
     (no per-line copy); a line cut between two reads is joined into a block of its own.
+    A line that has begun must be complete in time (``WatchSettings.read_timeout``):
+    ``progress.since`` tells since when one is owed.
     """
     content = resp.content
+    max_line_size = settings.max_line_size
     pending: list[bytes] = []  # pieces of a line that has not ended yet
     pending_size = 0
-    while True:
-        try:
-            chunk = await content.readany()
-        except TimeoutError as exc:
-            raise ClusterUnreachable(server, "watch stream inactive (no bytes received)") from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise _unreachable(server, exc) from exc
-        if not chunk:
-            tail = b"".join(pending)
-            if tail.strip():
-                yield tail, 0, len(tail)
-            return
-        last = chunk.rfind(b"\n")
-        if last < 0:  # no newline yet: part of a (long) line
-            pending.append(chunk)
-            pending_size += len(chunk)
-            if pending_size > max_line_size:
-                raise ApiError(
-                    0, "LineTooLong", f"watch line exceeds {max_line_size} bytes; stream abandoned"
-                )
-            continue
-        start = 0
-        if pending:
-            start = chunk.find(b"\n") + 1
-            pending.append(chunk[:start])
-            line = b"".join(pending)
-            yield line, 0, len(line)
-        if start <= last:
-            yield chunk, start, last + 1
-        tail = chunk[last + 1 :]
-        pending = [tail] if tail else []
-        pending_size = len(tail)
+    with map_exceptions(server, "WATCH"):
+        while True:
+            if pending:
+                chunk: bytes | None = None
+                began = progress.since or 0.0
+                with anyio.move_on_after(
+                    _deadline(began, pending_size, settings) - time.monotonic()
+                ):
+                    chunk = await _read(content, server)
+                if chunk is None:
+                    raise ServerTimeout(
+                        server,
+                        f"a watch line stalled ({pending_size} bytes in "
+                        f"{time.monotonic() - began:.0f} s without its end)",
+                    )
+            else:
+                chunk = await _read(content, server)
+            if not chunk:
+                tail = b"".join(pending)
+                if tail.strip():
+                    yield tail, 0, len(tail)
+                return
+            last = chunk.rfind(b"\n")
+            if last < 0:  # no newline yet: part of a (long) line
+                if not pending:
+                    progress.since = time.monotonic()
+                pending.append(chunk)
+                pending_size += len(chunk)
+                if pending_size > max_line_size:
+                    raise ResponseTooLarge(
+                        server,
+                        f"a watch line exceeds {max_line_size} bytes; stream abandoned",
+                        max_line_size,
+                    )
+                continue
+            start = 0
+            if pending:
+                start = chunk.find(b"\n") + 1
+                pending.append(chunk[:start])
+                line = b"".join(pending)
+                yield line, 0, len(line)
+            if start <= last:
+                yield chunk, start, last + 1
+            tail = chunk[last + 1 :]
+            pending = [tail] if tail else []
+            pending_size = len(tail)
+            progress.since = time.monotonic() if tail else None
 
 
-def _unreachable(server: str, exc: BaseException) -> ClusterUnreachable:
-    detail = str(exc) or type(exc).__name__
-    if isinstance(exc, asyncio.TimeoutError):
-        detail = "timed out"
-    return ClusterUnreachable(server, detail)
+async def _read(content: aiohttp.StreamReader, server: str) -> bytes:
+    try:
+        return await content.readany()
+    except aiohttp.SocketTimeoutError as exc:
+        raise ServerTimeout(server, "watch stream inactive (no bytes received)") from exc
 
 
 @contextlib.asynccontextmanager

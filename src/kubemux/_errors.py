@@ -9,6 +9,12 @@
     ├── NotSynced                  a store was read before its first LIST completed
     ├── SubscriberOverflow         a subscriber fell behind and its buffer filled up
     ├── ClusterUnreachable         (also ConnectionError) the server could not be reached
+    │   └── ServerTimeout          the server was reached but did not answer, or stalled, in time
+    ├── ProtocolError              the server's answer breaks the protocol (malformed response,
+    │   │                          a LIST whose continue token repeats or never ends)
+    │   └── ResponseTooLarge       a response or a watch line exceeded its size limit
+    ├── InternalError              an unexpected exception (a bug here or in a library, a user
+    │                              transform); the original is chained as ``__cause__``
     └── ApiError                   the API server answered with an error Status
         ├── ResourceExpired        410 Gone: the resourceVersion is too old
         ├── Unauthorized           401
@@ -29,11 +35,15 @@ __all__ = [
     "ContextNotFound",
     "ContextRemoved",
     "Forbidden",
+    "InternalError",
     "KubeconfigError",
     "KubemuxError",
     "NotSynced",
+    "ProtocolError",
     "ResourceExpired",
     "ResourceNotFound",
+    "ResponseTooLarge",
+    "ServerTimeout",
     "SubscriberOverflow",
     "Unauthorized",
     "api_error_from_status",
@@ -108,6 +118,47 @@ class ClusterUnreachable(KubemuxError, ConnectionError):
         super().__init__(f"cannot reach {server}: {detail}")
         self.server = server
         self.detail = detail
+
+
+class ServerTimeout(ClusterUnreachable):
+    """The server accepted the connection but did not answer, or stopped making progress,
+    within the time allowed (no response headers; a LIST body or a watch line trickling)."""
+
+    def __init__(self, server: str, detail: str) -> None:
+        KubemuxError.__init__(self, f"{server} is too slow: {detail}")
+        self.server = server
+        self.detail = detail
+
+
+class ProtocolError(KubemuxError):
+    """The server's answer is not what the Kubernetes API protocol says it must be.
+
+    Attributes:
+        server: The API server, as the kubeconfig names it.
+        detail: What was wrong.
+    """
+
+    def __init__(self, server: str, detail: str) -> None:
+        super().__init__(f"{server}: {detail}")
+        self.server = server
+        self.detail = detail
+
+
+class ResponseTooLarge(ProtocolError):
+    """A response body or a watch line exceeded its size limit; it was not read further.
+
+    Attributes:
+        limit: The limit in bytes (see :class:`~kubemux.WatchSettings`).
+    """
+
+    def __init__(self, server: str, detail: str, limit: int) -> None:
+        super().__init__(server, detail)
+        self.limit = limit
+
+
+class InternalError(KubemuxError):
+    """An unexpected exception: a bug in kubemux or a library it uses, or a user function
+    (a transform) that raised. The original exception is the ``__cause__``."""
 
 
 class ApiError(KubemuxError):
