@@ -115,17 +115,19 @@ async def test_the_health_rule_alone_backs_off_a_watch_that_ends_after_one_event
         assert _informer(reg).state in ("backing off", "watching")
 
 
-async def test_junk_lines_are_counted_and_logged_once(
+async def test_junk_lines_are_counted_logged_once_and_the_stream_dropped(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="kubemux")
     async with HostileServer("junk-watch") as srv, _registry(tmp_path, srv.server) as reg:
         with anyio.fail_after(TIMEOUT):
             await reg.watch("c", "pods")
-            await _until(lambda: _informer(reg).skipped_lines >= 50_000)
-        assert _informer(reg).state == "watching"
-    records = [r for r in caplog.records if "skipped" in r.getMessage()]
-    assert 1 <= len(records) <= 2  # the first one; no flood
+            await _until(lambda: _informer(reg).skipped_lines >= 5_000)
+        st = _informer(reg)
+        assert st.last_error is not None and "stream abandoned" in st.last_error
+        assert len(reg.store("c", "pods") or ()) == 3  # the cache is kept
+    skipped = [r for r in caplog.records if "skipped" in r.getMessage()]
+    assert 1 <= len(skipped) <= 2  # the first one; no flood
 
 
 async def test_the_junk_summary_is_logged_after_the_period(

@@ -12,6 +12,7 @@ connection problems into :class:`ClusterUnreachable` naming the server, a slow s
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import collections
 import contextlib
@@ -62,10 +63,11 @@ class Progress:
     ``None`` while nothing is owed (a watch idle between events is not waiting).
     """
 
-    __slots__ = ("since",)
+    __slots__ = ("received", "since")
 
     def __init__(self) -> None:
         self.since: float | None = None
+        self.received = 0  # bytes of the line owed so far (watches)
 
 
 class RateLimiter:
@@ -218,7 +220,55 @@ class ContextClient:
             f"WATCH {resource.name}", resource.path(namespace), params, settings, t, progress, True
         ) as resp:
             progress.since = None
-            yield _blocks(resp, self.server, settings, progress)
+            watchdog = _LineWatchdog(resp.content, self.server, settings, progress)
+            try:
+                yield _blocks(resp, self.server, settings, progress)
+            finally:
+                watchdog.cancel()
+
+
+class _LineWatchdog:
+    """Fails a watch whose current line is overdue (see ``WatchSettings.read_timeout``).
+
+    A timer a few times per ``read_timeout``, not a timeout around every read: the hot path
+    only notes when a line began (``Progress``). An overdue line sets :class:`ServerTimeout`
+    on the response stream, which the pending read raises.
+    """
+
+    __slots__ = ("_content", "_handle", "_period", "_progress", "_server", "_settings")
+
+    def __init__(
+        self,
+        content: aiohttp.StreamReader,
+        server: str,
+        settings: WatchSettings,
+        progress: Progress,
+    ) -> None:
+        self._content = content
+        self._server = server
+        self._settings = settings
+        self._progress = progress
+        self._period = max(0.05, min(1.0, settings.read_timeout / 4))
+        self._handle = asyncio.get_running_loop().call_later(self._period, self._check)
+
+    def _check(self) -> None:
+        progress = self._progress
+        since = progress.since
+        if since is not None:
+            now = time.monotonic()
+            if now > _deadline(since, progress.received, self._settings):
+                self._content.set_exception(
+                    ServerTimeout(
+                        self._server,
+                        f"a watch line stalled ({progress.received} bytes in "
+                        f"{now - since:.0f} s without its end)",
+                    )
+                )
+                return
+        self._handle = asyncio.get_running_loop().call_later(self._period, self._check)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 _ERROR_BODY_MAX = 1024 * 1024  # an error Status is small; read no more of a hostile one
@@ -306,21 +356,7 @@ async def _blocks(
     pending_size = 0
     with map_exceptions(server, "WATCH"):
         while True:
-            if pending:
-                chunk: bytes | None = None
-                began = progress.since or 0.0
-                with anyio.move_on_after(
-                    _deadline(began, pending_size, settings) - time.monotonic()
-                ):
-                    chunk = await _read(content, server)
-                if chunk is None:
-                    raise ServerTimeout(
-                        server,
-                        f"a watch line stalled ({pending_size} bytes in "
-                        f"{time.monotonic() - began:.0f} s without its end)",
-                    )
-            else:
-                chunk = await _read(content, server)
+            chunk = await _read(content, server)
             if not chunk:
                 tail = b"".join(pending)
                 if tail.strip():
@@ -332,6 +368,7 @@ async def _blocks(
                     progress.since = time.monotonic()
                 pending.append(chunk)
                 pending_size += len(chunk)
+                progress.received = pending_size
                 if pending_size > max_line_size:
                     raise ResponseTooLarge(
                         server,
@@ -349,7 +386,7 @@ async def _blocks(
                 yield chunk, start, last + 1
             tail = chunk[last + 1 :]
             pending = [tail] if tail else []
-            pending_size = len(tail)
+            pending_size = progress.received = len(tail)
             progress.since = time.monotonic() if tail else None
 
 

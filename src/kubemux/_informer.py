@@ -586,6 +586,7 @@ class Informer:
         apply, on_change, handle = self.store._apply, self._on_change, self._handle_line
         clock = time.monotonic
         yield_at = clock() + _MAX_BUSY
+        skipped_before = self._skipped
         async with self._open_watch(params) as blocks:
             async for block in blocks:
                 for etype, item in self._decode(block):
@@ -600,6 +601,13 @@ class Informer:
                         on_change(change.type, change.entry, change.old)
                     self._rv = item.resource_version
                     self._delivered += 1
+                junk = self._skipped - skipped_before
+                if junk > _MAX_JUNK_LINES and junk > self._delivered:
+                    raise ProtocolError(
+                        self.client.server,
+                        f"WATCH {self.resource.name}: {junk} malformed lines and "
+                        f"{self._delivered} events; stream abandoned",
+                    )
                 # reads of buffered data do not yield: let the loop breathe now and then
                 if clock() > yield_at:
                     await anyio.lowlevel.checkpoint()
@@ -714,6 +722,7 @@ class Informer:
 _INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 _SLICE_BYTES = 8 * 1024 * 1024  # LIST items copied and decoded between two yields, at most
 _MAX_BUSY = 0.02  # seconds of buffered watch lines handled before yielding to the loop
+_MAX_JUNK_LINES = 1000  # a watch skipping more lines than this, and than it delivered, is dropped
 _OBJECT_EVENTS = frozenset({"ADDED", "MODIFIED", "DELETED"})
 
 
