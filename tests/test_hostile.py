@@ -7,9 +7,11 @@ never cache what no reader can decode.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +21,19 @@ import pytest
 
 from kubemux import (
     Backoff,
+    ContextConfig,
+    InternalError,
     ProtocolError,
     ResponseTooLarge,
     ServerTimeout,
+    Store,
     WatcherRegistry,
     WatchSettings,
+    parse_resource,
 )
-from kubemux._informer import WAITING
-from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from kubemux._client import open_client
+from kubemux._informer import WAITING, Informer, InformerKey
+from kubemux.testing import FakeCluster, kubeconfig_dict, make_pod, write_kubeconfig
 from kubemux.testing._hostile import BAD_OBJECT_LINES, HostileServer
 
 TIMEOUT = 15
@@ -258,3 +265,56 @@ async def test_a_transform_that_raises_on_one_object_skips_only_it(tmp_path: Pat
             assert sorted(o["metadata"]["name"] for o in store.list()) == ["later", "p-0", "p-2"]
             st = _informer(reg)
             assert st.skipped_lines == 2 and st.state == "watching"
+
+
+# ---------------------------------------------------------------- the informer's contract
+@contextlib.asynccontextmanager
+async def _bare_informer(cluster: FakeCluster, on_change: Any) -> AsyncIterator[Informer]:
+    config = ContextConfig.from_dict("c", kubeconfig_dict({"c": cluster}))
+    pods = parse_resource("pods")
+    async with open_client(config) as client:
+        yield Informer(
+            client,
+            pods,
+            InformerKey("pods"),
+            settings=LISTS,
+            store=Store(pods),
+            on_change=on_change,
+        )
+
+
+async def test_initial_sync_raises_only_kubemux_errors() -> None:
+    def broken(*_: Any) -> None:
+        raise KeyError("a bug in a callback")
+
+    async with FakeCluster() as cluster:
+        cluster.create("pods", make_pod("p"))
+        async with _bare_informer(cluster, broken) as informer:
+            with anyio.fail_after(TIMEOUT), pytest.raises(InternalError, match="KeyError") as info:
+                await informer.initial_sync()
+            assert isinstance(info.value.__cause__, KeyError)
+            assert informer.status().state == "error"
+
+
+async def test_watch_forever_contains_every_failure_and_keeps_the_cache() -> None:
+    calls = 0
+
+    def flaky(*_: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the first watch event after the initial list
+            raise RuntimeError("a bug in a callback")
+
+    async with FakeCluster(bookmark_period=0.2) as cluster:
+        cluster.create("pods", make_pod("p"))
+        async with _bare_informer(cluster, flaky) as informer, anyio.create_task_group() as tg:
+            with anyio.fail_after(TIMEOUT):
+                await informer.initial_sync()
+            tg.start_soon(informer.watch_forever)
+            await _until(lambda: cluster.open_watches == 1)
+            cluster.create("pods", make_pod("q"))  # the callback raises on this one
+            await _until(lambda: "RuntimeError" in (informer.status().last_error or ""))
+            cluster.create("pods", make_pod("r"))
+            await _until(lambda: informer.store.get("default", "r") is not None)  # relisted
+            assert informer.store.get("default", "p") is not None
+            tg.cancel_scope.cancel()
