@@ -1,6 +1,7 @@
 """Hostile servers beside a healthy one: does one bad cluster cost the others anything?
 
-Each scenario runs one hostile server (``kubemux.testing._hostile``) and one healthy
+Each scenario runs one hostile server (``kubemux.testing._hostile``, in its own process)
+and one healthy
 FakeCluster as two contexts of one WatcherRegistry (default WatchSettings), for --seconds
 seconds, while the healthy cluster gets an update every 50 ms. Printed per scenario: RSS
 delta, CPU % of this process, event-loop lag p99, the healthy context's p99 update latency
@@ -91,7 +92,6 @@ async def _scenario(name: str, url: str, seconds: float, folder: Path) -> list[s
             latencies: list[float] = []
             sent: dict[str, float] = {}
             error_at: float | None = None
-            state = "?"
 
             async def start_bad() -> None:
                 try:
@@ -99,11 +99,15 @@ async def _scenario(name: str, url: str, seconds: float, folder: Path) -> list[s
                 except Exception:  # noqa: BLE001, S110 - its error shows in status
                     pass
 
+            peak = base_rss
+
             async def ticker() -> None:
+                nonlocal peak
                 while True:
                     t = time.monotonic()
                     await anyio.sleep(0.01)
                     lags.append(time.monotonic() - t - 0.01)
+                    peak = max(peak, rss())
 
             async def writer() -> None:
                 i = 0
@@ -127,25 +131,26 @@ async def _scenario(name: str, url: str, seconds: float, folder: Path) -> list[s
                             if at is not None:
                                 latencies.append(time.monotonic() - at)
                             st = reg.status().contexts.get("bad")
-                            if st is not None:
-                                state = st.state
-                                if error_at is None and st.last_error:
-                                    error_at = time.monotonic() - t0
-                                    state = f"{st.state}: {st.last_error[:60]}"
+                            if st is not None and error_at is None and st.last_error:
+                                error_at = time.monotonic() - t0
                 tg.cancel_scope.cancel()
             elapsed = time.monotonic() - t0
             used = cpu() - base_cpu
             grown = rss() - base_rss
             st = reg.status().contexts.get("bad")
-            final = st.last_error if st and st.last_error else (st.state if st else "?")
+            informers = st.informers if st else ()
+            state = informers[0].state if informers else (st.state if st else "?")
+            skipped = informers[0].skipped_lines if informers else 0
+            final = f"{state}; {skipped} skipped; {st.last_error if st else None}"
     return [
         name,
         f"{grown / 1e6:+.0f} MB",
+        f"{(peak - base_rss) / 1e6:+.0f} MB",
         f"{100 * used / elapsed:.0f}%",
         f"{p99(lags) * 1000:.0f} ms",
         f"{p99(latencies) * 1000:.0f} ms",
         f"{error_at:.1f} s" if error_at is not None else "none",
-        (final or state)[:70],
+        final[:100],
     ]
 
 
@@ -157,7 +162,16 @@ async def main(seconds: float, only: str | None) -> None:
                 continue
             rows.append(await scenario(name, seconds, Path(tmp)))
             print(f"  measured {name}", flush=True)
-    header = ["scenario", "RSS", "CPU", "loop p99", "healthy p99", "error after", "hostile status"]
+    header = [
+        "scenario",
+        "RSS end",
+        "RSS peak",
+        "CPU",
+        "loop p99",
+        "healthy p99",
+        "error after",
+        "hostile status",
+    ]
     print(table(f"Hostile servers beside a healthy one ({seconds:.0f} s each)", header, rows))
 
 

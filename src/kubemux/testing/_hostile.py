@@ -115,6 +115,12 @@ class HostileServer:
 
     # ------------------------------------------------------------------ handlers
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._misbehave(request)
+        except ConnectionResetError:  # the client gave up on us: as it should
+            return web.Response(status=499)
+
+    async def _misbehave(self, request: web.Request) -> web.StreamResponse:
         q = request.query
         is_watch = q.get("watch") in ("true", "1")
         self.requests.append((time.monotonic(), is_watch))
