@@ -33,7 +33,7 @@ from kubemux import (
 )
 from kubemux._client import open_client
 from kubemux._informer import WAITING, Informer, InformerKey
-from kubemux.testing import FakeCluster, kubeconfig_dict, make_pod, write_kubeconfig
+from kubemux.testing import FakeCluster, FakeContext, kubeconfig_dict, make_pod, write_kubeconfig
 from kubemux.testing._hostile import BAD_OBJECT_LINES, HostileServer
 
 TIMEOUT = 15
@@ -102,6 +102,24 @@ async def test_a_watch_that_ends_after_one_event_backs_off_and_is_rate_limited(
         assert len(recent) <= 10 + 5 * elapsed + 1  # burst + qps * t: no spinning
         st = _informer(reg)
         assert st.last_error is not None and "closed at once (1 events" in st.last_error
+
+
+async def test_informers_of_one_context_share_its_rate_limit(tmp_path: Path) -> None:
+    settings = dataclasses.replace(
+        QUICK, backoff=Backoff(initial_delay=0.0, max_delay=0.0), qps=5.0, burst=10
+    )
+    async with (
+        HostileServer("one-event-watch") as srv,
+        _registry(tmp_path, srv.server, settings) as reg,
+    ):
+        with anyio.fail_after(TIMEOUT):
+            await reg.watch("c", "pods")
+            await reg.watch("c", "pods", "default")
+            await reg.watch("c", "pods", "other")
+        start = time.monotonic()
+        await anyio.sleep(2.0)  # time passing is what is measured here
+        recent = [t for t, _ in srv.requests if t >= start]
+        assert len(recent) <= 10 + 5 * (time.monotonic() - start) + 1  # one bucket for all three
 
 
 async def test_the_health_rule_alone_backs_off_a_watch_that_ends_after_one_event(
@@ -318,3 +336,26 @@ async def test_watch_forever_contains_every_failure_and_keeps_the_cache() -> Non
             await _until(lambda: informer.store.get("default", "r") is not None)  # relisted
             assert informer.store.get("default", "p") is not None
             tg.cancel_scope.cancel()
+
+
+async def test_waiting_for_the_server_is_announced_when_it_begins_and_ends() -> None:
+    settings = dataclasses.replace(LISTS, response_timeout=3.0)
+    states: list[str] = []
+    async with HostileServer("silent") as srv:
+        config = ContextConfig.from_dict(
+            "c", kubeconfig_dict({"c": FakeContext(cluster=srv.server)})
+        )
+        pods = parse_resource("pods")
+        async with open_client(config) as client:
+            informer = Informer(
+                client,
+                pods,
+                InformerKey("pods"),
+                settings=settings,
+                store=Store(pods),
+                on_state=lambda: states.append(informer.status().state),
+            )
+            with anyio.fail_after(TIMEOUT), pytest.raises(ServerTimeout):
+                await informer.initial_sync()
+    assert WAITING in states  # announced by a timer while the request was owed
+    assert states[-1] == "error"

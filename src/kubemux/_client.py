@@ -25,7 +25,7 @@ import shutil
 import ssl
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -48,11 +48,22 @@ from ._settings import WatchSettings
 if TYPE_CHECKING:
     from ._kubeconfig import ContextConfig
 
-__all__ = ["ContextClient", "Progress", "RateLimiter", "map_exceptions", "open_client"]
+__all__ = [
+    "SLOW_AFTER",
+    "ContextClient",
+    "Progress",
+    "RateLimiter",
+    "map_exceptions",
+    "open_client",
+]
 
 log = logging.getLogger(__name__)
 
 _ACCEPT = {"Accept": "application/json"}
+
+
+SLOW_AFTER = 1.0
+"""Seconds a request may owe an answer before its informer shows "waiting for the server"."""
 
 
 class Progress:
@@ -60,14 +71,46 @@ class Progress:
 
     ``since`` is the monotonic time since when the client has been waiting for something
     the server owes it: response headers, the rest of a LIST body, the rest of a watch line.
-    ``None`` while nothing is owed (a watch idle between events is not waiting).
+    ``None`` while nothing is owed (a watch idle between events is not waiting). ``on_slow``
+    is called when the wait passes :data:`SLOW_AFTER` seconds and when it ends after that,
+    so a UI can redraw (by a timer, not on the hot path).
     """
 
-    __slots__ = ("received", "since")
+    __slots__ = ("_timer", "on_slow", "received", "since", "slow")
 
-    def __init__(self) -> None:
+    def __init__(self, on_slow: Callable[[], None] | None = None) -> None:
         self.since: float | None = None
         self.received = 0  # bytes of the line owed so far (watches)
+        self.slow = False
+        self.on_slow = on_slow
+        self._timer: asyncio.TimerHandle | None = None
+
+    def begin(self) -> None:
+        """A request was sent: its answer is owed from now."""
+        self.since = time.monotonic()
+        if self.on_slow is not None and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(SLOW_AFTER, self._fire)
+
+    def end(self) -> None:
+        """Nothing is owed any more."""
+        self.since = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.tick(0.0)
+
+    def tick(self, now: float) -> None:
+        """Notice a wait that became slow, or a slow one that ended (called by timers)."""
+        since = self.since
+        slow = since is not None and now - since > SLOW_AFTER
+        if slow != self.slow:
+            self.slow = slow
+            if self.on_slow is not None:
+                self.on_slow()
+
+    def _fire(self) -> None:
+        self._timer = None
+        self.tick(time.monotonic())
 
 
 class RateLimiter:
@@ -130,7 +173,7 @@ class ContextClient:
             if limiter is None:
                 limiter = self._limiter = RateLimiter(settings.qps, settings.burst)
             await limiter.acquire()
-        progress.since = time.monotonic()
+        progress.begin()
         resp: aiohttp.ClientResponse | None = None
         with map_exceptions(self.server, what), anyio.move_on_after(settings.response_timeout):
             resp = await self._api.call_api(
@@ -189,7 +232,7 @@ class ContextClient:
             what, resource.path(namespace), params, settings, t, progress, throttle
         ) as resp:
             body = await _read_body(resp, self.server, what, settings, settings.max_response_size)
-        progress.since = None
+        progress.end()
         return body
 
     @contextlib.asynccontextmanager
@@ -219,7 +262,7 @@ class ContextClient:
         async with self._request(
             f"WATCH {resource.name}", resource.path(namespace), params, settings, t, progress, True
         ) as resp:
-            progress.since = None
+            progress.end()
             watchdog = _LineWatchdog(resp.content, self.server, settings, progress)
             try:
                 yield _blocks(resp, self.server, settings, progress)
@@ -254,17 +297,17 @@ class _LineWatchdog:
     def _check(self) -> None:
         progress = self._progress
         since = progress.since
-        if since is not None:
-            now = time.monotonic()
-            if now > _deadline(since, progress.received, self._settings):
-                self._content.set_exception(
-                    ServerTimeout(
-                        self._server,
-                        f"a watch line stalled ({progress.received} bytes in "
-                        f"{now - since:.0f} s without its end)",
-                    )
+        now = time.monotonic()
+        progress.tick(now)
+        if since is not None and now > _deadline(since, progress.received, self._settings):
+            self._content.set_exception(
+                ServerTimeout(
+                    self._server,
+                    f"a watch line stalled ({progress.received} bytes in "
+                    f"{now - since:.0f} s without its end)",
                 )
-                return
+            )
+            return
         self._handle = asyncio.get_running_loop().call_later(self._period, self._check)
 
     def cancel(self) -> None:

@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 import anyio
 import orjson
 
-from ._client import ContextClient, Progress
+from ._client import SLOW_AFTER, ContextClient, Progress
 from ._codec import (
     Block,
     Change3,
@@ -76,8 +76,7 @@ ERROR = "error"
 STOPPED = "stopped"
 WAITING = "waiting for the server"
 """A request has been owed an answer (headers, the rest of a LIST body or of a watch line)
-for more than ``WAITING_AFTER`` seconds while listing or watching."""
-WAITING_AFTER = 1.0
+for more than ``SLOW_AFTER`` (1 s) while listing or watching."""
 _ACTIVE = frozenset({LISTING, RELISTING, WATCHING})
 
 OnChange = Callable[[str, Entry, Entry | None], None]
@@ -152,7 +151,7 @@ class Informer:
         self._on_state = on_state  # called when state, has_synced or last_error change
         self._synced = anyio.Event()
         self._state = LISTING
-        self._progress = Progress()
+        self._progress = Progress(on_slow=on_state)
         self._skips_unlogged = 0  # skipped since the last log record
         self._last_skip = ""
         self._skip_logged_at = -math.inf
@@ -187,7 +186,7 @@ class Informer:
         """A frozen snapshot for a UI."""
         state = self._state
         since = self._progress.since
-        if since is not None and state in _ACTIVE and time.monotonic() - since > WAITING_AFTER:
+        if since is not None and state in _ACTIVE and time.monotonic() - since > SLOW_AFTER:
             state = WAITING
         return InformerStatus(
             resource=self.key.resource,
@@ -238,7 +237,7 @@ class Informer:
                 raise
             raise error from exc
         finally:
-            self._progress.since = None
+            self._progress.end()
         self._synced.set()
         self._set_state(self._state, None, notify=True)  # has_synced changed
 
@@ -538,7 +537,7 @@ class Informer:
                     await self._backoff()
                     continue
                 finally:
-                    self._progress.since = None
+                    self._progress.end()
             started = time.monotonic()
             self._delivered = 0
             try:
@@ -567,7 +566,7 @@ class Informer:
                 await self._backoff()
                 relist = True
             finally:
-                self._progress.since = None
+                self._progress.end()
                 self._flush_skips()
 
     async def _watch_once(self) -> None:
