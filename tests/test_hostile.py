@@ -227,7 +227,11 @@ async def test_undecodable_objects_are_skipped_and_siblings_kept(tmp_path: Path,
     async with HostileServer("undecodable") as srv, _registry(tmp_path, srv.server, **kw) as reg:
         with anyio.fail_after(TIMEOUT):
             store = await reg.watch("c", "pods")
-            await _until(lambda: store.get("default", "after") is not None)
+            async with reg.subscribe("pods", ["c"]) as changes:
+                async for change in changes:  # a subscriber reads every object too
+                    assert change.object is not None
+                    if change.name == "after":
+                        break
         names = {o["metadata"]["name"] for o in store.list()}  # never raises
         assert {"p-0", "p-1", "p-2", "after", "big-number"} <= names
         assert not names & {"deep", "bad-utf8", "bad-deep"}
