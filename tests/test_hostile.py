@@ -363,3 +363,20 @@ async def test_waiting_for_the_server_is_announced_when_it_begins_and_ends() -> 
                 await informer.initial_sync()
     assert WAITING in states  # announced by a timer while the request was owed
     assert states[-1] == "error"
+
+
+async def test_an_unpaginated_list_too_large_is_paged() -> None:
+    settings = dataclasses.replace(LISTS, page_size=0, max_response_size=30_000)
+    async with FakeCluster() as cluster:
+        for i in range(40):
+            cluster.create("pods", make_pod(f"p-{i}", size=2000))
+        config = ContextConfig.from_dict("c", kubeconfig_dict({"c": cluster}))
+        pods = parse_resource("pods")
+        async with open_client(config) as client:
+            store = Store(pods)
+            informer = Informer(client, pods, InformerKey("pods"), settings=settings, store=store)
+            with anyio.fail_after(TIMEOUT):
+                await informer.initial_sync()
+        assert len(store) == 40
+        limits = [r.query.get("limit") for r in cluster.requests]
+        assert limits[0] is None and "500" in limits  # refused whole, then in pages

@@ -88,7 +88,9 @@ class Progress:
     def begin(self) -> None:
         """A request was sent: its answer is owed from now."""
         self.since = time.monotonic()
-        if self.on_slow is not None and self._timer is None:
+        if self.on_slow is not None:
+            if self._timer is not None:
+                self._timer.cancel()
             self._timer = asyncio.get_running_loop().call_later(SLOW_AFTER, self._fire)
 
     def end(self) -> None:

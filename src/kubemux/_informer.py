@@ -334,9 +334,9 @@ class Informer:
                 pages, throttle = 0, True
                 continue
             except ResponseTooLarge:
-                if limit <= 1:
+                if limit == 1:
                     raise
-                limit = limit // 2 if limit else s.page_size or 500
+                limit = limit // 2 if limit else 500  # 0: unpaginated; page it now
                 params["limit"] = str(limit)
                 log.warning("%s: a LIST page was too large; asking for %d objects", self, limit)
                 throttle = True
