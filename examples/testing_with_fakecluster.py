@@ -53,6 +53,7 @@ async def test_forbidden(tmp_path: Path) -> None:
     async with FakeCluster() as cluster:
         kubeconfig = write_kubeconfig(tmp_path / "config", {"test": cluster})
         async with kubemux.WatcherRegistry.from_kubeconfig(str(kubeconfig)) as registry:
-            cluster.fail_next(1, 403, reason="Forbidden")  # the next request is refused
+            # refused: the cluster-wide list, then the fallback to the context's namespace
+            cluster.fail_next(2, 403, reason="Forbidden")
             with anyio.fail_after(10), pytest.raises(kubemux.Forbidden):
                 await pods_by_node(registry, "test")

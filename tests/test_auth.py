@@ -17,7 +17,14 @@ import anyio
 import pytest
 import yaml
 
-from kubemux import CredentialError, KubeconfigError, Unauthorized, load_kubeconfig, parse_resource
+from kubemux import (
+    CredentialError,
+    KubeconfigError,
+    Unauthorized,
+    WatchSettings,
+    load_kubeconfig,
+    parse_resource,
+)
 from kubemux._auth import CredentialPool, credential_insensitive, in_cluster_config
 from kubemux._client import ContextClient, open_client
 from kubemux._kubeconfig import ContextConfig
@@ -30,7 +37,7 @@ KEY = "test-signing-key"
 
 async def _list(client: ContextClient) -> bytes:
     with anyio.fail_after(20):
-        return await client.list(PODS, None, {}, request_timeout=10, connect_timeout=5)
+        return bytes(await client.list(PODS, None, {}, WatchSettings(request_timeout=10)))
 
 
 def _runs(log: Path) -> list[dict[str, Any]]:

@@ -13,8 +13,8 @@ import anyio.lowlevel
 import pytest
 from aiohttp.base_protocol import BaseProtocol
 
-from kubemux import ApiError, ContextConfig
-from kubemux._client import _blocks, open_client
+from kubemux import ContextConfig, ResponseTooLarge, WatchSettings
+from kubemux._client import Progress, _blocks, open_client
 from kubemux._codec import split_block
 from kubemux.testing import FakeCluster, FakeContext, kubeconfig_dict
 
@@ -45,7 +45,10 @@ async def test_tls_cluster_with_its_ca_works_and_other_code_gets_real_contexts(
         async with open_client(cfg) as client:
             with anyio.fail_after(10):
                 body = await client.list(
-                    parse_resource("pods"), None, {}, request_timeout=5, connect_timeout=5
+                    parse_resource("pods"),
+                    None,
+                    {},
+                    WatchSettings(request_timeout=5, connect_timeout=5),
                 )
         assert b'"kind":"PodList"' in body
     # outside open_client, kubernetes-asyncio's module builds contexts as usual
@@ -56,6 +59,9 @@ async def test_tls_cluster_with_its_ca_works_and_other_code_gets_real_contexts(
     fresh = rest.ssl.create_default_context()
     assert isinstance(fresh, ssl.SSLContext)
     assert all(fresh is not shared for shared in _shared_contexts.values())
+
+
+_LINES_1K = WatchSettings(max_line_size=1024)
 
 
 class _Response:
@@ -85,7 +91,7 @@ async def test_blocks_hold_whole_lines_however_the_reads_cut_them(cut: int) -> N
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(feed)
-            async for buf, start, stop in _blocks(resp, "srv", 1024):  # type: ignore[arg-type]
+            async for buf, start, stop in _blocks(resp, "srv", _LINES_1K, Progress()):  # type: ignore[arg-type]
                 block = buf[start:stop]
                 assert block.endswith(b"\n") or block == b'{"tail":true}'
                 seen.append(block)
@@ -104,6 +110,6 @@ async def test_a_line_longer_than_the_limit_is_refused() -> None:
     resp = _Response()
     resp.content.feed_data(b"x" * 5000)
     resp.content.feed_eof()
-    with anyio.fail_after(5), pytest.raises(ApiError, match="exceeds 1024 bytes"):
-        async for _ in _blocks(resp, "srv", 1024):  # type: ignore[arg-type]
+    with anyio.fail_after(5), pytest.raises(ResponseTooLarge, match="exceeds 1024 bytes"):
+        async for _ in _blocks(resp, "srv", _LINES_1K, Progress()):  # type: ignore[arg-type]
             pass

@@ -281,9 +281,9 @@ async def test_failed_start_is_not_poisoned(
     ) as registry:
         a.fail_next(1, status=403, reason="Forbidden")
         with anyio.fail_after(TIMEOUT), pytest.raises(kubemux.Forbidden):
-            await registry.watch("a", "pods")
+            await registry.watch("a", "pods", "default")  # one namespace: no fallback
         with anyio.fail_after(TIMEOUT):
-            store = await registry.watch("a", "pods")  # backoff of 0 s: tried again
+            store = await registry.watch("a", "pods", "default")  # backoff of 0 s: tried again
         assert len(store) == 3
         assert registry.status().contexts["a"].last_error is None
 

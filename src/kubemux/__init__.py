@@ -18,9 +18,12 @@ from ._errors import InternalError as InternalError
 from ._errors import KubeconfigError as KubeconfigError
 from ._errors import KubemuxError as KubemuxError
 from ._errors import NotSynced as NotSynced
+from ._errors import ProtocolError as ProtocolError
 from ._errors import RegistryClosed as RegistryClosed
 from ._errors import ResourceExpired as ResourceExpired
 from ._errors import ResourceNotFound as ResourceNotFound
+from ._errors import ResponseTooLarge as ResponseTooLarge
+from ._errors import ServerTimeout as ServerTimeout
 from ._errors import StartTimeout as StartTimeout
 from ._errors import SubscriberOverflow as SubscriberOverflow
 from ._errors import Unauthorized as Unauthorized
@@ -81,11 +84,14 @@ __all__ = [
     "MultiStore",
     "MultiTableStore",
     "NotSynced",
+    "ProtocolError",
     "RegistryClosed",
     "RegistryStatus",
     "Resource",
     "ResourceExpired",
     "ResourceNotFound",
+    "ResponseTooLarge",
+    "ServerTimeout",
     "StartTimeout",
     "Store",
     "SubscriberOverflow",

@@ -4,10 +4,12 @@ kubernetes-asyncio builds the client (so static tokens, client certificates, pro
 settings behave exactly as they do there); credentials that refresh (exec plugins, token
 files, OIDC) come from :mod:`kubemux._auth` and are sent by :meth:`ContextClient._call`,
 which retries a request once after a 401 and a refresh. kubemux never asks it for OpenAPI
-model objects: responses are read raw (``_preload_content=False``) and decoded
-with orjson into plain dicts. Every foreign exception is converted here: HTTP errors into
+model objects: responses are read raw (``_preload_content=False``) and decoded with orjson.
+Every foreign exception is converted here, in :func:`map_exceptions`: HTTP errors into
 :class:`ApiError` built from the Status body, connection problems into
-:class:`ClusterUnreachable` naming the server.
+:class:`ClusterUnreachable` naming the server, a slow server into :class:`ServerTimeout`, a
+malformed or oversized response into :class:`ProtocolError` / :class:`ResponseTooLarge`.
+Every request waits for the context's rate limiter first.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import os
 import shutil
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -36,35 +39,128 @@ from ._errors import (
     ApiError,
     ClusterUnreachable,
     CredentialError,
+    InternalError,
     KubeconfigError,
+    KubemuxError,
+    ProtocolError,
+    ResponseTooLarge,
+    ServerTimeout,
     api_error_from_status,
 )
 from ._resources import Resource
+from ._settings import WatchSettings
 
 if TYPE_CHECKING:
     from ._kubeconfig import ContextConfig
 
-__all__ = ["ContextClient", "open_client"]
+__all__ = [
+    "SLOW_AFTER",
+    "ContextClient",
+    "Progress",
+    "RateLimiter",
+    "map_exceptions",
+    "open_client",
+]
 
 log = logging.getLogger(__name__)
 
-_ACCEPT = {"Accept": "application/json"}
+_JSON = "application/json"
+_DEFAULT_SETTINGS = WatchSettings()
+
+
+SLOW_AFTER = 1.0
+"""Seconds a request may owe an answer before its informer shows "waiting for the server"."""
+
+
+class Progress:
+    """What one informer's current request is waiting for (read by its ``status()``).
+
+    ``since`` is the monotonic time since when the client has been waiting for something
+    the server owes it: response headers, the rest of a LIST body, the rest of a watch line.
+    ``None`` while nothing is owed (a watch idle between events is not waiting). ``on_slow``
+    is called when the wait passes :data:`SLOW_AFTER` seconds and when it ends after that,
+    so a UI can redraw (by a timer, not on the hot path).
+    """
+
+    __slots__ = ("_timer", "on_slow", "received", "since", "slow")
+
+    def __init__(self, on_slow: Callable[[], None] | None = None) -> None:
+        self.since: float | None = None
+        self.received = 0  # bytes of the line owed so far (watches)
+        self.slow = False
+        self.on_slow = on_slow
+        self._timer: asyncio.TimerHandle | None = None
+
+    def begin(self) -> None:
+        """A request was sent: its answer is owed from now."""
+        self.since = time.monotonic()
+        if self.on_slow is not None:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = asyncio.get_running_loop().call_later(SLOW_AFTER, self._fire)
+
+    def end(self) -> None:
+        """Nothing is owed any more."""
+        self.since = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.tick(0.0)
+
+    def tick(self, now: float) -> None:
+        """Notice a wait that became slow, or a slow one that ended (called by timers)."""
+        since = self.since
+        slow = since is not None and now - since > SLOW_AFTER
+        if slow != self.slow:
+            self.slow = slow
+            if self.on_slow is not None:
+                self.on_slow()
+
+    def _fire(self) -> None:
+        self._timer = None
+        self.tick(time.monotonic())
+
+
+class RateLimiter:
+    """A token bucket: ``qps`` requests a second, ``burst`` saved up (client-go's
+    ``flowcontrol.NewTokenBucketRateLimiter``). Callers queue by reservation, in order."""
+
+    __slots__ = ("_burst", "_qps", "_tokens", "_updated")
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self._qps = qps
+        self._burst = max(1, burst)
+        self._tokens = float(self._burst)
+        self._updated = time.monotonic()
+
+    async def acquire(self) -> None:
+        """Take one token, waiting for it if needed. Cancelling gives up the wait."""
+        if self._qps <= 0:  # disabled
+            return
+        now = time.monotonic()
+        self._tokens = min(self._burst, self._tokens + (now - self._updated) * self._qps)
+        self._updated = now
+        self._tokens -= 1
+        if self._tokens < 0:
+            await anyio.sleep(-self._tokens / self._qps)
 
 
 class ContextClient:
     """Raw LIST and WATCH against one context's API server.
 
     Built by :func:`open_client`, which owns its lifetime (the HTTP session is closed when
-    the ``async with`` ends).
+    the ``async with`` ends). Every request it starts goes through one rate limiter, shared
+    by all informers of the context (made from the first request's settings).
     """
 
-    __slots__ = ("_api", "_auth", "context", "server", "streaming_list")
+    __slots__ = ("_api", "_auth", "_limiter", "context", "server", "streaming_list")
 
     def __init__(self, context: str, server: str, api: Any) -> None:
         self.context = context
         self.server = server
         self._api = api
         self._auth: _RequestAuth | None = None  # a refreshing credential (open_client)
+        self._limiter: RateLimiter | None = None
         self.streaming_list: bool | None = None  # does this server do streaming lists?
 
     def credential_status(self) -> CredentialStatus | None:
@@ -77,27 +173,45 @@ class ContextClient:
     @contextlib.asynccontextmanager
     async def _request(
         self,
+        what: str,
         path: str,
         params: Mapping[str, str],
+        settings: WatchSettings,
         client_timeout: aiohttp.ClientTimeout,
+        progress: Progress,
+        throttle: bool,
+        accept: str = _JSON,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        try:
-            resp: aiohttp.ClientResponse = await self._call(path, params, client_timeout)
-        except (TimeoutError, aiohttp.ClientError, OSError, ssl.SSLError) as exc:
-            raise _unreachable(self.server, exc) from exc
+        if throttle:
+            limiter = self._limiter
+            if limiter is None:
+                limiter = self._limiter = RateLimiter(settings.qps, settings.burst)
+            await limiter.acquire()
+        progress.begin()
+        resp: aiohttp.ClientResponse | None = None
+        with map_exceptions(self.server, what), anyio.move_on_after(settings.response_timeout):
+            resp = await self._call(path, params, client_timeout, accept)
+        if resp is None:
+            raise ServerTimeout(
+                self.server, f"{what}: no response within {settings.response_timeout:g} s"
+            )
         try:
             if resp.status >= 400:
                 try:
-                    body = await resp.read()
-                except (TimeoutError, aiohttp.ClientError, OSError):
-                    body = b""
-                raise api_error_from_status(resp.status, body)
+                    body = await _read_body(resp, self.server, what, settings, _ERROR_BODY_MAX)
+                except KubemuxError:
+                    body = bytearray()
+                raise api_error_from_status(resp.status, bytes(body))
             yield resp
         finally:
             resp.release()
 
     async def _call(
-        self, path: str, params: Mapping[str, str], client_timeout: aiohttp.ClientTimeout
+        self,
+        path: str,
+        params: Mapping[str, str],
+        client_timeout: aiohttp.ClientTimeout,
+        accept: str = _JSON,
     ) -> aiohttp.ClientResponse:
         # The credential: kubernetes-asyncio's (static) or a refreshing one, sent by us;
         # after a 401 the provider refreshes (single-flight) and the request is retried once.
@@ -105,7 +219,7 @@ class ContextClient:
         credential = await auth.prepare() if auth is not None else None
         retried = False
         while True:
-            headers = dict(_ACCEPT)
+            headers = {"Accept": accept}
             if credential is not None and credential.token:
                 headers["Authorization"] = f"Bearer {credential.token}"
             resp: aiohttp.ClientResponse = await self._api.call_api(
@@ -138,24 +252,35 @@ class ContextClient:
         resource: Resource,
         namespace: str | None,
         params: Mapping[str, str],
+        settings: WatchSettings,
         *,
-        request_timeout: float,
-        connect_timeout: float,
-    ) -> bytes:
+        progress: Progress | None = None,
+        throttle: bool = True,
+        accept: str = _JSON,
+    ) -> bytearray:
         """One LIST request (one page); returns the response body, undecoded.
+
+        ``throttle=False`` skips the rate limiter (a continuation page of a LIST that is
+        making progress).
 
         Raises:
             ApiError: the server answered with an error status.
             ClusterUnreachable: the server could not be reached or the response broke off.
+            ServerTimeout: no response headers in time, or the body stalled.
+            ResponseTooLarge: the body exceeds ``settings.max_response_size``.
 
         Cancellation abandons the request and releases its connection.
         """
-        t = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
-        async with self._request(resource.path(namespace), params, t) as resp:
-            try:
-                body: bytes = await resp.read()
-            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-                raise _unreachable(self.server, exc) from exc
+        progress = progress or Progress()
+        t = aiohttp.ClientTimeout(
+            total=settings.request_timeout, sock_connect=settings.connect_timeout
+        )
+        what = f"LIST {resource.name}"
+        async with self._request(
+            what, resource.path(namespace), params, settings, t, progress, throttle, accept
+        ) as resp:
+            body = await _read_body(resp, self.server, what, settings, settings.max_response_size)
+        progress.end()
         return body
 
     @contextlib.asynccontextmanager
@@ -164,148 +289,229 @@ class ContextClient:
         resource: Resource,
         namespace: str | None,
         params: Mapping[str, str],
+        settings: WatchSettings,
         *,
-        inactivity_timeout: float,
-        connect_timeout: float,
-        max_line_size: int,
+        progress: Progress | None = None,
+        inactivity_timeout: float | None = None,
+        accept: str = _JSON,
     ) -> AsyncIterator[AsyncIterator[Block]]:
         """Open a WATCH; yields an async iterator over blocks of its raw lines.
 
         The iterator ends when the server ends the stream. No bytes for
-        ``inactivity_timeout`` seconds, or a broken connection, raise
-        :class:`ClusterUnreachable`. Lines of any size up to ``max_line_size`` are read.
+        ``inactivity_timeout`` seconds (default: the settings'), a broken connection, or a
+        line that stalls (see ``WatchSettings.read_timeout``) raise
+        :class:`ClusterUnreachable` or :class:`ServerTimeout`. Lines of any size up to
+        ``settings.max_line_size`` are read; a longer one raises :class:`ResponseTooLarge`.
         """
+        progress = progress or Progress()
+        silence = settings.inactivity_timeout if inactivity_timeout is None else inactivity_timeout
         t = aiohttp.ClientTimeout(
-            total=None, sock_connect=connect_timeout, sock_read=inactivity_timeout
+            total=None, sock_connect=settings.connect_timeout, sock_read=silence
         )
-        async with self._request(resource.path(namespace), params, t) as resp:
-            yield _blocks(resp, self.server, max_line_size)
-
-    # -------------------------------------------------------- any path, any Accept header
-    # Discovery documents and Table views (kubemux._discovery, kubemux._table).
-
-    @contextlib.asynccontextmanager
-    async def _raw_request(
-        self,
-        path: str,
-        params: Mapping[str, str],
-        accept: str,
-        client_timeout: aiohttp.ClientTimeout,
-    ) -> AsyncIterator[aiohttp.ClientResponse]:
-        try:
-            resp: aiohttp.ClientResponse = await self._api.call_api(
-                path,
-                "GET",
-                query_params=list(params.items()),
-                header_params={"Accept": accept},
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=client_timeout,
-            )
-        except (TimeoutError, aiohttp.ClientError, OSError, ssl.SSLError) as exc:
-            raise _unreachable(self.server, exc) from exc
-        try:
-            if resp.status >= 400:
-                try:
-                    body = await resp.read()
-                except (TimeoutError, aiohttp.ClientError, OSError):
-                    body = b""
-                raise api_error_from_status(resp.status, body)
-            yield resp
-        finally:
-            resp.release()
+        async with self._request(
+            f"WATCH {resource.name}",
+            resource.path(namespace),
+            params,
+            settings,
+            t,
+            progress,
+            True,
+            accept,
+        ) as resp:
+            progress.end()
+            watchdog = _LineWatchdog(resp.content, self.server, settings, progress)
+            try:
+                yield _blocks(resp, self.server, settings, progress)
+            finally:
+                watchdog.cancel()
 
     async def get_raw(
         self,
         path: str,
         *,
-        accept: str = "application/json",
+        accept: str = _JSON,
         params: Mapping[str, str] | None = None,
-        request_timeout: float = 60.0,
-        connect_timeout: float = 10.0,
+        settings: WatchSettings | None = None,
     ) -> tuple[str, bytes]:
-        """GET any path with an Accept header of your choice.
+        """GET any path (discovery documents) with an Accept header of your choice.
 
         Returns:
             The response's Content-Type and its body, undecoded.
 
         Raises:
-            ApiError: the server answered with an error status.
-            ClusterUnreachable: the server could not be reached or the response broke off.
+            ApiError, ClusterUnreachable, ServerTimeout, ResponseTooLarge: as :meth:`list`.
 
         Cancellation abandons the request and releases its connection.
         """
-        t = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
-        async with self._raw_request(path, params or {}, accept, t) as resp:
-            try:
-                body: bytes = await resp.read()
-            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-                raise _unreachable(self.server, exc) from exc
-            return resp.headers.get("Content-Type", ""), body
+        s = settings or _DEFAULT_SETTINGS
+        t = aiohttp.ClientTimeout(total=s.request_timeout, sock_connect=s.connect_timeout)
+        what = f"GET {path}"
+        async with self._request(what, path, params or {}, s, t, Progress(), True, accept) as resp:
+            body = await _read_body(resp, self.server, what, s, s.max_response_size)
+            return resp.headers.get("Content-Type", ""), bytes(body)
 
-    @contextlib.asynccontextmanager
-    async def watch_raw(
+
+class _LineWatchdog:
+    """Fails a watch whose current line is overdue (see ``WatchSettings.read_timeout``).
+
+    A timer a few times per ``read_timeout``, not a timeout around every read: the hot path
+    only notes when a line began (``Progress``). An overdue line sets :class:`ServerTimeout`
+    on the response stream, which the pending read raises.
+    """
+
+    __slots__ = ("_content", "_handle", "_period", "_progress", "_server", "_settings")
+
+    def __init__(
         self,
-        path: str,
-        params: Mapping[str, str],
-        *,
-        accept: str,
-        inactivity_timeout: float,
-        connect_timeout: float,
-        max_line_size: int,
-    ) -> AsyncIterator[AsyncIterator[Block]]:
-        """:meth:`watch` on any path with an Accept header of your choice (Table watches)."""
-        t = aiohttp.ClientTimeout(
-            total=None, sock_connect=connect_timeout, sock_read=inactivity_timeout
+        content: aiohttp.StreamReader,
+        server: str,
+        settings: WatchSettings,
+        progress: Progress,
+    ) -> None:
+        self._content = content
+        self._server = server
+        self._settings = settings
+        self._progress = progress
+        self._period = max(0.05, min(1.0, settings.read_timeout / 4))
+        self._handle = asyncio.get_running_loop().call_later(self._period, self._check)
+
+    def _check(self) -> None:
+        progress = self._progress
+        since = progress.since
+        now = time.monotonic()
+        progress.tick(now)
+        if since is not None and now > _deadline(since, progress.received, self._settings):
+            self._content.set_exception(
+                ServerTimeout(
+                    self._server,
+                    f"a watch line stalled ({progress.received} bytes in "
+                    f"{now - since:.0f} s without its end)",
+                )
+            )
+            return
+        self._handle = asyncio.get_running_loop().call_later(self._period, self._check)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
+_ERROR_BODY_MAX = 1024 * 1024  # an error Status is small; read no more of a hostile one
+
+
+@contextlib.contextmanager
+def map_exceptions(server: str, what: str) -> Iterator[None]:
+    """Convert every foreign exception a request raises into a kubemux error (the one place).
+
+    Connecting fails or times out, the connection drops, TLS fails: :class:`ClusterUnreachable`.
+    The server is reached but too slow: :class:`ServerTimeout`. The HTTP response is
+    malformed: :class:`ProtocolError`. Anything else (a bug in a library): :class:`InternalError`.
+    kubemux's own errors and cancellation pass through.
+    """
+    try:
+        yield
+    except KubemuxError:
+        raise
+    except aiohttp.ConnectionTimeoutError as exc:
+        raise ClusterUnreachable(server, f"{what}: connecting timed out") from exc
+    except TimeoutError as exc:  # aiohttp's read and total timeouts
+        raise ServerTimeout(server, f"{what}: timed out") from exc
+    except aiohttp.ClientResponseError as exc:  # aiohttp could not parse the response
+        raise ProtocolError(server, f"{what}: malformed HTTP response: {exc.message}") from exc
+    except (aiohttp.ClientError, OSError, ssl.SSLError) as exc:
+        raise ClusterUnreachable(server, f"{what}: {str(exc) or type(exc).__name__}") from exc
+    except Exception as exc:
+        raise InternalError(
+            f"{what} {server}: unexpected {type(exc).__name__}: {str(exc)[:300]}"
+        ) from exc
+
+
+def _deadline(began: float, received: int, settings: WatchSettings) -> float:
+    """When a body or line that began at ``began`` and has ``received`` bytes is overdue."""
+    return began + settings.read_timeout + received / max(1, settings.min_read_rate)
+
+
+async def _read_body(
+    resp: aiohttp.ClientResponse, server: str, what: str, settings: WatchSettings, limit: int
+) -> bytearray:
+    """The whole body, refused once it exceeds ``limit`` bytes or stalls (see
+    ``WatchSettings.read_timeout``). One copy: no list of chunks joined at the end."""
+    length = resp.content_length
+    if length is not None and length > limit:
+        raise ResponseTooLarge(
+            server, f"{what}: the response ({length} bytes) exceeds {limit} bytes", limit
         )
-        async with self._raw_request(path, params, accept, t) as resp:
-            yield _blocks(resp, self.server, max_line_size)
+    body = bytearray()
+    content = resp.content
+    began = time.monotonic()
+    with map_exceptions(server, what):
+        while True:
+            chunk: bytes | None = None
+            with anyio.move_on_after(_deadline(began, len(body), settings) - time.monotonic()):
+                chunk = await content.readany()
+            if chunk is None:
+                raise ServerTimeout(
+                    server,
+                    f"{what}: the response stalled ({len(body)} bytes in "
+                    f"{time.monotonic() - began:.0f} s)",
+                )
+            if not chunk:
+                return body
+            body += chunk
+            if len(body) > limit:
+                raise ResponseTooLarge(
+                    server, f"{what}: the response exceeds {limit} bytes; not read further", limit
+                )
 
 
 async def _blocks(
-    resp: aiohttp.ClientResponse, server: str, max_line_size: int
+    resp: aiohttp.ClientResponse, server: str, settings: WatchSettings, progress: Progress
 ) -> AsyncIterator[Block]:
     """The response as blocks of complete lines, about one block per socket read.
 
     Not ``StreamReader.readline()``: it refuses lines above its buffer limit, and a single
     object can legitimately be larger than that. A block is a slice of what the socket gave
     (no per-line copy); a line cut between two reads is joined into a block of its own.
+    A line that has begun must be complete in time (``WatchSettings.read_timeout``):
+    ``progress.since`` tells since when one is owed.
     """
     content = resp.content
+    max_line_size = settings.max_line_size
     pending: list[bytes] = []  # pieces of a line that has not ended yet
     pending_size = 0
-    while True:
-        try:
-            chunk = await content.readany()
-        except TimeoutError as exc:
-            raise ClusterUnreachable(server, "watch stream inactive (no bytes received)") from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise _unreachable(server, exc) from exc
-        if not chunk:
-            tail = b"".join(pending)
-            if tail.strip():
-                yield tail, 0, len(tail)
-            return
-        last = chunk.rfind(b"\n")
-        if last < 0:  # no newline yet: part of a (long) line
-            pending.append(chunk)
-            pending_size += len(chunk)
-            if pending_size > max_line_size:
-                raise ApiError(
-                    0, "LineTooLong", f"watch line exceeds {max_line_size} bytes; stream abandoned"
-                )
-            continue
-        start = 0
-        if pending:
-            start = chunk.find(b"\n") + 1
-            pending.append(chunk[:start])
-            line = b"".join(pending)
-            yield line, 0, len(line)
-        if start <= last:
-            yield chunk, start, last + 1
-        tail = chunk[last + 1 :]
-        pending = [tail] if tail else []
-        pending_size = len(tail)
+    with map_exceptions(server, "WATCH"):
+        while True:
+            chunk = await _read(content, server)
+            if not chunk:
+                tail = b"".join(pending)
+                if tail.strip():
+                    yield tail, 0, len(tail)
+                return
+            last = chunk.rfind(b"\n")
+            if last < 0:  # no newline yet: part of a (long) line
+                if not pending:
+                    progress.since = time.monotonic()
+                pending.append(chunk)
+                pending_size += len(chunk)
+                progress.received = pending_size
+                if pending_size > max_line_size:
+                    raise ResponseTooLarge(
+                        server,
+                        f"a watch line exceeds {max_line_size} bytes; stream abandoned",
+                        max_line_size,
+                    )
+                continue
+            start = 0
+            if pending:
+                start = chunk.find(b"\n") + 1
+                pending.append(chunk[:start])
+                line = b"".join(pending)
+                yield line, 0, len(line)
+            if start <= last:
+                yield chunk, start, last + 1
+            tail = chunk[last + 1 :]
+            pending = [tail] if tail else []
+            pending_size = progress.received = len(tail)
+            progress.since = time.monotonic() if tail else None
 
 
 async def _unauthorized(resp: aiohttp.ClientResponse, provider: CredentialProvider) -> ApiError:
@@ -330,6 +536,13 @@ def _unreachable(server: str, exc: BaseException) -> ClusterUnreachable:
     if isinstance(exc, asyncio.TimeoutError):
         detail = "timed out"
     return ClusterUnreachable(server, detail)
+
+
+async def _read(content: aiohttp.StreamReader, server: str) -> bytes:
+    try:
+        return await content.readany()
+    except aiohttp.SocketTimeoutError as exc:
+        raise ServerTimeout(server, "watch stream inactive (no bytes received)") from exc
 
 
 class _RequestAuth:

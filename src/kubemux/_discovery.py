@@ -31,6 +31,7 @@ Name resolution follows kubectl (``resource.Builder.mappingFor`` over client-go'
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 import math
@@ -43,6 +44,7 @@ import orjson
 
 from ._errors import ApiError, KubemuxError, UnknownResource
 from ._resources import Resource
+from ._settings import WatchSettings
 
 if TYPE_CHECKING:
     from ._client import ContextClient
@@ -265,6 +267,9 @@ def _load(body: bytes, what: str) -> dict[str, Any]:
     return doc
 
 
+_DISCOVERY_SETTINGS = WatchSettings()
+
+
 class Discovery:
     """What one context's API server serves, cached, and kubectl's name resolution over it.
 
@@ -395,7 +400,8 @@ class Discovery:
 
     # ------------------------------------------------------------------ fetching
     async def _get(self, path: str, accept: str) -> tuple[str, bytes]:
-        return await self.client.get_raw(path, accept=accept, request_timeout=self.request_timeout)
+        settings = dataclasses.replace(_DISCOVERY_SETTINGS, request_timeout=self.request_timeout)
+        return await self.client.get_raw(path, accept=accept, settings=settings)
 
     async def _fetch(self) -> None:
         found: list[Resource] = []

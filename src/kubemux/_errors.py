@@ -13,7 +13,12 @@
     │                              file, OIDC refresh)
     ├── StartTimeout               (also TimeoutError) a context did not start in time
     ├── RegistryClosed             (also RuntimeError) the registry is not open
-    ├── InternalError              an unexpected error inside kubemux or a library (a bug)
+    │   └── ServerTimeout          the server was reached but did not answer, or stalled, in time
+    ├── ProtocolError              the server's answer breaks the protocol (malformed response,
+    │   │                          a LIST whose continue token repeats or never ends)
+    │   └── ResponseTooLarge       a response or a watch line exceeded its size limit
+    ├── InternalError              an unexpected exception (a bug here or in a library, a user
+    │                              transform); the original is chained as ``__cause__``
     └── ApiError                   the API server answered with an error Status
         ├── ResourceExpired        410 Gone: the resourceVersion is too old
         ├── Unauthorized           401
@@ -40,9 +45,12 @@ __all__ = [
     "KubeconfigError",
     "KubemuxError",
     "NotSynced",
+    "ProtocolError",
     "RegistryClosed",
     "ResourceExpired",
     "ResourceNotFound",
+    "ResponseTooLarge",
+    "ServerTimeout",
     "StartTimeout",
     "SubscriberOverflow",
     "Unauthorized",
@@ -126,22 +134,15 @@ class RegistryClosed(KubemuxError, RuntimeError):
     """The registry is not open: use it inside ``async with registry:``."""
 
 
-class InternalError(KubemuxError):
-    """An unexpected error inside kubemux or a library it uses: a bug, contained.
-
-    Keeps the original exception's type and message; the traceback is logged once.
-    """
-
-    def __init__(self, where: str, error: BaseException) -> None:
-        detail = str(error) or type(error).__name__
-        super().__init__(f"{where}: unexpected {type(error).__name__}: {detail}")
-        self.where = where
-        self.error_type = type(error).__name__
-
-
 def as_kubemux_error(exc: BaseException, where: str) -> KubemuxError:
-    """``exc`` itself if it is a :class:`KubemuxError`, else an :class:`InternalError`."""
-    return exc if isinstance(exc, KubemuxError) else InternalError(where, exc)
+    """``exc`` itself if it is a :class:`KubemuxError`, else an :class:`InternalError`
+    naming ``where`` and the original's type and message (chained as ``__cause__``)."""
+    if isinstance(exc, KubemuxError):
+        return exc
+    detail = str(exc)[:300] or type(exc).__name__
+    error = InternalError(f"{where}: unexpected {type(exc).__name__}: {detail}")
+    error.__cause__ = exc
+    return error
 
 
 class ClusterUnreachable(KubemuxError, ConnectionError):
@@ -159,6 +160,47 @@ class CredentialError(KubemuxError):
     The message names the user entry and the source (``exec plugin aws``, ``token file
     ...``, ``OIDC provider ...``) and never holds the credential itself.
     """
+
+
+class ServerTimeout(ClusterUnreachable):
+    """The server accepted the connection but did not answer, or stopped making progress,
+    within the time allowed (no response headers; a LIST body or a watch line trickling)."""
+
+    def __init__(self, server: str, detail: str) -> None:
+        KubemuxError.__init__(self, f"{server} is too slow: {detail}")
+        self.server = server
+        self.detail = detail
+
+
+class ProtocolError(KubemuxError):
+    """The server's answer is not what the Kubernetes API protocol says it must be.
+
+    Attributes:
+        server: The API server, as the kubeconfig names it.
+        detail: What was wrong.
+    """
+
+    def __init__(self, server: str, detail: str) -> None:
+        super().__init__(f"{server}: {detail}")
+        self.server = server
+        self.detail = detail
+
+
+class ResponseTooLarge(ProtocolError):
+    """A response body or a watch line exceeded its size limit; it was not read further.
+
+    Attributes:
+        limit: The limit in bytes (see :class:`~kubemux.WatchSettings`).
+    """
+
+    def __init__(self, server: str, detail: str, limit: int) -> None:
+        super().__init__(server, detail)
+        self.limit = limit
+
+
+class InternalError(KubemuxError):
+    """An unexpected exception: a bug in kubemux or a library it uses, or a user function
+    (a transform) that raised. The original exception is the ``__cause__``."""
 
 
 class ApiError(KubemuxError):

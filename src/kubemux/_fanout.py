@@ -23,7 +23,7 @@ import anyio
 import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ._codec import Entry
+from ._codec import Entry, lenient_loads
 from ._errors import SubscriberOverflow
 
 __all__ = ["Change", "ChangeType", "Fanout", "Subscription"]
@@ -134,7 +134,7 @@ class Change:
         Decoded on first access and shared by every subscriber: treat it as read-only.
         """
         if self._object is None and self._raw is not None:
-            super().__setattr__("_object", orjson.loads(self._raw))
+            super().__setattr__("_object", lenient_loads(self._raw))
         return self._object
 
     @property

@@ -21,12 +21,12 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 import orjson
 
-from ._client import ContextClient
+from ._client import SLOW_AFTER, ContextClient, Progress
 from ._codec import (
     Block,
     Change3,
@@ -34,17 +34,50 @@ from ._codec import (
     Entry,
     decode_block,
     decode_list,
+    deeper_recursion,
     split_block,
     split_event,
 )
-from ._errors import ApiError, ClusterUnreachable, KubemuxError, ResourceExpired
+from ._errors import (
+    ApiError,
+    ClusterUnreachable,
+    InternalError,
+    KubemuxError,
+    ProtocolError,
+    ResourceExpired,
+    ResponseTooLarge,
+)
 from ._resources import Resource
 from ._settings import WatchSettings
 from ._store import Replacement, Store
 
-__all__ = ["Informer", "InformerKey", "InformerStatus", "OnChange"]
+__all__ = [
+    "BACKING_OFF",
+    "ERROR",
+    "LISTING",
+    "RELISTING",
+    "STOPPED",
+    "WAITING",
+    "WATCHING",
+    "Informer",
+    "InformerKey",
+    "InformerStatus",
+    "OnChange",
+]
 
 log = logging.getLogger(__name__)
+
+# InformerStatus.state values
+LISTING = "listing"
+RELISTING = "relisting"
+WATCHING = "watching"
+BACKING_OFF = "backing off"
+ERROR = "error"
+STOPPED = "stopped"
+WAITING = "waiting for the server"
+"""A request has been owed an answer (headers, the rest of a LIST body or of a watch line)
+for more than ``SLOW_AFTER`` (1 s) while listing or watching."""
+_ACTIVE = frozenset({LISTING, RELISTING, WATCHING})
 
 OnChange = Callable[[str, Entry, Entry | None], None]
 """Called synchronously for every change applied to the store: (type, entry, old entry)."""
@@ -81,13 +114,13 @@ class InformerStatus:
     namespace: str | None
     label_selector: str | None
     field_selector: str | None
-    state: str  # "listing", "watching", "backing off", "relisting", "error", "stopped"
+    state: str  # LISTING, RELISTING, WATCHING, WAITING, BACKING_OFF, ERROR, STOPPED
     has_synced: bool
     objects: int
     resource_version: str
     relists: int
     reconnects: int
-    skipped_lines: int
+    skipped_lines: int  # lines and objects skipped: malformed, undecodable, refused by a transform
     last_error: str | None
     last_sync: float | None  # wall-clock time of the last completed LIST
 
@@ -120,7 +153,11 @@ class Informer:
         self._on_change = on_change
         self._on_state = on_state  # called when state, has_synced or last_error change
         self._synced = anyio.Event()
-        self._state = "listing"
+        self._state = LISTING
+        self._progress = Progress(on_slow=on_state)
+        self._skips_unlogged = 0  # skipped since the last log record
+        self._last_skip = ""
+        self._skip_logged_at = -math.inf
         self._relists = 0
         self._reconnects = 0
         self._skipped = 0
@@ -150,12 +187,16 @@ class Informer:
 
     def status(self) -> InformerStatus:
         """A frozen snapshot for a UI."""
+        state = self._state
+        since = self._progress.since
+        if since is not None and state in _ACTIVE and time.monotonic() - since > SLOW_AFTER:
+            state = WAITING
         return InformerStatus(
             resource=self.key.resource,
             namespace=self.key.namespace,
             label_selector=self.key.label_selector,
             field_selector=self.key.field_selector,
-            state=self._state,
+            state=state,
             has_synced=self.has_synced,
             objects=len(self.store),
             resource_version=self.store.resource_version,
@@ -183,19 +224,30 @@ class Informer:
     async def initial_sync(self) -> None:
         """The first LIST, into the store.
 
+        An object that cannot be decoded (or that the transform refuses) is skipped and
+        counted; the LIST goes on.
+
         Raises:
-            KubemuxError: the LIST failed; the error is also kept for :meth:`status`.
+            KubemuxError: the LIST failed (and nothing else: any other exception becomes an
+                :class:`InternalError`); the error is also kept for :meth:`status`.
         """
         try:
             self._rv = await self._sync()
-        except KubemuxError as exc:
-            self._set_state("error", str(exc))
-            raise
+        except Exception as exc:
+            error = self._as_kubemux(exc)
+            self._set_state(ERROR, str(error))
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            self._progress.end()
         self._synced.set()
         self._set_state(self._state, None, notify=True)  # has_synced changed
 
-    async def watch_forever(self) -> None:
-        """WATCH (and RELIST when needed) until cancelled; failures are retried with backoff."""
+    async def watch_forever(self) -> NoReturn:
+        """WATCH (and RELIST when needed) until cancelled. Never returns, never raises but
+        cancellation: every failure is recorded in :meth:`status`, backed off (jittered)
+        and retried; the cache is kept meanwhile."""
         await self._watch_loop(self._rv)
 
     async def resume(self, resource_version: str) -> None:
@@ -208,6 +260,13 @@ class Informer:
         self._synced.set()
         self._set_state(self._state, None, notify=True)  # has_synced changed
         await self._watch_loop(resource_version)
+
+    def _as_kubemux(self, exc: Exception) -> KubemuxError:
+        if isinstance(exc, KubemuxError):
+            return exc
+        return InternalError(
+            f"{self.client.context}/{self.key}: unexpected {type(exc).__name__}: {str(exc)[:300]}"
+        )
 
     # ------------------------------------------------------------------ LIST
     def _base_params(self) -> dict[str, str]:
@@ -222,9 +281,10 @@ class Informer:
         """Fill the store from a full list; returns the resourceVersion to watch from.
 
         Tries a streaming list first (when enabled and not known to be unsupported by this
-        server), else a paginated LIST.
+        server), else a paginated LIST. A streaming list that times out is an error, not a
+        reason to try a LIST next (a slow server would double the wait).
         """
-        self._set_state("listing" if not self.has_synced else "relisting", self._last_error)
+        self._set_state(LISTING if not self.has_synced else RELISTING, self._last_error)
         if self.settings.streaming_list and self.client.streaming_list is not False:
             try:
                 rv = await self._stream_list()
@@ -241,22 +301,41 @@ class Informer:
         return await self._list()
 
     async def _list(self) -> str:
-        """A full paginated LIST, applied to the store; returns the list's resourceVersion."""
+        """A full paginated LIST, applied to the store; returns the list's resourceVersion.
+
+        Raises:
+            ProtocolError: a continue token came back twice, or the list did not end within
+                ``max_list_pages`` pages, or a page is not valid JSON.
+            ResponseTooLarge: a page of one object exceeds ``max_response_size`` (larger
+                pages are asked for again with half the ``limit``).
+        """
         s = self.settings
         store = self.store
+        server = self.client.server
         replacement = Replacement(store)
         params = self._base_params()
-        if s.page_size:
-            params["limit"] = str(s.page_size)
+        limit = s.page_size
+        if limit:
+            params["limit"] = str(limit)
         list_rv = ""
+        tokens: set[int] = set()  # hashes of the continue tokens seen (a token may be long)
+        pages = 0
+        throttle = True
         while True:
+            pages += 1
+            if pages > s.max_list_pages:
+                raise ProtocolError(
+                    server,
+                    f"LIST {self.resource.name} did not end after {s.max_list_pages} pages",
+                )
             try:
                 body = await self.client.list(
                     self.resource,
                     self.key.namespace,
                     params,
-                    request_timeout=s.request_timeout,
-                    connect_timeout=s.connect_timeout,
+                    s,
+                    progress=self._progress,
+                    throttle=throttle,
                 )
             except ResourceExpired:
                 if "continue" not in params:
@@ -265,27 +344,52 @@ class Informer:
                 log.info("%s: continue token expired, listing in one request", self)
                 replacement = Replacement(store)
                 params = self._base_params()
+                tokens.clear()
+                pages, throttle = 0, True
+                continue
+            except ResponseTooLarge:
+                if limit == 1:
+                    raise
+                limit = limit // 2 if limit else 500  # 0: unpaginated; page it now
+                params["limit"] = str(limit)
+                log.warning("%s: a LIST page was too large; asking for %d objects", self, limit)
+                throttle = True
                 continue
             try:
-                page = decode_list(body)
+                with deeper_recursion():  # one deep item is refused alone, below
+                    page = decode_list(body)
             except DecodeError as exc:
-                raise ApiError(
-                    200, "BadResponse", f"LIST {self.resource.name} returned invalid JSON: {exc}"
+                raise ProtocolError(
+                    server, f"LIST {self.resource.name} returned invalid JSON: {exc}"
                 ) from exc
             del body
-            # decode in slices so a 50k-object list never stalls the event loop for long
-            for i, raw in enumerate(page.items or ()):
+            # decode in slices (by count and by size) so the event loop never stalls long
+            budget = _SLICE_BYTES
+            items = page.items or ()
+            for i, raw in enumerate(items):
+                data = bytes(raw)
                 try:
-                    replacement.add(store._prepare(bytes(raw), from_list=True))
+                    replacement.add(store._prepare(data, from_list=True))
                 except DecodeError as exc:
-                    self._skip(f"malformed LIST item ({exc})")
-                if i % s.relist_slice == s.relist_slice - 1:
+                    self._skip(f"undecodable LIST item ({_why(exc)})")
+                budget -= len(data)
+                if i % s.relist_slice == s.relist_slice - 1 or budget < 0:
+                    budget = _SLICE_BYTES
                     await anyio.lowlevel.checkpoint()
             list_rv = page.metadata.resourceVersion or list_rv
             token = page.metadata.continue_
             if not token:
                 break
+            key = hash(token)
+            if key in tokens:
+                raise ProtocolError(
+                    server,
+                    f"LIST {self.resource.name}: the server sent the same continue token "
+                    f"twice (page {pages}); the list would never end",
+                )
+            tokens.add(key)
             params["continue"] = token
+            throttle = not items  # a page that brought nothing is a request like any other
             await anyio.lowlevel.checkpoint()
         await self._commit(replacement, list_rv)
         return list_rv
@@ -296,7 +400,8 @@ class Informer:
         The server sends every current object as ADDED, then a BOOKMARK annotated
         ``k8s.io/initial-events-end``. A server that ignores the parameter sends a plain watch
         (a bookmark without the annotation, or a MODIFIED/DELETED before the end): that is
-        remembered per client, and the caller falls back to LIST.
+        remembered per client, and the caller falls back to LIST. Silence for
+        ``read_timeout`` raises :class:`ServerTimeout`.
         """
         s = self.settings
         store = self.store
@@ -314,7 +419,7 @@ class Informer:
         end_rv: str | None = None
         unsupported = False
         with anyio.move_on_after(s.request_timeout):
-            async with self._open_watch(params) as blocks:
+            async with self._open_watch(params, inactivity_timeout=s.read_timeout) as blocks:
                 async for block in blocks:
                     for etype, line in self._decode(block):
                         if isinstance(line, Entry):  # the fast path decoded it
@@ -331,13 +436,17 @@ class Informer:
                             if etype == "ERROR":
                                 status = orjson.loads(raw)
                                 raise _status_error(status if isinstance(status, dict) else {})
-                        except (*DecodeError, orjson.JSONDecodeError) as exc:
-                            self._skip(f"malformed watch line ({exc}): {_preview(line)}")
+                            obj = orjson.loads(raw) if etype == "BOOKMARK" else None
+                        except DecodeError as exc:
+                            self._skip(f"malformed watch line ({_why(exc)}): {_preview(line)}")
                             continue
-                        if etype == "BOOKMARK":
-                            meta = orjson.loads(raw).get("metadata") or {}
-                            annotations = meta.get("annotations") or {}
-                            if annotations.get(_INITIAL_EVENTS_END) == "true":
+                        meta = obj.get("metadata") if isinstance(obj, dict) else None
+                        if isinstance(meta, dict):
+                            annotations = meta.get("annotations")
+                            if (
+                                isinstance(annotations, dict)
+                                and annotations.get(_INITIAL_EVENTS_END) == "true"
+                            ):
                                 end_rv = str(meta.get("resourceVersion") or "")
                         else:
                             unsupported = True
@@ -357,16 +466,15 @@ class Informer:
         return end_rv
 
     def _open_watch(
-        self, params: Mapping[str, str]
+        self, params: Mapping[str, str], *, inactivity_timeout: float | None = None
     ) -> contextlib.AbstractAsyncContextManager[AsyncIterator[Block]]:
-        s = self.settings
         return self.client.watch(
             self.resource,
             self.key.namespace,
             params,
-            inactivity_timeout=s.inactivity_timeout,
-            connect_timeout=s.connect_timeout,
-            max_line_size=s.max_line_size,
+            self.settings,
+            progress=self._progress,
+            inactivity_timeout=inactivity_timeout,
         )
 
     async def _commit(self, replacement: Replacement, resource_version: str) -> None:
@@ -429,35 +537,51 @@ class Informer:
         return out
 
     # ------------------------------------------------------------------ WATCH
-    async def _watch_loop(self, rv: str) -> None:
+    async def _watch_loop(self, rv: str) -> NoReturn:
         s = self.settings
         self._rv = rv
+        relist = False
         while True:
+            if relist:
+                try:
+                    self._rv = await self._sync()
+                    relist = False
+                except Exception as exc:  # noqa: BLE001 - contained: recorded, backed off
+                    self._note_failure(self._as_kubemux(exc))
+                    await self._backoff()
+                    continue
+                finally:
+                    self._progress.end()
             started = time.monotonic()
             self._delivered = 0
             try:
-                self._set_state("watching", self._last_error)
+                self._set_state(WATCHING, self._last_error)
                 await self._watch_once()
-                if self._delivered == 0 and time.monotonic() - started < s.min_healthy_watch:
-                    raise ClusterUnreachable(
-                        self.client.server, "watch closed at once with no events"
+                lived = time.monotonic() - started
+                if lived < s.min_healthy_watch:
+                    # healthy only if it lived long enough, however many events it brought
+                    self._note_failure(
+                        ClusterUnreachable(
+                            self.client.server,
+                            f"watch closed at once ({self._delivered} events in {lived:.2f} s)",
+                        )
                     )
+                    await self._backoff()
                 self._reconnects += 1
-                continue
             except ResourceExpired as exc:
                 log.info("%s: %s; relisting", self, exc)
+                relist = True
             except (ClusterUnreachable, ApiError) as exc:
                 self._note_failure(exc)
                 await self._backoff()
                 self._reconnects += 1
-                continue
-            while True:  # RELIST until it succeeds
-                try:
-                    self._rv = await self._sync()
-                    break
-                except KubemuxError as exc:
-                    self._note_failure(exc)
-                    await self._backoff()
+            except Exception as exc:  # noqa: BLE001 - anything else: back off, then RELIST
+                self._note_failure(self._as_kubemux(exc))
+                await self._backoff()
+                relist = True
+            finally:
+                self._progress.end()
+                self._flush_skips()
 
     async def _watch_once(self) -> None:
         """One WATCH request from ``self._rv``; advances it with every event and bookmark."""
@@ -473,6 +597,9 @@ class Informer:
         if self._rv:
             params["resourceVersion"] = self._rv
         apply, on_change, handle = self.store._apply, self._on_change, self._handle_line
+        clock = time.monotonic
+        yield_at = clock() + _MAX_BUSY
+        skipped_before = self._skipped
         async with self._open_watch(params) as blocks:
             async for block in blocks:
                 for etype, item in self._decode(block):
@@ -487,6 +614,17 @@ class Informer:
                         on_change(change.type, change.entry, change.old)
                     self._rv = item.resource_version
                     self._delivered += 1
+                junk = self._skipped - skipped_before
+                if junk > _MAX_JUNK_LINES and junk > self._delivered:
+                    raise ProtocolError(
+                        self.client.server,
+                        f"WATCH {self.resource.name}: {junk} malformed lines and "
+                        f"{self._delivered} events; stream abandoned",
+                    )
+                # reads of buffered data do not yield: let the loop breathe now and then
+                if clock() > yield_at:
+                    await anyio.lowlevel.checkpoint()
+                    yield_at = clock() + _MAX_BUSY
 
     def _decode(self, block: Block) -> list[tuple[str, Entry | bytes]]:
         """A block of watch lines: ``(type, entry)`` per object event decoded on the hot
@@ -527,8 +665,8 @@ class Informer:
             if etype == "ERROR":
                 status = orjson.loads(raw)
                 raise _status_error(status if isinstance(status, dict) else {})
-        except (*DecodeError, orjson.JSONDecodeError) as exc:
-            self._skip(f"malformed watch line ({exc}): {_preview(line)}")
+        except DecodeError as exc:
+            self._skip(f"malformed watch line ({_why(exc)}): {_preview(line)}")
             return None
         if entry is None:
             self._skip(f"unknown watch event type {etype!r}")
@@ -549,8 +687,36 @@ class Informer:
             self._on_state()
 
     def _skip(self, why: str) -> None:
+        """Count a skipped line or object; log the first at once, then a summary at most
+        once per ``skip_log_period`` (a server streaming junk must not flood the log)."""
         self._skipped += 1
+        now = time.monotonic()
+        if now - self._skip_logged_at < self.settings.skip_log_period:
+            self._skips_unlogged += 1
+            self._last_skip = why
+            return
+        self._flush_skips(now)
+        self._skip_logged_at = now
         log.warning("%s/%s: skipped %s", self.client.context, self.key, why)
+
+    def _flush_skips(self, now: float | None = None) -> None:
+        """Log the summary of skips not logged yet, if the period is over."""
+        if not self._skips_unlogged:
+            return
+        now = time.monotonic() if now is None else now
+        period = now - self._skip_logged_at
+        if period < self.settings.skip_log_period:
+            return
+        log.warning(
+            "%s/%s: skipped %d malformed lines or objects in the last %.0f s (latest: %s)",
+            self.client.context,
+            self.key,
+            self._skips_unlogged,
+            period,
+            self._last_skip,
+        )
+        self._skips_unlogged = 0
+        self._skip_logged_at = now
 
     def _note_failure(self, exc: BaseException) -> None:
         now = time.monotonic()
@@ -558,16 +724,25 @@ class Informer:
             self._failures = 0  # healthy long enough: the backoff starts over
         self._last_failure_at = now
         self._failures += 1
-        self._set_state("backing off", str(exc))
+        self._set_state(BACKING_OFF, str(exc))
         log.warning("%s/%s: %s (failure %d)", self.client.context, self.key, exc, self._failures)
 
     async def _backoff(self) -> None:
         await anyio.sleep(self.settings.backoff.delay(max(1, self._failures)))
-        self._set_state("watching", self._last_error)
+        self._set_state(WATCHING, self._last_error)
 
 
 _INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+_SLICE_BYTES = 8 * 1024 * 1024  # LIST items copied and decoded between two yields, at most
+_MAX_BUSY = 0.02  # seconds of buffered watch lines handled before yielding to the loop
+_MAX_JUNK_LINES = 1000  # a watch skipping more lines than this, and than it delivered, is dropped
 _OBJECT_EVENTS = frozenset({"ADDED", "MODIFIED", "DELETED"})
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deep"
+    return str(exc)[:200] or type(exc).__name__
 
 
 def _preview(line: bytes) -> str:

@@ -38,15 +38,35 @@ class WatchSettings:
             so that many watches do not reconnect in lockstep.
         inactivity_timeout: no bytes at all (events or bookmarks) for this long means the
             connection is dead: reconnect. Real servers send bookmarks about once a minute.
-        request_timeout: total time allowed for one LIST page.
+        request_timeout: total time allowed for one LIST page (and for a streaming list).
         connect_timeout: time allowed to open a connection.
+        response_timeout: time allowed from sending a request to its response headers (the
+            first byte). API servers answer within a second or two; meanwhile the informer
+            shows "waiting for the server".
+        read_timeout: once a LIST body or a watch line has begun, it must be complete
+            within this many seconds, plus one more second per ``min_read_rate`` bytes
+            received: a large body on a slow link has time, a server trickling bytes does not.
+        min_read_rate: see ``read_timeout`` (bytes per second).
+        max_response_size: a LIST response larger than this is refused
+            (:class:`~kubemux.ResponseTooLarge`) before it is decoded; the informer retries
+            the page with half the ``limit`` (down to 1), so pages of large objects (Helm
+            release Secrets near 1 MiB each) still list. 128 MiB: 500 objects averaging
+            256 KiB, far above a usual page, and what one context may hold in flight.
+        max_list_pages: pages allowed in one paginated LIST (a server whose ``continue``
+            token never ends is refused); a repeated token is refused at once.
+        qps, burst: the client-side rate limit of each context's requests (every LIST and
+            WATCH it starts; continuation pages that make progress are not counted), shared
+            by all of its informers: client-go's defaults. No server behaviour can make a
+            context send more.
+        skip_log_period: malformed lines are counted in status; one is logged at once, then
+            at most one summary per this many seconds.
         backoff: delays between failed attempts.
         streaming_list: try a streaming list (``sendInitialEvents``) before a paginated LIST;
             a server that refuses or ignores it is remembered per client and gets LISTs.
         max_line_size: a watch line longer than this is an error (protects memory).
         relist_slice: objects applied per slice of a relist before yielding to the event loop.
-        min_healthy_watch: a watch that ends sooner than this having delivered nothing counts
-            as a failure, so a broken server cannot make the client spin.
+        min_healthy_watch: a watch that ends sooner than this counts as a failure (backoff),
+            however many events it delivered, so a broken server cannot make the client spin.
     """
 
     page_size: int = 500
@@ -59,6 +79,14 @@ class WatchSettings:
     max_line_size: int = 64 * 1024 * 1024
     relist_slice: int = 1000
     min_healthy_watch: float = 1.0
+    response_timeout: float = 15.0
+    read_timeout: float = 15.0
+    min_read_rate: int = 64 * 1024
+    max_response_size: int = 128 * 1024 * 1024
+    max_list_pages: int = 10_000
+    qps: float = 5.0
+    burst: int = 10
+    skip_log_period: float = 60.0
 
     def watch_timeout(self) -> int:
         """A random ``timeoutSeconds`` for the next WATCH."""

@@ -20,8 +20,9 @@ server computed when it sent the row: an ``Age`` cell is not re-aged locally.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -29,8 +30,8 @@ import msgspec
 import orjson
 
 from ._client import ContextClient
-from ._codec import DecodeError, Entry, decode_entry, split_block, split_event
-from ._errors import ApiError, ResourceExpired
+from ._codec import Block, DecodeError, Entry, decode_entry, split_block, split_event
+from ._errors import ProtocolError, ResourceExpired
 from ._informer import Informer, InformerKey, OnChange
 from ._resources import Resource
 from ._settings import WatchSettings
@@ -327,18 +328,18 @@ class TableInformer(Informer):
         params = self._base_params()
         if s.page_size:
             params["limit"] = str(s.page_size)
-        path = self.resource.path(self.key.namespace)
         list_rv = ""
         columns: tuple[TableColumn, ...] | None = None
         fallback = False
         while True:
             try:
-                _, body = await self.client.get_raw(
-                    path,
+                body = await self.client.list(
+                    self.resource,
+                    self.key.namespace,
+                    params,
+                    s,
+                    progress=self._progress,
                     accept=TABLE_ACCEPT,
-                    params=params,
-                    request_timeout=s.request_timeout,
-                    connect_timeout=s.connect_timeout,
                 )
             except ResourceExpired:
                 if "continue" not in params:
@@ -349,8 +350,8 @@ class TableInformer(Informer):
             try:
                 page = _page_decoder.decode(body)
             except DecodeError as exc:
-                raise ApiError(
-                    200, "BadResponse", f"LIST {self.resource.name} returned invalid JSON: {exc}"
+                raise ProtocolError(
+                    self.client.server, f"LIST {self.resource.name} returned invalid JSON: {exc}"
                 ) from exc
             del body
             if page.kind == "Table":
@@ -383,15 +384,17 @@ class TableInformer(Informer):
         await self._commit(replacement, list_rv)
         return list_rv
 
-    def _open_watch(self, params: Mapping[str, str]) -> Any:
-        s = self.settings
-        return self.client.watch_raw(
-            self.resource.path(self.key.namespace),
+    def _open_watch(
+        self, params: Mapping[str, str], *, inactivity_timeout: float | None = None
+    ) -> contextlib.AbstractAsyncContextManager[AsyncIterator[Block]]:
+        return self.client.watch(
+            self.resource,
+            self.key.namespace,
             params,
+            self.settings,
+            progress=self._progress,
+            inactivity_timeout=inactivity_timeout,
             accept=TABLE_ACCEPT,
-            inactivity_timeout=s.inactivity_timeout,
-            connect_timeout=s.connect_timeout,
-            max_line_size=s.max_line_size,
         )
 
     def _decode(self, block: Any) -> list[tuple[str, Entry | bytes]]:
