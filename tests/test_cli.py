@@ -169,10 +169,11 @@ async def test_status_shows_an_unreachable_context(tmp_path: Path) -> None:
     async with FakeCluster() as dead:
         server = dead.server
     path = write_kubeconfig(tmp_path / "config", {"dead": FakeContext(cluster=server)})
-    code, out, _ = await kubemux(
+    code, out, err = await kubemux(
         "status", "--probe", "pods", "--timeout", "5", "--kubeconfig", str(path)
     )
-    assert code == 0
+    assert code == 1  # a probed context failed
+    assert err == "kubemux: error: the probe of pods failed in 1 of 1 contexts: 'dead'\n"
     line = out.splitlines()[1]
     assert status_rows(out)["dead"][1] not in ("running", "idle")
     assert f"cannot reach {server}" in line

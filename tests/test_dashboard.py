@@ -8,11 +8,9 @@ buffers whole responses, so it cannot carry an endless stream).
 from __future__ import annotations
 
 import contextlib
-import importlib
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import anyio
@@ -21,10 +19,9 @@ import orjson
 import pytest
 from starlette.applications import Starlette
 
-from kubemux import Backoff, Change, WatchSettings, parse_resource
-from kubemux.cli import load_dashboard
-from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
-from kubemux.testing._workload import make_event
+from kubemux import Backoff, Change, WatchSettings, dashboard, parse_resource
+from kubemux.dashboard import streams, views
+from kubemux.testing import FakeCluster, FakeContext, make_event, make_pod, write_kubeconfig
 
 TIMEOUT = 10
 XSS = "<img src=x onerror=alert(1)>"
@@ -34,15 +31,11 @@ FAST = {
     "debounce_delay": 0.05,
 }
 
-dashboard: ModuleType = load_dashboard()
-views: ModuleType = importlib.import_module("kubemux_dashboard.views")
-streams: ModuleType = importlib.import_module("kubemux_dashboard.streams")
-
 
 def make_app(path: Path, **options: Any) -> Starlette:
     options.setdefault("registry_options", FAST)
     options.setdefault("status_period", 0.2)
-    app: Starlette = dashboard.create_app(str(path), **options)
+    app: Starlette = dashboard.create_app(kubeconfig=str(path), **options)
     return app
 
 
@@ -144,6 +137,12 @@ class EventStream:
         return {n for (c, _, n) in self.rows if context is None or c == context}
 
 
+def parse_event(raw: bytes) -> tuple[str, Any]:
+    """One encoded server-sent event as (event, data)."""
+    fields = dict(line.split(": ", 1) for line in raw.decode().split("\r\n") if line)
+    return fields["event"], orjson.loads(fields["data"])
+
+
 @contextlib.asynccontextmanager
 async def event_stream(url: str, query: str = "") -> AsyncIterator[EventStream]:
     async with (
@@ -230,7 +229,7 @@ def test_secrets_are_redacted() -> None:
 def test_server_url_loses_its_password() -> None:
     assert (
         views.safe_server("https://admin:hunter2@k8s.example:6443/x")
-        == "https://k8s.example:6443/x"
+        == "https://***@k8s.example:6443/x"
     )
     assert views.safe_server("https://k8s.example") == "https://k8s.example"
 
@@ -589,8 +588,9 @@ async def test_slow_stream_resubscribes_with_a_snapshot(tmp_path: Path) -> None:
             async def read_until(name: str) -> None:
                 with anyio.fail_after(TIMEOUT):
                     async for item in receive:
-                        seen.append((item.event, orjson.loads(item.data)))
-                        if item.event == name:
+                        event, data = parse_event(item)
+                        seen.append((event, data))
+                        if event == name:
                             return
 
             async with anyio.create_task_group() as tg, receive:

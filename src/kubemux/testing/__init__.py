@@ -3,7 +3,8 @@
 ``FakeCluster`` serves the list/watch protocol on 127.0.0.1; tests create and change objects
 through its Python API and script faults (dropped watches, 5xx, stalls, compaction, restarts).
 ``write_kubeconfig`` points kubeconfig contexts at running clusters; ``make_pod`` builds
-realistic pod bodies.
+realistic pod bodies; ``simulate_workload`` keeps a cluster busy the way ``kubemux demo``
+does (pods through their lifecycle, with Events: ``make_event``, ``set_pod_state``).
 """
 
 from __future__ import annotations
@@ -14,12 +15,18 @@ from ._kubeconfig_writer import FakeContext as FakeContext
 from ._kubeconfig_writer import kubeconfig_dict as kubeconfig_dict
 from ._kubeconfig_writer import write_kubeconfig as write_kubeconfig
 from ._objects import make_pod as make_pod
+from ._workload import make_event as make_event
+from ._workload import set_pod_state as set_pod_state
+from ._workload import simulate_workload as simulate_workload
 
 __all__ = [
     "FakeCluster",
     "FakeContext",
     "RecordedRequest",
     "kubeconfig_dict",
+    "make_event",
     "make_pod",
+    "set_pod_state",
+    "simulate_workload",
     "write_kubeconfig",
 ]
