@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -201,7 +201,6 @@ class Stream:
         self._send = send
         self._watch_errors: dict[str, str] = {}
         self._first = True
-        self._news = anyio.Event()  # set when rows changed: counts and states may have too
 
     async def _emit(self, event: str, data: object) -> None:
         retry = None
@@ -249,7 +248,7 @@ class Stream:
                         await self._send.send(
                             encode_event("changes", b"[" + b",".join(map(encoded, batch)) + b"]")
                         )
-                        self._news.set()
+                        self._dash.row_changes += 1
                 except SubscriberOverflow as exc:
                     log.info("dashboard stream fell behind, resynchronising: %s", exc)
                     continue
@@ -286,38 +285,32 @@ class Stream:
     async def _contexts_loop(self) -> None:
         """Send the contexts panel whenever it changed.
 
-        It is looked at soon after a context or informer changes state (the registry's
-        ``status_version``, which also moves on kubeconfig syncs) or rows changed (for
-        object counts), at most every ``NEWS_DELAY`` for either, and every ``status_period``
-        (for backoff countdowns).
+        Every ``NEWS_DELAY`` the stream looks whether a context or informer changed state
+        (the registry's ``status_version``, which also moves on kubeconfig syncs) or rows
+        changed (for object counts), and at least every ``status_period`` (for backoff
+        countdowns); the panel itself is built once for every stream. A plain sleep per
+        look: no task, no cancel scope per stream and change.
         """
         registry = self._registry
         last: bytes | None = None
+        seen: tuple[int, int] | None = None
+        refresh = 0.0
         while True:
-            version = registry.status_version
-            self._news = anyio.Event()
-            payload = self._contexts(version)
-            if payload != last:
-                await self._emit("contexts", payload)
-                last = payload
-            with anyio.move_on_after(self._dash.status_period):
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(_then_cancel, tg, self._state_change_after_delay, version)
-                    tg.start_soon(_then_cancel, tg, self._news_after_delay)
+            now = anyio.current_time()
+            mark = (registry.status_version, self._dash.row_changes)
+            if mark != seen or now >= refresh:
+                seen, refresh = mark, now + self._dash.status_period
+                payload = self._contexts(mark[0])
+                if payload != last:
+                    await self._emit("contexts", payload)
+                    last = payload
+            await anyio.sleep(NEWS_DELAY)
 
     def _contexts(self, version: int) -> bytes:
         """The contexts panel as JSON; one encoding per state serves every stream."""
         if self._watch_errors:
             return orjson.dumps(status_payload(self._registry.status(), self._watch_errors))
         return self._dash.contexts_json(version)
-
-    async def _state_change_after_delay(self, version: int) -> None:
-        await self._registry.wait_status_change(version)
-        await anyio.sleep(NEWS_DELAY)  # coalesce: many contexts may flap at once
-
-    async def _news_after_delay(self) -> None:
-        await self._news.wait()
-        await anyio.sleep(NEWS_DELAY)  # coalesce a burst of changes into one update
 
     async def _wait_sync(self, after: int) -> None:
         """Wait for the next kubeconfig sync, at most one status period."""
@@ -390,13 +383,6 @@ class Stream:
             await self._emit("problem", {"message": f"events: {message}", "fatal": False})
             return []
         return [event_payload(e) for e in events]
-
-
-async def _then_cancel(
-    tg: anyio.abc.TaskGroup, wait: Callable[..., Awaitable[object]], *args: object
-) -> None:
-    await wait(*args)
-    tg.cancel_scope.cancel()
 
 
 def _drain(first: Change, changes: Subscription) -> list[Change]:
