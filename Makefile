@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench docs clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,dev,dashboard]'
+	$(BIN)/python -m pip install -q -e '.[test,dev,dashboard,docs,metrics]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -18,14 +18,18 @@ demo: $(STAMP)
 test: lint typecheck pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples bench
-	$(BIN)/ruff format --check src tests examples bench
+	$(BIN)/ruff check src tests examples bench docs/_ext
+	$(BIN)/ruff format --check src tests examples bench docs/_ext
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest
+
+# the documentation site into site/ (tests/test_docs.py builds it too, so a broken page fails CI)
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
@@ -35,4 +39,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/soak_informer.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache site

@@ -50,7 +50,14 @@ from _common import table
 from kubernetes_asyncio.config import kube_config
 
 from kubemux import WatcherRegistry
-from kubemux.testing import FakeCluster, FakeContext, kubeconfig_dict, make_pod, write_kubeconfig
+from kubemux.testing import (
+    FakeCluster,
+    FakeContext,
+    kubeconfig_dict,
+    make_pod,
+    rewrite_kubeconfig,
+    write_kubeconfig,
+)
 
 WAIT = 60.0  # upper bound on any single wait
 MB = 1_000_000
@@ -133,27 +140,6 @@ def write_plain(path: Path, contexts: Specs) -> None:
     write_kubeconfig(path, contexts)
 
 
-async def rewrite(
-    registry: WatcherRegistry,
-    path: Path,
-    contexts: Specs,
-    writer: Writer,
-    *,
-    present: Iterable[str] = (),
-    absent: Iterable[str] = (),
-) -> None:
-    """Write the kubeconfig and wait until the registry has reconciled what it says."""
-    present, absent = list(present), list(absent)
-    after = registry.kubeconfig_syncs
-    writer(path, contexts)
-    with anyio.fail_after(WAIT):
-        while True:
-            after = await registry.wait_kubeconfig_sync(after)
-            known = registry.contexts
-            if all(n in known for n in present) and not any(n in known for n in absent):
-                return
-
-
 async def churn_round(
     registry: WatcherRegistry,
     path: Path,
@@ -163,7 +149,9 @@ async def churn_round(
     clusters: list[FakeCluster],
 ) -> int:
     """Add ``batch``, watch pods in each, remove it; returns the live entries at the peak."""
-    await rewrite(registry, path, {**base, **batch}, writer, present=batch)
+    await rewrite_kubeconfig(
+        registry, path, {**base, **batch}, writer=writer, present=batch, sync_timeout=WAIT
+    )
     with anyio.fail_after(WAIT):
         async with anyio.create_task_group() as tg:
             for name in batch:
@@ -171,7 +159,7 @@ async def churn_round(
         want = len(batch)
         await clusters[0].wait_for(lambda: sum(c.open_watches for c in clusters) >= want, WAIT)
     peak = len(registry.live_contexts)
-    await rewrite(registry, path, base, writer, absent=batch)
+    await rewrite_kubeconfig(registry, path, base, writer=writer, absent=batch, sync_timeout=WAIT)
     return peak
 
 

@@ -12,6 +12,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from kubemux.testing import FakeCluster, make_pod
+
 _sessions: weakref.WeakSet[aiohttp.ClientSession] = weakref.WeakSet()
 _orig_init = aiohttp.ClientSession.__init__
 
@@ -55,3 +57,27 @@ async def _no_leaks() -> AsyncIterator[None]:
         problems.append(f"unclosed aiohttp sessions: {len(sessions)}")
     if problems:
         pytest.fail("; ".join(problems))
+
+
+@pytest.fixture
+async def fake_cluster() -> AsyncIterator[FakeCluster]:
+    """One FakeCluster accepting the token ``t`` (bookmarks every 0.2 s), with 10 pods
+    ``p-0``..``p-9`` in ``default`` (odd) and ``other`` (even)."""
+    async with FakeCluster(tokens={"t"}, bookmark_period=0.2, name="fake") as cluster:
+        for i in range(10):
+            cluster.create("pods", make_pod(f"p-{i}", "default" if i % 2 else "other"))
+        yield cluster
+
+
+@pytest.fixture
+async def two_clusters() -> AsyncIterator[tuple[FakeCluster, FakeCluster]]:
+    """Clusters ``a`` (token ``tok-a``, pods a-0..a-2 in default) and ``b`` (token
+    ``tok-b``, pods b-0..b-2 in kube-system)."""
+    async with (
+        FakeCluster(tokens={"tok-a"}, name="a") as a,
+        FakeCluster(tokens={"tok-b"}, name="b") as b,
+    ):
+        for i in range(3):
+            a.create("pods", make_pod(f"a-{i}"))
+            b.create("pods", make_pod(f"b-{i}", "kube-system"))
+        yield a, b

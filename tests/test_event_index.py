@@ -528,3 +528,31 @@ def test_repr_and_statistics() -> None:
     assert stats == EventIndexStatistics(buckets=2, events=3, evicted_by_cap=0, evicted_by_age=0)
     with pytest.raises(AttributeError):
         stats.buckets = 5  # type: ignore[misc]
+
+
+def test_deprecated_first_timestamp_dates_an_event() -> None:
+    """events.k8s.io/v1 events with only deprecatedFirstTimestamp are dated by it (the
+    dashboard and the index use the same event_time())."""
+    from kubemux._event_index import event_time
+
+    old = {"deprecatedFirstTimestamp": "2026-01-01T00:00:00Z"}
+    assert event_time(old) == 1767225600.0
+    index = EventIndex(clock=lambda: 2e9)
+    for name, stamp in (("newer", "2026-01-02T00:00:00Z"), ("older", "2026-01-01T00:00:00Z")):
+        index.apply(
+            "ADDED",
+            {
+                "metadata": {"namespace": "d", "name": name},
+                "regarding": {"kind": "Pod", "name": "p", "namespace": "d"},
+                "deprecatedFirstTimestamp": stamp,
+            },
+        )
+    index.apply(
+        "ADDED",
+        {
+            "metadata": {"namespace": "d", "name": "undated-later"},
+            "regarding": {"kind": "Pod", "name": "p", "namespace": "d"},
+        },
+    )
+    names = [e["metadata"]["name"] for e in index.events_for("Pod", "d", "p")]
+    assert names == ["undated-later", "newer", "older"]

@@ -184,7 +184,7 @@ async def test_list_get_and_not_found(cluster: FakeCluster, http: aiohttp.Client
     unknown = await get_json(http, cluster.server + "/api/v1/gizmos", status=404)
     assert (unknown["kind"], unknown["code"]) == ("Status", 404)
     await get_json(http, cluster.server + "/apis/nope.io/v1/things", status=404)
-    async with http.post(pods_url(cluster, "ns1"), json={}) as resp:
+    async with http.put(pods_url(cluster, "ns1"), json={}) as resp:
         assert resp.status == 405
         assert (await resp.json())["reason"] == "MethodNotAllowed"
 

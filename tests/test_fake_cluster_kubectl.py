@@ -7,7 +7,10 @@ HTTP), so these tests use a TLS cluster with a token; one test pins that quirk d
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
+import os
+import re
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -17,9 +20,23 @@ from typing import Any
 import pytest
 
 from kubemux import Resource
-from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not on PATH")
+
+
+def _kubectl_binary() -> str:
+    """kubectl 1.32 where it sits beside the one on PATH, else the one on PATH."""
+    found = shutil.which("kubectl")
+    if found:
+        pinned = os.path.join(os.path.dirname(os.path.realpath(found)), "kubectl.1.32")
+        if os.access(pinned, os.X_OK):
+            return pinned
+    return "kubectl"
+
+
+KUBECTL = _kubectl_binary()
+FIVE_HOURS_AGO = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 TOKEN = "kubectl-token"
 Json = dict[str, Any]
@@ -39,10 +56,20 @@ def kubeconfig(cluster: FakeCluster, tmp_path: Path) -> Path:
 
 
 async def kubectl(kubeconfig: Path, *args: str) -> str:
+    code, out, err = await kubectl_result(kubeconfig, *args)
+    assert code == 0, err
+    return out
+
+
+async def kubectl_result(kubeconfig: Path, *args: str) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of one kubectl run, with a discovery cache of its own."""
+    cache = kubeconfig.parent / "kubectl-cache"
     proc = await asyncio.create_subprocess_exec(
-        "kubectl",
+        KUBECTL,
         "--kubeconfig",
         str(kubeconfig),
+        "--cache-dir",
+        str(cache),
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -54,8 +81,8 @@ async def kubectl(kubeconfig: Path, *args: str) -> str:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
-    assert proc.returncode == 0, err.decode()
-    return out.decode()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
 
 
 def json_documents(text: str) -> Iterator[Json]:
@@ -76,9 +103,11 @@ async def kubectl_process(
     kubeconfig: Path, *args: str
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     proc = await asyncio.create_subprocess_exec(
-        "kubectl",
+        KUBECTL,
         "--kubeconfig",
         str(kubeconfig),
+        "--cache-dir",
+        str(kubeconfig.parent / "kubectl-cache"),
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
@@ -112,11 +141,220 @@ async def test_get_raw(cluster: FakeCluster, kubeconfig: Path) -> None:
     assert out["items"] == cluster.objects("pods", "default")
 
 
-async def test_default_table_output(kubeconfig: Path) -> None:
-    # no server-side Table support: kubectl falls back to NAME and AGE columns
-    lines = (await kubectl(kubeconfig, "get", "pods", "-A")).splitlines()
-    assert lines[0].split() == ["NAMESPACE", "NAME", "AGE"]
-    assert [line.split()[:2] for line in lines[1:]] == [["data", "db-1"], ["default", "web-1"]]
+def columns(text: str) -> list[list[str]]:
+    """kubectl's table output split on runs of two or more spaces (cells may hold one)."""
+    return [[c for c in line.split("  ") if c.strip()] for line in text.splitlines()]
+
+
+def cells(text: str) -> list[list[str]]:
+    return [[c.strip() for c in row] for row in columns(text)]
+
+
+async def test_server_side_table_output(cluster: FakeCluster, kubeconfig: Path) -> None:
+    # kubectl asks for a Table and prints the server's columns (a NAMESPACE column first)
+    out = cells(await kubectl(kubeconfig, "get", "pods", "-A"))
+    assert out[0] == ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert [row[:5] for row in out[1:]] == [
+        ["data", "db-1", "1/1", "Running", "0"],
+        ["default", "web-1", "1/1", "Running", "0"],
+    ]
+    wide = cells(await kubectl(kubeconfig, "get", "po", "-o", "wide"))
+    assert wide[0] == [
+        "NAME",
+        "READY",
+        "STATUS",
+        "RESTARTS",
+        "AGE",
+        "IP",
+        "NODE",
+        "NOMINATED NODE",
+        "READINESS GATES",
+    ]
+    assert wide[1][6:] == ["node-1", "<none>", "<none>"]
+    table = [r for r in cluster.requests if r.path == "/api/v1/namespaces/default/pods"]
+    assert table and "includeObject" not in table[-1].query  # the server's default: Metadata
+
+
+async def test_builtin_kinds_print_kubectls_columns(cluster: FakeCluster, kubeconfig: Path) -> None:
+    cluster.create(
+        "deployments.apps",
+        {
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": 3,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"spec": {"containers": [{"name": "app", "image": "nginx:1"}]}},
+            },
+            "status": {"readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2},
+        },
+    )
+    cluster.create(
+        "services",
+        {
+            "metadata": {"name": "web"},
+            "spec": {
+                "clusterIP": "10.96.0.10",
+                "ports": [{"port": 80, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}],
+                "selector": {"app": "web"},
+            },
+        },
+    )
+    cluster.create("configmaps", {"metadata": {"name": "cfg"}, "data": {"a": "1", "b": "2"}})
+    cluster.create("namespaces", {"metadata": {"name": "default"}, "status": {"phase": "Active"}})
+    cluster.create(
+        "nodes",
+        {
+            "metadata": {"name": "node-1", "labels": {"node-role.kubernetes.io/control-plane": ""}},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "nodeInfo": {"kubeletVersion": "v1.32.0"},
+            },
+        },
+    )
+    cluster.create(
+        "events",
+        {
+            "metadata": {"name": "web-1.1"},
+            "involvedObject": {"kind": "Pod", "name": "web-1", "namespace": "default"},
+            "type": "Normal",
+            "reason": "Started",
+            "message": "Started container app",
+            "source": {"component": "kubelet", "host": "node-1"},
+            "firstTimestamp": FIVE_HOURS_AGO,
+            "lastTimestamp": FIVE_HOURS_AGO,
+        },
+    )
+    expected = {
+        "deploy": (["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"], ["web", "2/3", "3", "2"]),
+        "svc": (
+            ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"],
+            ["web", "ClusterIP", "10.96.0.10", "<none>", "80/TCP,53/UDP"],
+        ),
+        "cm": (["NAME", "DATA", "AGE"], ["cfg", "2"]),
+        "ns": (["NAME", "STATUS", "AGE"], ["default", "Active"]),
+        "no": (["NAME", "STATUS", "ROLES", "AGE", "VERSION"], ["node-1", "Ready", "control-plane"]),
+        "ev": (
+            ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+            ["Normal", "Started", "pod/web-1", "Started container app"],
+        ),
+    }
+    for name, (header, row) in expected.items():
+        out = cells(await kubectl(kubeconfig, "get", name))
+        assert out[0] == header, name
+        if name == "ev":
+            assert re.fullmatch(r"5h(\d+m)?", out[1][0]) and out[1][1:] == row
+        else:
+            assert out[1][: len(row)] == row, name
+    wide = cells(await kubectl(kubeconfig, "get", "deploy", "-o", "wide"))
+    assert wide[0][5:] == ["CONTAINERS", "IMAGES", "SELECTOR"]
+    assert wide[1][5:] == ["app", "nginx:1", "app=web"]
+    # a kind without a printer: the default convertor, as kubectl shows for clusterroles
+    cluster.create(
+        "secrets", {"metadata": {"name": "s", "creationTimestamp": "2025-01-02T03:04:05Z"}}
+    )
+    assert cells(await kubectl(kubeconfig, "get", "secrets")) == [
+        ["NAME", "CREATED AT"],
+        ["s", "2025-01-02T03:04:05Z"],
+    ]
+
+
+def add_widgets(cluster: FakeCluster) -> None:
+    cluster.add_crd(
+        "example.com",
+        "widgets",
+        "Widget",
+        short_names=["wd"],
+        categories=["all"],
+        printer_columns=[
+            {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+            {"name": "Color", "type": "string", "jsonPath": ".spec.color", "priority": 1},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+    )
+    cluster.create("widgets.example.com", {"metadata": {"name": "w1"}, "spec": {"size": 3}})
+    cluster.create(
+        "widgets.example.com", {"metadata": {"name": "w2"}, "spec": {"size": 5, "color": "red"}}
+    )
+
+
+async def test_custom_resources_by_short_name_with_printer_columns(
+    cluster: FakeCluster, kubeconfig: Path
+) -> None:
+    add_widgets(cluster)
+    for name in ("widgets", "wd", "widget", "widgets.example.com", "Widget"):
+        out = cells(await kubectl(kubeconfig, "get", name))
+        assert out[0] == ["NAME", "SIZE", "AGE"], name
+        assert [row[:2] for row in out[1:]] == [["w1", "3"], ["w2", "5"]]
+    wide = cells(await kubectl(kubeconfig, "get", "wd", "-o", "wide"))
+    assert wide[0] == ["NAME", "SIZE", "COLOR", "AGE"]
+    assert wide[2][:3] == ["w2", "5", "red"]
+    everything = await kubectl(kubeconfig, "get", "all")  # the "all" category
+    assert "widget.example.com/w1" in everything and "pod/web-1" in everything
+    assert cluster.delete_crd("widgets.example.com") is not None
+    code, _, err = await kubectl_result(kubeconfig, "get", "widgets")  # cached discovery
+    assert code != 0 and "Error from server (NotFound): Unable to list" in err
+    shutil.rmtree(kubeconfig.parent / "kubectl-cache")
+    code, _, err = await kubectl_result(kubeconfig, "get", "widgets")  # fresh discovery
+    assert code != 0 and 'the server doesn\'t have a resource type "widgets"' in err
+
+
+@pytest.mark.parametrize("aggregated", [True, False])
+async def test_api_resources_aggregated_or_legacy(tmp_path: Path, aggregated: bool) -> None:
+    async with FakeCluster(tokens={TOKEN}, tls=True, aggregated_discovery=aggregated) as fake:
+        add_widgets(fake)
+        config = write_kubeconfig(tmp_path / "kubeconfig", {"fake": fake})
+        rows = [line.split() for line in (await kubectl(config, "api-resources")).splitlines()]
+        assert rows[0] == ["NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED", "KIND"]
+        by_name = {(r[0], r[-3]): r for r in rows[1:]}
+        assert by_name["widgets", "example.com/v1"] == [
+            "widgets",
+            "wd",
+            "example.com/v1",
+            "true",
+            "Widget",
+        ]
+        assert by_name["pods", "v1"] == ["pods", "po", "v1", "true", "Pod"]
+        crd = by_name["customresourcedefinitions", "apiextensions.k8s.io/v1"]
+        assert crd[1] == "crd,crds" and crd[3] == "false"
+        cats = await kubectl(config, "api-resources", "--categories", "all", "-o", "name")
+        assert "widgets.example.com" in cats.split() and "pods" in cats.split()
+        legacy = {r.path for r in fake.requests if r.path in ("/api/v1", "/apis/example.com/v1")}
+        assert legacy == (set() if aggregated else {"/api/v1", "/apis/example.com/v1"})
+
+
+async def test_watch_prints_table_rows(cluster: FakeCluster, kubeconfig: Path) -> None:
+    async with kubectl_process(kubeconfig, "get", "pods", "-w") as proc:
+        stdout = proc.stdout
+        assert stdout is not None
+
+        async def line() -> list[str]:
+            async with asyncio.timeout(10):
+                return [c.strip() for c in (await stdout.readline()).decode().split("  ") if c]
+
+        assert await line() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+        assert (await line())[:4] == ["web-1", "1/1", "Running", "0"]
+        await cluster.wait_for(lambda: cluster.open_watches == 1, timeout=10)
+        cluster.create("pods", make_pod("web-2", size=600, phase="Pending"))
+        assert (await line())[:4] == ["web-2", "0/1", "ContainerCreating", "0"]
+        cluster.delete("pods", "default", "web-1")
+        assert (await line())[:4] == ["web-1", "1/1", "Running", "0"]
+    watch = [r for r in cluster.requests if r.is_watch][-1]
+    assert watch.path == "/api/v1/namespaces/default/pods"
+
+
+async def test_forbidden_cluster_wide_list(cluster: FakeCluster, tmp_path: Path) -> None:
+    cluster.restrict("jane-token", user="jane", namespaces=["default"])
+    config = write_kubeconfig(
+        tmp_path / "jane", {"jane": FakeContext(cluster=cluster, token="jane-token")}
+    )
+    code, _, err = await kubectl_result(config, "get", "pods", "-A")
+    assert code != 0
+    assert err.strip() == (
+        'Error from server (Forbidden): pods is forbidden: User "jane" cannot list resource '
+        '"pods" in API group "" at the cluster scope'
+    )
+    out = cells(await kubectl(config, "get", "pods", "-n", "default"))
+    assert [row[0] for row in out[1:]] == ["web-1"]
 
 
 async def test_watch_prints_events(cluster: FakeCluster, kubeconfig: Path) -> None:

@@ -28,11 +28,8 @@ _sentinels = itertools.count()
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[FakeCluster]:
-    async with FakeCluster(tokens={"t"}, bookmark_period=0.2) as c:
-        for i in range(10):
-            c.create("pods", make_pod(f"p-{i}", "default" if i % 2 else "other"))
-        yield c
+def cluster(fake_cluster: FakeCluster) -> FakeCluster:
+    return fake_cluster
 
 
 @contextlib.asynccontextmanager

@@ -37,11 +37,18 @@ from kubemux import (
     WatcherRegistry,
     parse_resource,
 )
-from kubemux.testing import FakeCluster, FakeContext, kubeconfig_dict, make_pod, write_kubeconfig
+from kubemux.testing import (
+    FakeCluster,
+    FakeContext,
+    kubeconfig_dict,
+    make_pod,
+    rewrite_kubeconfig,
+    write_kubeconfig,
+)
 from kubemux.testing._workload import make_event
 
 TIMEOUT = 10
-EMPTY = {"entries": 0, "failures": 0, "subscribers": 0, "slots": 0}
+EMPTY = {"entries": 0, "failures": 0, "subscribers": 0, "slots": 0, "locks": 0}
 NEVER_RETRY = Backoff(initial_delay=3600, max_delay=3600, jitter=False)
 Specs = Mapping[str, FakeCluster | FakeContext]
 
@@ -52,26 +59,6 @@ async def following(path: Path, **kwargs: Any) -> AsyncIterator[WatcherRegistry]
     """A registry following ``path`` (entered in the test's own task, never in a fixture)."""
     async with WatcherRegistry.from_kubeconfig(str(path), debounce_delay=0.02, **kwargs) as reg:
         yield reg
-
-
-async def rewrite(
-    registry: WatcherRegistry,
-    path: Path,
-    contexts: Specs,
-    *,
-    present: Iterable[str] = (),
-    absent: Iterable[str] = (),
-) -> None:
-    """Rewrite the kubeconfig and wait until the registry has reconciled what it says."""
-    present, absent = list(present), list(absent)
-    after = registry.kubeconfig_syncs
-    write_kubeconfig(path, contexts)
-    with anyio.fail_after(TIMEOUT):
-        while True:
-            after = await registry.wait_kubeconfig_sync(after)
-            known = registry.contexts
-            if all(n in known for n in present) and not any(n in known for n in absent):
-                return
 
 
 def live_tasks() -> set[asyncio.Task[Any]]:
@@ -129,7 +116,7 @@ async def test_context_churn_through_kubeconfig_leaves_nothing(tmp_path: Path) -
             baseline = live_tasks()
             for start in range(0, 50, 10):
                 batch = {f"ctx-{k}": (a, b)[k % 2] for k in range(start, start + 10)}
-                await rewrite(registry, path, {**base, **batch}, present=batch)
+                await rewrite_kubeconfig(registry, path, {**base, **batch}, present=batch)
                 with anyio.fail_after(TIMEOUT):
                     async with anyio.create_task_group() as tg:
                         for name in batch:
@@ -137,7 +124,7 @@ async def test_context_churn_through_kubeconfig_leaves_nothing(tmp_path: Path) -
                     await a.wait_for(lambda: a.open_watches + b.open_watches == 10)
                 assert len(registry.live_contexts) == 10
                 async with registry.subscribe("pods", batch, snapshot=False) as changes:
-                    await rewrite(registry, path, base, absent=batch)
+                    await rewrite_kubeconfig(registry, path, base, absent=batch)
                     removed: set[str] = set()
                     with anyio.fail_after(TIMEOUT):
                         while len(removed) < len(batch):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -20,21 +19,10 @@ from kubemux import (
     Unauthorized,
     WatcherRegistry,
 )
-from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
+from kubemux._informer import Informer
+from kubemux.testing import FakeCluster, FakeContext, make_pod, rewrite_kubeconfig, write_kubeconfig
 
 TIMEOUT = 10
-
-
-@pytest.fixture
-async def two_clusters() -> AsyncIterator[tuple[FakeCluster, FakeCluster]]:
-    async with (
-        FakeCluster(tokens={"tok-a"}, name="a") as a,
-        FakeCluster(tokens={"tok-b"}, name="b") as b,
-    ):
-        for i in range(3):
-            a.create("pods", make_pod(f"a-{i}"))
-            b.create("pods", make_pod(f"b-{i}", "kube-system"))
-        yield a, b
 
 
 def _kubeconfig(tmp_path: Path, contexts: dict[str, FakeCluster | FakeContext]) -> Path:
@@ -43,16 +31,6 @@ def _kubeconfig(tmp_path: Path, contexts: dict[str, FakeCluster | FakeContext]) 
 
 def _names(store: kubemux.Store) -> set[str]:
     return {o["metadata"]["name"] for o in store.list()}
-
-
-async def _sync(
-    registry: WatcherRegistry, path: Path, contexts: dict[str, FakeCluster | FakeContext]
-) -> None:
-    """Rewrite the kubeconfig and wait until the registry has reconciled it."""
-    before = registry.kubeconfig_syncs
-    write_kubeconfig(path, contexts)
-    with anyio.fail_after(TIMEOUT):
-        await registry.wait_kubeconfig_sync(before)
 
 
 async def test_watch_returns_synced_store_and_follows_changes(
@@ -131,7 +109,7 @@ async def test_context_removed_from_file_stops_everything(
             await registry.watch("a", "pods")
             await b.wait_for(lambda: b.open_watches == 1)
         async with registry.subscribe("pods", ["b"], snapshot=False) as changes:
-            await _sync(registry, path, {"a": a})
+            await rewrite_kubeconfig(registry, path, {"a": a}, present=())
             with anyio.fail_after(TIMEOUT):
                 change = await changes.__anext__()
                 await b.wait_for(lambda: b.open_watches == 0)
@@ -156,7 +134,9 @@ async def test_reload_with_new_token(
         gen_before = registry.status().contexts["a"].generation
         a.tokens.add("tok-new")
         async with registry.subscribe("pods", ["a"], snapshot=False) as changes:
-            await _sync(registry, path, {"a": FakeContext(cluster=a, token="tok-new")})
+            await rewrite_kubeconfig(
+                registry, path, {"a": FakeContext(cluster=a, token="tok-new")}, present=()
+            )
             seen = []
             with anyio.fail_after(TIMEOUT):
                 while len(seen) < 4:  # RESET, then the fresh state
@@ -195,7 +175,7 @@ async def test_unchanged_fingerprint_no_churn_and_broken_file_removes_nothing(
         assert str(path) in st.kubeconfig_errors
         assert st.contexts["a"].state == "running"
         # fixing it changes nothing else
-        await _sync(registry, path, contexts)
+        await rewrite_kubeconfig(registry, path, contexts, present=())
         st = registry.status()
         assert st.kubeconfig_errors == {}
         assert st.contexts["a"].generation == gen
@@ -463,9 +443,9 @@ async def test_snapshot_during_a_sliced_initial_list_has_no_gap_or_duplicate(
                 with anyio.fail_after(TIMEOUT):
                     while registry.store("c", "pods") is None:
                         await anyio.lowlevel.checkpoint()
-                entry = registry._entries["c"]
-                informer = next(iter(entry.slots.values())).informer
-                assert informer is not None and informer._pending  # mid-announcement
+                entry = registry._gens["c"]
+                informer = next(iter(entry.slots.values())).source
+                assert isinstance(informer, Informer) and informer._pending  # mid-announcement
                 late = await stack.enter_async_context(
                     registry.subscribe("pods", ["c"], buffer_size=5000)
                 )
@@ -505,7 +485,9 @@ async def test_watch_in_flight_during_a_reload_returns_the_new_generation(
                 await a.wait_for(lambda: len(a.requests) >= 1)
             gen = registry.status().contexts["a"].generation
             a.tokens.add("tok-2")
-            await _sync(registry, path, {"a": FakeContext(cluster=a, token="tok-2")})
+            await rewrite_kubeconfig(
+                registry, path, {"a": FakeContext(cluster=a, token="tok-2")}, present=()
+            )
             a.unstall()
         assert result and len(result[0]) == 3
         assert registry.status().contexts["a"].generation != gen

@@ -121,6 +121,7 @@ async def test_stop_watcher_during_heavy_event_traffic(tmp_path: Path) -> None:
                 "failures": 0,
                 "subscribers": 0,
                 "slots": 0,
+                "locks": 0,
             }
             await wait_until(c, lambda: c.open_watches == 0)
             with anyio.fail_after(TIMEOUT):  # a new generation gets a new, full index
@@ -139,3 +140,23 @@ async def test_event_cap_per_object(tmp_path: Path, cap: int) -> None:
             with anyio.fail_after(TIMEOUT):
                 events = await reg.events_for("c", "Pod", "default", "web-1")
             assert len(events) == cap
+
+
+async def test_events_are_cached_once(tmp_path: Path) -> None:
+    """The index holds the very entries the event store caches (bytes), not decoded copies."""
+    async with FakeCluster() as c:
+        pod = c.create("pods", make_pod("web-1"))
+        emit(c, pod, "Scheduled")
+        path = write_kubeconfig(tmp_path / "config", {"c": c})
+        async with WatcherRegistry.from_kubeconfig(str(path), settings=FAST) as reg:
+            with anyio.fail_after(TIMEOUT):
+                index = await reg.event_index("c")
+            emit(c, pod, "Pulled")
+            await wait_until(c, lambda: len(index.events_for("Pod", "default", "web-1")) == 2)
+            store = reg.store("c", EVENTS)
+            assert store is not None
+            cached = {id(e) for e in store._entries(None)}
+            held = [h.event for h in index._entries.values()]
+            assert len(held) == 2 and all(id(e) in cached for e in held)
+            events = index.events_for("Pod", "default", "web-1")
+            assert [e["reason"] for e in events] == ["Pulled", "Scheduled"]

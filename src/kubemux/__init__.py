@@ -5,20 +5,22 @@ The public surface is this module, :mod:`kubemux.testing` and the ``kubemux`` co
 
 from __future__ import annotations
 
-from ._context import ContextStatus as ContextStatus
-from ._context import RegistryStatus as RegistryStatus
 from ._errors import ApiError as ApiError
 from ._errors import ClusterUnreachable as ClusterUnreachable
 from ._errors import ContextNotFound as ContextNotFound
 from ._errors import ContextRemoved as ContextRemoved
 from ._errors import Forbidden as Forbidden
+from ._errors import InternalError as InternalError
 from ._errors import KubeconfigError as KubeconfigError
 from ._errors import KubemuxError as KubemuxError
 from ._errors import NotSynced as NotSynced
+from ._errors import RegistryClosed as RegistryClosed
 from ._errors import ResourceExpired as ResourceExpired
 from ._errors import ResourceNotFound as ResourceNotFound
+from ._errors import StartTimeout as StartTimeout
 from ._errors import SubscriberOverflow as SubscriberOverflow
 from ._errors import Unauthorized as Unauthorized
+from ._errors import UnknownResource as UnknownResource
 from ._event_index import EventIndex as EventIndex
 from ._event_index import EventIndexStatistics as EventIndexStatistics
 from ._fanout import Change as Change
@@ -35,9 +37,15 @@ from ._resources import parse_resource as parse_resource
 from ._resources import register_resource as register_resource
 from ._settings import Backoff as Backoff
 from ._settings import WatchSettings as WatchSettings
+from ._status import ContextState as ContextState
+from ._status import ContextStatus as ContextStatus
+from ._status import RegistryStatus as RegistryStatus
 from ._store import Store as Store
 from ._store import by_label as by_label
 from ._store import by_owner as by_owner
+from ._table import TableColumn as TableColumn
+from ._table import TableRow as TableRow
+from ._table import TableStore as TableStore
 
 __version__ = "0.1.0"
 
@@ -50,24 +58,32 @@ __all__ = [
     "ContextDiff",
     "ContextNotFound",
     "ContextRemoved",
+    "ContextState",
     "ContextStatus",
     "EventIndex",
     "EventIndexStatistics",
     "Forbidden",
     "InformerStatus",
+    "InternalError",
     "KubeconfigError",
     "KubeconfigSnapshot",
     "KubeconfigSource",
     "KubemuxError",
     "NotSynced",
+    "RegistryClosed",
     "RegistryStatus",
     "Resource",
     "ResourceExpired",
     "ResourceNotFound",
+    "StartTimeout",
     "Store",
     "SubscriberOverflow",
     "Subscription",
+    "TableColumn",
+    "TableRow",
+    "TableStore",
     "Unauthorized",
+    "UnknownResource",
     "WatchSettings",
     "WatcherRegistry",
     "by_label",

@@ -138,6 +138,86 @@ class ContextClient:
         async with self._request(resource.path(namespace), params, t) as resp:
             yield _blocks(resp, self.server, max_line_size)
 
+    # -------------------------------------------------------- any path, any Accept header
+    # Discovery documents and Table views (kubemux._discovery, kubemux._table).
+
+    @contextlib.asynccontextmanager
+    async def _raw_request(
+        self,
+        path: str,
+        params: Mapping[str, str],
+        accept: str,
+        client_timeout: aiohttp.ClientTimeout,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        try:
+            resp: aiohttp.ClientResponse = await self._api.call_api(
+                path,
+                "GET",
+                query_params=list(params.items()),
+                header_params={"Accept": accept},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=client_timeout,
+            )
+        except (TimeoutError, aiohttp.ClientError, OSError, ssl.SSLError) as exc:
+            raise _unreachable(self.server, exc) from exc
+        try:
+            if resp.status >= 400:
+                try:
+                    body = await resp.read()
+                except (TimeoutError, aiohttp.ClientError, OSError):
+                    body = b""
+                raise api_error_from_status(resp.status, body)
+            yield resp
+        finally:
+            resp.release()
+
+    async def get_raw(
+        self,
+        path: str,
+        *,
+        accept: str = "application/json",
+        params: Mapping[str, str] | None = None,
+        request_timeout: float = 60.0,
+        connect_timeout: float = 10.0,
+    ) -> tuple[str, bytes]:
+        """GET any path with an Accept header of your choice.
+
+        Returns:
+            The response's Content-Type and its body, undecoded.
+
+        Raises:
+            ApiError: the server answered with an error status.
+            ClusterUnreachable: the server could not be reached or the response broke off.
+
+        Cancellation abandons the request and releases its connection.
+        """
+        t = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
+        async with self._raw_request(path, params or {}, accept, t) as resp:
+            try:
+                body: bytes = await resp.read()
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                raise _unreachable(self.server, exc) from exc
+            return resp.headers.get("Content-Type", ""), body
+
+    @contextlib.asynccontextmanager
+    async def watch_raw(
+        self,
+        path: str,
+        params: Mapping[str, str],
+        *,
+        accept: str,
+        inactivity_timeout: float,
+        connect_timeout: float,
+        max_line_size: int,
+    ) -> AsyncIterator[AsyncIterator[Block]]:
+        """:meth:`watch` on any path with an Accept header of your choice (Table watches)."""
+        t = aiohttp.ClientTimeout(
+            total=None, sock_connect=connect_timeout, sock_read=inactivity_timeout
+        )
+        async with self._raw_request(path, params, accept, t) as resp:
+            yield _blocks(resp, self.server, max_line_size)
+
 
 async def _blocks(
     resp: aiohttp.ClientResponse, server: str, max_line_size: int

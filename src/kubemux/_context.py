@@ -1,141 +1,85 @@
-"""One context's generation: its entry, its informer slots, failure records and status.
+"""One context generation as an active object.
 
-The :class:`~kubemux._registry.WatcherRegistry` owns these; they hold no logic that awaits.
+A :class:`ContextGeneration` owns everything one generation of one kubeconfig context runs:
+its cancel scope, its connection (HTTP session), its task group, its informer slots, its
+event index. It hears about the outside only through the :class:`Hooks` it is given and
+imports nothing of the registry.
+
+Lifecycle::
+
+    starting ──connected──► running ──request_stop()──► stopping ──► stopped
+        │  ▲                                                            ▲
+        │  └── backing off (a persistent generation retries) ◄─┐        │
+        └── connect failed ──────────────────────────────────────┴──────┘
+
+Every failure is contained here: a start that fails (or takes longer than
+``start_timeout``) is recorded and, for a persistent generation (autowatch, reload), retried
+with backoff; an informer that fails for any reason records its error in its slot and is
+retried while its siblings go on. Only cancellation crosses the generation.
 """
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import dataclasses
-import math
+import logging
 import time
-import traceback
-from collections.abc import Mapping, Sequence
-from types import TracebackType
-from typing import NoReturn
+from collections.abc import Callable, Iterable
 
 import anyio
 import anyio.abc
 
-from ._client import ContextClient
+from ._codec import Entry
+from ._connector import Connection, Connector, SlotSource
+from ._errors import ContextRemoved, StartTimeout, as_kubemux_error
 from ._event_index import EventIndex
-from ._informer import Informer, InformerKey, InformerStatus
+from ._failure import Failure
+from ._informer import InformerKey, InformerStatus
 from ._kubeconfig import ContextConfig
 from ._resources import Resource
 from ._settings import Backoff
+from ._status import ContextState
 from ._store import Store
 
-__all__ = [
-    "ContextEntry",
-    "ContextStatus",
-    "Failure",
-    "RegistryStatus",
-    "Slot",
-    "context_status",
-    "task_name",
-]
+__all__ = ["ContextGeneration", "GenerationSettings", "Hooks", "Slot", "iter_synced"]
+
+log = logging.getLogger(__name__)
+
+ChangeSink = Callable[[str, Entry, Entry | None], None]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class ContextStatus:
-    """A frozen snapshot of one context for a UI. Never holds a secret."""
+class Hooks:
+    """How a generation talks to its owner. Every hook is synchronous and must not raise."""
 
-    name: str
-    state: str  # "idle", "starting", "running", "backing off", "error", "stopping"
-    generation: int | None
-    server: str
-    cluster_name: str
-    user_name: str
-    namespace: str | None
-    source: str
-    informers: tuple[InformerStatus, ...]
-    last_error: str | None
-    retry_in: float | None  # seconds until a failed start may be retried
+    publisher: Callable[[ContextGeneration, Slot], ChangeSink]
+    """The change callback for one slot's source."""
+    final: Callable[[ContextGeneration, str, str], None]
+    """(generation, resource, change type): a final RESET or REMOVED for a resource."""
+    state_changed: Callable[[], None]
+    start_failed: Callable[[ContextGeneration, Failure | None], None]
+    """A start failed (or, with None, succeeded)."""
+    slot_failed: Callable[[ContextGeneration, InformerKey, Failure | None], None]
+    """A slot's first sync failed (or, with None, succeeded)."""
+    done: Callable[[ContextGeneration], None]
+    """The generation has exited and cleaned up (called from its ``finally``)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class RegistryStatus:
-    """A frozen snapshot of the whole registry."""
-
-    contexts: Mapping[str, ContextStatus]
-    current_context: str | None
-    kubeconfig_errors: Mapping[str, str]  # file -> error (its last good contexts are kept)
-    invalid_contexts: Mapping[str, str]  # context -> why it cannot be used
-    kubeconfig_syncs: int
-
-
-@dataclasses.dataclass(slots=True)
-class Failure:
-    """A failure kept for backoff and status; raised again without growing its traceback."""
-
-    error: BaseException
-    count: int = 0
-    retry_at: float = 0.0
-    tb: TracebackType | None = None
-
-    @classmethod
-    def record(cls, exc: BaseException, previous: Failure | None, backoff: Backoff) -> Failure:
-        count = previous.count + 1 if previous else 1
-        retry_at = time.monotonic() + backoff.delay(count)
-        # Keep the error's own stack, its frames cleared, for the re-raise; of the errors it
-        # chains (the aiohttp or OpenSSL error underneath) only type and message: their
-        # frames hold closures over the HTTP session, which clearing locals does not drop.
-        exc.with_traceback(_cleared(exc.__traceback__))
-        seen = {id(exc)}
-        link = exc.__cause__ or exc.__context__
-        while link is not None and id(link) not in seen:
-            seen.add(id(link))
-            link.with_traceback(None)
-            link = link.__cause__ or link.__context__
-        return cls(exc, count, retry_at, exc.__traceback__)
-
-    @property
-    def pending(self) -> bool:
-        """Still inside its backoff window."""
-        return time.monotonic() < self.retry_at
-
-    def reraise(self) -> NoReturn:
-        # A copy, from the saved traceback: raising the kept exception itself would hang
-        # this caller's frames (and every local in them) on it for as long as the record
-        # lives, and add them to its traceback each time.
-        raise _copy(self.error).with_traceback(self.tb)
-
-
-def _copy(error: BaseException) -> BaseException:
-    """A shallow copy of an exception, with its cause and context; itself if it cannot be
-    copied (kubemux's own errors always can)."""
-    try:
-        twin = copy.copy(error)
-    except Exception:  # noqa: BLE001 - a foreign exception that does not copy: raise it as is
-        return error
-    twin.__cause__ = error.__cause__
-    twin.__context__ = error.__context__
-    twin.__suppress_context__ = error.__suppress_context__
-    return twin
-
-
-def _cleared(tb: TracebackType | None) -> TracebackType | None:
-    """``tb`` with its frames' locals cleared, less its leading frames that are still running.
-
-    The frame that caught the exception is still running when the failure is recorded: it
-    cannot be cleared, and kept in the traceback it would keep all its locals (an entry, its
-    informer, its closed HTTP session: ~25 KB per failed context) for as long as the record.
-    """
-    while tb is not None:
-        try:
-            tb.tb_frame.clear()
-        except RuntimeError:  # still running
-            tb = tb.tb_next
-            continue
-        traceback.clear_frames(tb)
-        return tb
-    return None
+class GenerationSettings:
+    connector: Connector
+    start_backoff: Backoff
+    start_timeout: float
+    make_store: Callable[[Resource], Store]
+    event_keys: frozenset[InformerKey]
+    event_cap: int | None
+    event_max_age: float | None
 
 
 class Slot:
-    """One informer of one entry (single-flight start, then the running informer)."""
+    """One informer of one generation: single-flight first sync, then its running source."""
 
-    __slots__ = ("failure", "informer", "key", "persistent", "ready", "resource", "store")
+    __slots__ = ("failure", "key", "persistent", "ready", "resource", "source", "store")
 
     def __init__(
         self, key: InformerKey, resource: Resource, store: Store, persistent: bool
@@ -143,97 +87,295 @@ class Slot:
         self.key = key
         self.resource = resource
         self.store = store
-        self.persistent = persistent  # keep retrying the first LIST (autowatch, reloads)
-        self.informer: Informer | None = None
-        self.ready = anyio.Event()  # the first LIST attempt finished (error or not)
+        self.persistent = persistent  # keep retrying the first sync (autowatch, reloads)
+        self.source: SlotSource | None = None
+        self.ready = anyio.Event()  # the first sync attempt finished (error or not)
         self.failure: Failure | None = None
 
+    def status(self) -> InformerStatus | None:
+        return self.source.status() if self.source is not None else None
 
-class ContextEntry:
-    __slots__ = (
-        "client",
-        "config",
-        "done",
-        "event_index",
-        "failure",
-        "final_change",
-        "generation",
-        "key",
-        "last_used",
-        "reads_seen",
-        "ready",
-        "reaped",
-        "scope",
-        "slots",
-        "state",
-        "stop_reason",
-        "tg",
-    )
 
-    def __init__(self, key: str, generation: int, config: ContextConfig) -> None:
+class ContextGeneration:
+    """One generation of one context. Run it with ``task_group.start_soon(gen.run)``."""
+
+    def __init__(
+        self,
+        key: str,
+        number: int,
+        config: ContextConfig,
+        *,
+        settings: GenerationSettings,
+        hooks: Hooks,
+        persistent: bool,
+    ) -> None:
         self.key = key
-        self.generation = generation
+        self.number = number
         self.config = config
-        self.state = "starting"
-        self.scope: anyio.CancelScope | None = None
-        self.tg: anyio.abc.TaskGroup | None = None
-        self.client: ContextClient | None = None
-        self.event_index: EventIndex | None = None
+        self.persistent = persistent  # retry failed starts in place (autowatch, reload)
+        self._settings = settings
+        self._hooks = hooks
+        self.state = ContextState.STARTING
         self.slots: dict[InformerKey, Slot] = {}
-        self.ready = anyio.Event()  # client built (state running) or failed
-        self.done = anyio.Event()  # the entry's task has exited and cleaned up
-        self.failure: Failure | None = None  # the client could not be built
+        self.failure: Failure | None = None  # the last failed start
+        self.event_index: EventIndex | None = None
         self.stop_reason = ""
         self.final_change: str | None = "REMOVED"
-        self.last_used = time.monotonic()  # idle reaping: last registry call or store read
-        self.reads_seen = 0  # the stores' read counters at the last look
         self.reaped = False  # stopped for being idle: a later watch() starts it again
+        self.last_used = time.monotonic()
+        self.reads_seen = 0
+        self._scope = anyio.CancelScope()  # may be cancelled before run() enters it
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._connection: Connection | None = None
+        self._started = anyio.Event()  # connected, or the first start attempt failed
+        self._done = anyio.Event()
+        self._connected_once = False  # subscribers may hold its objects: say goodbye
 
     def __repr__(self) -> str:
         return (
-            f"<ContextEntry {self.key!r} gen={self.generation} state={self.state} "
+            f"<ContextGeneration {self.key!r} #{self.number} {self.state} "
             f"informers={len(self.slots)}>"
         )
 
+    # ------------------------------------------------------------------ queries
+    @property
+    def is_stopping(self) -> bool:
+        return self.state is ContextState.STOPPING or self._done.is_set()
 
-def context_status(
-    cfg: ContextConfig, entry: ContextEntry | None, failures: Sequence[Failure], now: float
-) -> ContextStatus:
-    """The status of one context from its entry (if any) and its failure records."""
-    informers: tuple[InformerStatus, ...] = ()
-    generation = None
-    errors: list[str] = []
-    state = "idle"
-    if entry is not None:
-        generation = entry.generation
-        informers = tuple(
-            s.informer.status() for s in entry.slots.values() if s.informer is not None
+    @property
+    def is_running(self) -> bool:
+        return self.state is ContextState.RUNNING and not self._done.is_set()
+
+    @property
+    def is_done(self) -> bool:
+        return self._done.is_set()
+
+    async def wait_started(self) -> None:
+        """Until connected, the first start attempt failed, or the generation ended."""
+        await self._started.wait()
+
+    async def wait_done(self) -> None:
+        await self._done.wait()
+
+    def specs(self) -> list[tuple[InformerKey, Resource]]:
+        """What this generation watches, to start the same informers on its successor."""
+        return [(s.key, s.resource) for s in self.slots.values()]
+
+    def informer_statuses(self) -> tuple[InformerStatus, ...]:
+        return tuple(st for s in self.slots.values() if (st := s.status()) is not None)
+
+    # ------------------------------------------------------------------ control
+    def ensure_slot(self, key: InformerKey, resource: Resource, *, persistent: bool) -> Slot:
+        """The slot for ``key``, created (and started once connected) if missing.
+
+        Raises:
+            ContextRemoved: the generation is stopping; nothing is started on it.
+        """
+        slot = self.slots.get(key)
+        if slot is not None:
+            return slot
+        if self.is_stopping:
+            raise ContextRemoved(self.key, self.stop_reason or "stopped")
+        slot = Slot(key, resource, self._settings.make_store(resource), persistent)
+        self.slots[key] = slot
+        if self._tg is not None and self._connection is not None:
+            self._start_slot(self._tg, self._connection, slot)
+        return slot
+
+    def request_stop(self, reason: str, final_change: str | None) -> None:
+        """Cancel everything of this generation (idempotent); :meth:`wait_done` to wait."""
+        if self.is_stopping:
+            return
+        self.state = ContextState.STOPPING
+        self.stop_reason = reason
+        self.final_change = final_change
+        self._hooks.state_changed()
+        self._scope.cancel(f"context {self.key!r} {reason}")
+
+    def open_event_index(self, store: Store) -> EventIndex:
+        """The generation's event index, built from ``store`` on first use."""
+        if self.event_index is None:
+            if not self.is_running or self._tg is None:
+                raise ContextRemoved(self.key, self.stop_reason or "stopped")
+            s = self._settings
+            index = EventIndex(max_events_per_object=s.event_cap, max_age=s.event_max_age)
+            index.replace(store._entries(None))
+            self.event_index = index
+            if s.event_max_age is not None:
+                self._tg.start_soon(
+                    _prune_forever,
+                    index,
+                    s.event_max_age / 10,
+                    name=f"kubemux event pruning {self.key!r}",
+                )
+        return self.event_index
+
+    # ------------------------------------------------------------------ running
+    async def run(self) -> None:
+        """Connect, run the slots, until cancelled; clean up in any case. Never raises
+        except cancellation."""
+        try:
+            with self._scope:
+                await self._run()
+        finally:
+            self._cleanup()
+
+    async def _run(self) -> None:
+        s = self._settings
+        while True:
+            try:
+                async with contextlib.AsyncExitStack() as stack:
+                    with anyio.move_on_after(s.start_timeout) as limit:
+                        connection = await stack.enter_async_context(
+                            s.connector.connect(self.config)
+                        )
+                    if limit.cancelled_caught:
+                        raise StartTimeout(self.key, s.start_timeout)
+                    tg = await stack.enter_async_context(anyio.create_task_group())
+                    self._connection, self._tg = connection, tg
+                    self._connected_once = True
+                    self.failure = None
+                    self.state = ContextState.RUNNING
+                    self._hooks.start_failed(self, None)
+                    self._started.set()
+                    self._hooks.state_changed()
+                    for slot in list(self.slots.values()):  # queued before we connected
+                        self._start_slot(tg, connection, slot)
+                    await anyio.sleep_forever()
+            except Exception as exc:
+                error = as_kubemux_error(exc, f"context {self.key!r}")
+                if error is not exc:
+                    log.error("context %r: unexpected error", self.key, exc_info=exc)
+                failure = Failure.record(error, self.failure, s.start_backoff)
+                self.failure = failure
+                self._connection, self._tg = None, None
+                self._hooks.start_failed(self, failure)
+                self._fail_waiting_slots(failure)
+                log.warning(
+                    "context %r: %s (retry in %.1fs)",
+                    self.key,
+                    failure.error,
+                    max(0.0, failure.retry_at - time.monotonic()),
+                )
+                if not self.persistent:
+                    return
+                self.state = ContextState.BACKING_OFF
+                self._started.set()
+                self._hooks.state_changed()
+                await anyio.sleep(max(0.0, failure.retry_at - time.monotonic()))
+                self.state = ContextState.STARTING
+                self._hooks.state_changed()
+
+    def _fail_waiting_slots(self, failure: Failure) -> None:
+        for slot in self.slots.values():
+            if not slot.ready.is_set():
+                slot.failure = failure
+                slot.ready.set()
+
+    def _start_slot(self, tg: anyio.abc.TaskGroup, connection: Connection, slot: Slot) -> None:
+        tg.start_soon(
+            self._run_slot, connection, slot, name=f"kubemux informer {self.key!r} {slot.key}"
         )
-        state = entry.state
-        states = {i.state for i in informers}
-        if state == "running" and ("backing off" in states or "error" in states):
-            state = "backing off"
-        elif state == "running" and informers and not all(i.has_synced for i in informers):
-            state = "starting"
-        errors = [i.last_error for i in informers if i.last_error]
-    if failures and state in ("idle", "running", "stopping"):
-        state = "backing off" if any(f.pending for f in failures) else "error"
-    errors += [str(f.error) for f in failures]
-    retry_in = max(0.0, min(f.retry_at for f in failures) - now) if failures else None
-    return ContextStatus(
-        name=cfg.name,
-        state=state,
-        generation=generation,
-        server=cfg.server,
-        cluster_name=cfg.cluster_name,
-        user_name=cfg.user_name,
-        namespace=cfg.namespace,
-        source=cfg.source,
-        informers=informers,
-        last_error=errors[0] if errors else None,
-        retry_in=retry_in if retry_in is None or math.isfinite(retry_in) else None,
-    )
+
+    async def _run_slot(self, connection: Connection, slot: Slot) -> None:
+        backoff = self._settings.start_backoff
+        failure: Failure | None = None
+        while True:
+            source = connection.source(
+                slot.resource,
+                slot.key,
+                store=slot.store,
+                on_change=self._hooks.publisher(self, slot),
+                on_state=self._hooks.state_changed,
+            )
+            slot.source = source
+            try:
+                await source.initial_sync()
+            except Exception as exc:  # noqa: BLE001 - contained per informer
+                failure = self._slot_failure(slot, exc, failure, backoff)
+                if not slot.persistent:
+                    self._drop_slot(slot)
+                    return
+                await anyio.sleep(max(0.0, failure.retry_at - time.monotonic()))
+                continue
+            failure = slot.failure = None
+            self._hooks.slot_failed(self, slot.key, None)
+            slot.ready.set()
+            self._hooks.state_changed()
+            try:
+                await source.watch_forever()
+            except Exception as exc:
+                log.error("context %r: %s failed", self.key, slot.key, exc_info=exc)
+                failure = Failure.record(
+                    as_kubemux_error(exc, f"{self.key}/{slot.key}"), failure, backoff
+                )
+                slot.failure = failure
+                self._hooks.state_changed()
+                await anyio.sleep(max(0.0, failure.retry_at - time.monotonic()))
+
+    def _slot_failure(
+        self, slot: Slot, exc: Exception, previous: Failure | None, backoff: Backoff
+    ) -> Failure:
+        error = as_kubemux_error(exc, f"context {self.key!r}: {slot.key}")
+        if error is not exc:
+            log.error("context %r: %s: unexpected error", self.key, slot.key, exc_info=exc)
+        failure = Failure.record(error, previous, backoff)
+        slot.failure = failure
+        self._hooks.slot_failed(self, slot.key, failure)
+        slot.ready.set()
+        self._hooks.state_changed()
+        log.warning("context %r: %s failed: %s", self.key, slot.key, error)
+        return failure
+
+    def _drop_slot(self, slot: Slot) -> None:
+        if self.slots.get(slot.key) is slot:
+            del self.slots[slot.key]
+        slot.store._clear()
+        slot.source = None
+        if not self.slots:  # nothing left to run: close the session too
+            self.request_stop("idle after a failed start", None)
+
+    def _cleanup(self) -> None:
+        # Runs in run()'s finally: synchronous, so it cannot be interrupted.
+        self.state = ContextState.STOPPING
+        self._connection, self._tg = None, None
+        if self.event_index is not None:
+            self.event_index.clear()
+            self.event_index = None
+        removed = ContextRemoved(self.key, self.stop_reason or "stopped")
+        for slot in self.slots.values():
+            if not slot.ready.is_set():
+                slot.failure = self.failure or Failure(removed)
+                slot.ready.set()
+            slot.store._clear()
+            slot.source = None
+        if self._connected_once and self.final_change is not None:
+            for resource in sorted({s.key.resource for s in self.slots.values()}):
+                self._hooks.final(self, resource, self.final_change)
+        self.slots.clear()
+        self._started.set()
+        self._done.set()
+        self._hooks.done(self)
+        self._hooks.state_changed()
 
 
-def task_name(entry: ContextEntry, slot: Slot) -> str:
-    return f"kubemux informer {entry.key!r} {slot.key}"
+async def _prune_forever(index: EventIndex, period: float) -> None:
+    while True:
+        await anyio.sleep(period)
+        index.prune()
+
+
+def iter_synced(
+    generations: Iterable[ContextGeneration], resource: str | None
+) -> Iterable[tuple[ContextGeneration, Slot, SlotSource]]:
+    """(generation, slot, source) of every synced slot of running generations."""
+    for gen in generations:
+        if not gen.is_running:
+            continue
+        for slot in gen.slots.values():
+            source = slot.source
+            if resource is not None and slot.key.resource != resource:
+                continue
+            if source is None or not slot.store.has_synced:
+                continue
+            yield gen, slot, source

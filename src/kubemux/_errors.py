@@ -9,11 +9,15 @@
     ├── NotSynced                  a store was read before its first LIST completed
     ├── SubscriberOverflow         a subscriber fell behind and its buffer filled up
     ├── ClusterUnreachable         (also ConnectionError) the server could not be reached
+    ├── StartTimeout               (also TimeoutError) a context did not start in time
+    ├── RegistryClosed             (also RuntimeError) the registry is not open
+    ├── InternalError              an unexpected error inside kubemux or a library (a bug)
     └── ApiError                   the API server answered with an error Status
         ├── ResourceExpired        410 Gone: the resourceVersion is too old
         ├── Unauthorized           401
         ├── Forbidden              403
         └── ResourceNotFound       (also LookupError) 404: unknown resource type or object
+            └── UnknownResource    a resource name the cluster's discovery does not know
 
 Foreign exceptions (aiohttp, yaml, OSError) are converted at the boundary with
 ``raise ... from exc`` so callers only need to catch :class:`KubemuxError`.
@@ -29,14 +33,19 @@ __all__ = [
     "ContextNotFound",
     "ContextRemoved",
     "Forbidden",
+    "InternalError",
     "KubeconfigError",
     "KubemuxError",
     "NotSynced",
+    "RegistryClosed",
     "ResourceExpired",
     "ResourceNotFound",
+    "StartTimeout",
     "SubscriberOverflow",
     "Unauthorized",
+    "UnknownResource",
     "api_error_from_status",
+    "as_kubemux_error",
 ]
 
 
@@ -101,6 +110,37 @@ class SubscriberOverflow(KubemuxError):
     """
 
 
+class StartTimeout(KubemuxError, TimeoutError):
+    """A context did not start (client built, credentials obtained) within its time limit."""
+
+    def __init__(self, context: str, timeout: float) -> None:
+        super().__init__(f"context {context!r} did not start within {timeout:g}s")
+        self.context = context
+        self.timeout = timeout
+
+
+class RegistryClosed(KubemuxError, RuntimeError):
+    """The registry is not open: use it inside ``async with registry:``."""
+
+
+class InternalError(KubemuxError):
+    """An unexpected error inside kubemux or a library it uses: a bug, contained.
+
+    Keeps the original exception's type and message; the traceback is logged once.
+    """
+
+    def __init__(self, where: str, error: BaseException) -> None:
+        detail = str(error) or type(error).__name__
+        super().__init__(f"{where}: unexpected {type(error).__name__}: {detail}")
+        self.where = where
+        self.error_type = type(error).__name__
+
+
+def as_kubemux_error(exc: BaseException, where: str) -> KubemuxError:
+    """``exc`` itself if it is a :class:`KubemuxError`, else an :class:`InternalError`."""
+    return exc if isinstance(exc, KubemuxError) else InternalError(where, exc)
+
+
 class ClusterUnreachable(KubemuxError, ConnectionError):
     """The API server could not be reached (DNS, TCP, TLS or a dropped connection)."""
 
@@ -143,6 +183,28 @@ class Forbidden(ApiError):
 
 class ResourceNotFound(ApiError, LookupError):
     """404: the resource type (or the object) does not exist on this server."""
+
+
+class UnknownResource(ResourceNotFound):
+    """A resource name that no resource served by the cluster matches (kubectl's rules).
+
+    Attributes:
+        name: The name as given.
+        context: The context whose discovery was asked, or None.
+        suggestions: Close names the cluster does serve (``widgets.example.com``), best first.
+    """
+
+    def __init__(
+        self, name: str, context: str | None = None, suggestions: tuple[str, ...] = ()
+    ) -> None:
+        where = f" (context {context!r})" if context else ""
+        message = f"the server doesn't have a resource type {name!r}{where}"
+        if suggestions:
+            message += "; did you mean " + " or ".join(repr(s) for s in suggestions) + "?"
+        super().__init__(404, "NotFound", message)
+        self.name = name
+        self.context = context
+        self.suggestions = suggestions
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {

@@ -29,10 +29,15 @@ from datetime import UTC, datetime
 from itertools import count
 from typing import Any, Final
 
-__all__ = ["EventIndex", "EventIndexStatistics", "ObjectRef"]
+from ._codec import Entry
+
+__all__ = ["EventIndex", "EventIndexStatistics", "ObjectRef", "event_time"]
 
 ObjectRef = tuple[str, str, str]
 """``(kind, namespace, name)`` of the object an Event is about; namespace ``""`` when cluster-scoped."""
+
+Event = Mapping[str, Any] | Entry
+"""An event as a mapping, or as the informer's cached entry (decoded when needed)."""
 
 _EventKey = tuple[str, str]
 """An Event's own identity: ``(metadata.namespace, metadata.name)``, else ``(namespace, "uid:<uid>")``."""
@@ -43,7 +48,13 @@ _DELETED: Final = "DELETED"
 
 # The timestamps that say when an Event last happened, best first. The first one present and
 # parseable wins; ``metadata.creationTimestamp`` is the last resort.
-_TIME_FIELDS: Final = ("eventTime", "lastTimestamp", "deprecatedLastTimestamp", "firstTimestamp")
+_TIME_FIELDS: Final = (
+    "eventTime",
+    "lastTimestamp",
+    "deprecatedLastTimestamp",
+    "firstTimestamp",
+    "deprecatedFirstTimestamp",
+)
 
 # Internal dicts never shrink when keys are deleted (a CPython dict keeps its table), so after a
 # big churn an empty-looking dict could still hold megabytes. An emptied dict is replaced by a
@@ -72,23 +83,27 @@ class EventIndexStatistics:
     evicted_by_age: int
 
 
-class _Entry:
-    """One held event. ``(time, seq)`` orders entries; higher is newer."""
+class _Held:
+    """One held event. ``(time, seq)`` orders them; higher is newer.
+
+    ``event`` is the mapping given, or the informer's cached :class:`~kubemux._codec.Entry`
+    itself (the bytes its store holds: an event is cached once, decoded when read).
+    """
 
     __slots__ = ("event", "ref", "seq", "time")
 
-    def __init__(self, event: Mapping[str, Any], ref: ObjectRef, stamp: float, seq: int) -> None:
+    def __init__(self, event: Event, ref: ObjectRef, stamp: float, seq: int) -> None:
         self.event = event
         self.ref = ref
         self.time = stamp
         self.seq = seq
 
 
-def _order(entry: _Entry) -> tuple[float, int]:
+def _order(entry: _Held) -> tuple[float, int]:
     return (entry.time, entry.seq)
 
 
-def _item_order(item: tuple[_EventKey, _Entry]) -> tuple[float, int]:
+def _item_order(item: tuple[_EventKey, _Held]) -> tuple[float, int]:
     return (item[1].time, item[1].seq)
 
 
@@ -111,8 +126,14 @@ def _parse_time(value: object) -> float | None:
     return parsed.timestamp()
 
 
-def _event_time(event: Mapping[str, Any]) -> float | None:
-    """The event's best timestamp (see :class:`EventIndex`), or ``None`` if it has none."""
+def event_time(event: Mapping[str, Any]) -> float | None:
+    """An Event's best timestamp in POSIX seconds, or ``None`` if it has none.
+
+    The first present and parseable of ``series.lastObservedTime``, ``eventTime``,
+    ``lastTimestamp``, ``deprecatedLastTimestamp``, ``firstTimestamp``,
+    ``deprecatedFirstTimestamp``, ``metadata.creationTimestamp`` (both Event shapes). The
+    one place kubemux dates an Event: the index orders by it and the dashboard shows it.
+    """
     series = _mapping(event.get("series"))
     if series is not None:
         parsed = _parse_time(series.get("lastObservedTime"))
@@ -182,8 +203,10 @@ class EventIndex:
           object's other too-old events with it. Objects that receive nothing are only aged by
           :meth:`prune`, which the owner should call periodically (it scans every event).
 
-    The stored mappings are the ones given (no copy): treat what :meth:`events_for` returns as
-    read-only. Not thread-safe: mutate from one thread.
+    Mappings given are stored as they are (no copy): treat what :meth:`events_for` returns
+    as read-only. Cached entries given by an informer are stored as the same entry its store
+    holds (an event is cached once) and decoded into a fresh dict when read. Not thread-safe:
+    mutate from one thread.
     """
 
     __slots__ = (
@@ -221,8 +244,8 @@ class EventIndex:
         self._max_age = max_age
         self._clock = clock
         # The only two containers; every entry of each is there because an event is held.
-        self._buckets: dict[ObjectRef, dict[_EventKey, _Entry]] = {}
-        self._entries: dict[_EventKey, _Entry] = {}
+        self._buckets: dict[ObjectRef, dict[_EventKey, _Held]] = {}
+        self._entries: dict[_EventKey, _Held] = {}
         self._buckets_peak = 0
         self._entries_peak = 0
         self._seq = count()
@@ -231,7 +254,7 @@ class EventIndex:
 
     # --- mutation -----------------------------------------------------------------------------
 
-    def apply(self, event_type: str, event: Mapping[str, Any]) -> None:
+    def apply(self, event_type: str, event: Event) -> None:
         """Apply one watch event: ``"ADDED"``, ``"MODIFIED"`` or ``"DELETED"``.
 
         Other types (``BOOKMARK``, ``ERROR``) are ignored, as is ``DELETED`` for an event the
@@ -240,14 +263,14 @@ class EventIndex:
         if event_type in (_ADDED, _MODIFIED):
             self._upsert(event, None)
         elif event_type == _DELETED:
-            key = _event_key(event)
+            key = _event_key(event.decode() if isinstance(event, Entry) else event)
             if key is not None:
                 entry = self._entries.pop(key, None)
                 if entry is not None:
                     self._unlink(key, entry)
                     self._compact()
 
-    def replace(self, events: Iterable[Mapping[str, Any]]) -> None:
+    def replace(self, events: Iterable[Event]) -> None:
         """Make the index hold exactly ``events`` (after a relist).
 
         Events no longer listed are dropped with their buckets, as if deleted. Limits apply as
@@ -301,7 +324,9 @@ class EventIndex:
         bucket = self._buckets.get((kind, namespace or "", name))
         if bucket is None:
             return []
-        return [entry.event for entry in sorted(bucket.values(), key=_order, reverse=True)]
+        return [
+            _mapping_of(held.event) for held in sorted(bucket.values(), key=_order, reverse=True)
+        ]
 
     def objects(self) -> list[ObjectRef]:
         """The objects that currently have events, as ``(kind, namespace, name)``."""
@@ -332,10 +357,9 @@ class EventIndex:
 
     # --- internals ----------------------------------------------------------------------------
 
-    def _upsert(
-        self, event: Mapping[str, Any], previous: Mapping[_EventKey, _Entry] | None
-    ) -> None:
-        """Add or update ``event``. ``previous``: the pre-relist entries, during :meth:`replace`."""
+    def _upsert(self, given: Event, previous: Mapping[_EventKey, _Held] | None) -> None:
+        """Add or update ``given``. ``previous``: the pre-relist entries, during :meth:`replace`."""
+        event = given.decode() if isinstance(given, Entry) else given
         key = _event_key(event)
         if key is None:
             return
@@ -349,7 +373,7 @@ class EventIndex:
                 self._compact()
             return
 
-        stamp = _event_time(event)
+        stamp = event_time(event)
         now = 0.0
         if stamp is None or self._max_age is not None:
             now = self._clock()
@@ -367,7 +391,7 @@ class EventIndex:
             previous is not None
             and prior is not None
             and (rv := _resource_version(event))
-            and rv == _resource_version(prior.event)
+            and rv == _rv_of(prior.event)
         ):
             seq = prior.seq  # unchanged across the relist: keep its place among ties
         else:
@@ -375,7 +399,7 @@ class EventIndex:
 
         if old is not None and old.ref != ref:  # the event now regards another object
             self._unlink(key, old)
-        entry = _Entry(event, ref, stamp, seq)
+        entry = _Held(given, ref, stamp, seq)
         self._entries[key] = entry
         bucket = self._buckets.get(ref)
         if bucket is None:
@@ -387,7 +411,7 @@ class EventIndex:
         if len(bucket) > 1:
             self._limit(ref, bucket, now)
 
-    def _limit(self, ref: ObjectRef, bucket: dict[_EventKey, _Entry], now: float) -> None:
+    def _limit(self, ref: ObjectRef, bucket: dict[_EventKey, _Held], now: float) -> None:
         """Enforce ``max_age`` and ``max_events_per_object`` on one (non-empty) bucket."""
         if self._max_age is not None:
             cutoff = now - self._max_age
@@ -410,7 +434,7 @@ class EventIndex:
         if not bucket:  # unreachable while the arriving event is the newest, kept for safety
             del self._buckets[ref]
 
-    def _unlink(self, key: _EventKey, entry: _Entry) -> None:
+    def _unlink(self, key: _EventKey, entry: _Held) -> None:
         """Remove ``entry`` from its bucket, dropping the bucket if that emptied it."""
         bucket = self._buckets.get(entry.ref)
         if bucket is None:
@@ -435,6 +459,14 @@ class EventIndex:
         elif self._buckets_peak >= _COMPACT_MIN and buckets * 4 < self._buckets_peak:
             self._buckets = dict(self._buckets)
             self._buckets_peak = buckets
+
+
+def _mapping_of(event: Event) -> Mapping[str, Any]:
+    return event.decode() if isinstance(event, Entry) else event
+
+
+def _rv_of(event: Event) -> str | None:
+    return event.resource_version if isinstance(event, Entry) else _resource_version(event)
 
 
 def _resource_version(event: Mapping[str, Any]) -> str | None:

@@ -222,6 +222,7 @@ class Subscription:
             send.send_nowait(change)
         except anyio.WouldBlock:
             self._overflowed = True
+            self._fanout.overflows += 1
             send.close()
             self._fanout._discard(self)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -312,6 +313,7 @@ class Fanout:
 
     def __init__(self) -> None:
         self._subs: dict[int, Subscription] = {}
+        self.overflows = 0  # subscribers closed for falling behind, ever
 
     def __len__(self) -> int:
         return len(self._subs)

@@ -18,7 +18,9 @@ __all__ = ["BUILTIN_RESOURCES", "Resource", "parse_resource", "register_resource
 class Resource:
     """One API resource type, e.g. ``Resource(group="apps", version="v1", plural="deployments")``.
 
-    ``group`` is ``""`` for the core API.
+    ``group`` is ``""`` for the core API. ``singular``, ``short_names``, ``categories`` and
+    ``verbs`` are what discovery reports (empty when unknown); they take no part in equality
+    or hashing.
     """
 
     group: str
@@ -26,6 +28,12 @@ class Resource:
     plural: str
     namespaced: bool = True
     kind: str = ""
+    # what discovery says besides the identity; not part of equality or hashing, so a
+    # resource resolved through discovery is the same key as the one written by hand
+    singular: str = dataclasses.field(default="", compare=False, repr=False)
+    short_names: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    categories: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    verbs: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
     @property
     def api_version(self) -> str:

@@ -33,13 +33,13 @@ import anyio.to_thread
 import orjson
 
 from . import __version__
-from ._context import RegistryStatus
 from ._errors import ContextNotFound, KubemuxError
 from ._fanout import Change
 from ._kubeconfig import load_kubeconfig
 from ._redact import redact_text, redact_url, terminal_safe
 from ._registry import WatcherRegistry
 from ._resources import parse_resource
+from ._status import RegistryStatus
 
 __all__ = ["main", "run"]
 

@@ -2,6 +2,8 @@
 
 ``FakeCluster`` serves the list/watch protocol on 127.0.0.1; tests create and change objects
 through its Python API and script faults (dropped watches, 5xx, stalls, compaction, restarts).
+It also serves aggregated and legacy discovery, CustomResourceDefinitions created and deleted
+at runtime, the Table format (kubectl's columns) and per-token RBAC by namespace.
 ``write_kubeconfig`` points kubeconfig contexts at running clusters; ``make_pod`` builds
 realistic pod bodies; ``simulate_workload`` keeps a cluster busy the way ``kubemux demo``
 does (pods through their lifecycle, with Events: ``make_event``, ``set_pod_state``).
@@ -15,6 +17,7 @@ from ._kubeconfig_writer import FakeContext as FakeContext
 from ._kubeconfig_writer import kubeconfig_dict as kubeconfig_dict
 from ._kubeconfig_writer import write_kubeconfig as write_kubeconfig
 from ._objects import make_pod as make_pod
+from ._reconcile import rewrite_kubeconfig as rewrite_kubeconfig
 from ._workload import make_event as make_event
 from ._workload import set_pod_state as set_pod_state
 from ._workload import simulate_workload as simulate_workload
@@ -26,6 +29,7 @@ __all__ = [
     "kubeconfig_dict",
     "make_event",
     "make_pod",
+    "rewrite_kubeconfig",
     "set_pod_state",
     "simulate_workload",
     "write_kubeconfig",

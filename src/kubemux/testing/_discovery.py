@@ -1,6 +1,8 @@
 """Discovery documents: ``/version``, ``/api``, ``/apis``, ``/apis/{group}[/{version}]``.
 
-Plain JSON only (no aggregated discovery): clients such as kubectl fall back to these.
+Legacy discovery (``APIVersions``, ``APIGroupList``, ``APIGroup``, ``APIResourceList``) and
+aggregated discovery (``APIGroupDiscoveryList``, ``apidiscovery.k8s.io`` v2 and v2beta1), which
+``/api`` and ``/apis`` answer when the Accept header asks for it, as kube-apiserver 1.30+ does.
 """
 
 from __future__ import annotations
@@ -8,9 +10,19 @@ from __future__ import annotations
 from typing import Any
 
 from .._resources import Resource
-from ._state import ObjectStore
+from ._state import ObjectStore, version_priority
 
-__all__ = ["VERSION_INFO", "api_versions", "group_list", "groups", "resource_list"]
+__all__ = [
+    "DISCOVERY_VERSIONS",
+    "VERSION_INFO",
+    "aggregated",
+    "api_versions",
+    "group_list",
+    "groups",
+    "resource_list",
+]
+
+DISCOVERY_VERSIONS = ("v2", "v2beta1")
 
 _VERBS = ["get", "list", "watch"]
 _SHORT_NAMES = {
@@ -67,16 +79,22 @@ def api_versions(host: str) -> dict[str, Any]:
     }
 
 
-def groups(store: ObjectStore) -> dict[str, dict[str, Any]]:
-    """Group name -> its ``APIGroup`` document (``/apis/{group}``), named groups only."""
+def _group_versions(store: ObjectStore) -> dict[str, list[str]]:
+    """Named group -> its served versions, preferred first."""
     found: dict[str, list[str]] = {}
     for res in store.resources():
         if res.group:
             versions = found.setdefault(res.group, [])
-            if res.version not in versions:
-                versions.append(res.version)
+            for version in store.served_versions(res):
+                if version not in versions:
+                    versions.append(version)
+    return {g: sorted(v, key=version_priority) for g, v in found.items()}
+
+
+def groups(store: ObjectStore) -> dict[str, dict[str, Any]]:
+    """Group name -> its ``APIGroup`` document (``/apis/{group}``), named groups only."""
     out: dict[str, dict[str, Any]] = {}
-    for group, versions in found.items():
+    for group, versions in _group_versions(store).items():
         entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
         out[group] = {
             "kind": "APIGroup",
@@ -97,9 +115,15 @@ def group_list(store: ObjectStore) -> dict[str, Any]:
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": entries}
 
 
+def _served(store: ObjectStore, group: str, version: str) -> list[Resource]:
+    return [
+        r for r in store.resources() if r.group == group and version in store.served_versions(r)
+    ]
+
+
 def resource_list(store: ObjectStore, group: str, version: str) -> dict[str, Any] | None:
     """``/api/v1`` or ``/apis/{group}/{version}``: the resources served there (None: none)."""
-    found = [r for r in store.resources() if r.group == group and r.version == version]
+    found = _served(store, group, version)
     if not found:
         return None
     return {
@@ -110,18 +134,65 @@ def resource_list(store: ObjectStore, group: str, version: str) -> dict[str, Any
     }
 
 
-def _api_resource(store: ObjectStore, res: Resource) -> dict[str, Any]:
+def describe(store: ObjectStore, res: Resource) -> tuple[str, str, list[str], list[str], list[str]]:
+    """``(kind, singular, short names, categories, verbs)`` of a served resource."""
     kind = store.state(res).kind
+    if res.verbs:  # a CRD's resource: its names come from the CRD
+        return kind, res.singular, list(res.short_names), list(res.categories), list(res.verbs)
+    short = _SHORT_NAMES.get(res.plural) if res.group in _SHORT_NAME_GROUPS else None
+    all_category = res.plural in _ALL_CATEGORY and res.group in ("", "apps", "batch")
+    return kind, kind.lower(), list(short or ()), ["all"] if all_category else [], _VERBS
+
+
+def _api_resource(store: ObjectStore, res: Resource) -> dict[str, Any]:
+    kind, singular, short, categories, verbs = describe(store, res)
     entry: dict[str, Any] = {
         "name": res.plural,
-        "singularName": kind.lower(),
+        "singularName": singular,
         "namespaced": res.namespaced,
         "kind": kind,
-        "verbs": _VERBS,
+        "verbs": verbs,
     }
-    short = _SHORT_NAMES.get(res.plural)
-    if short and res.group in _SHORT_NAME_GROUPS:
+    if short:
         entry["shortNames"] = short
-    if res.plural in _ALL_CATEGORY and res.group in ("", "apps", "batch"):
-        entry["categories"] = ["all"]
+    if categories:
+        entry["categories"] = categories
     return entry
+
+
+def aggregated(store: ObjectStore, *, core: bool, version: str) -> dict[str, Any]:
+    """``/api`` (core) or ``/apis`` as an ``APIGroupDiscoveryList`` of ``version``."""
+    if core:
+        plan: dict[str, list[str]] = {"": ["v1"]}
+    else:
+        plan = _group_versions(store)
+    items: list[dict[str, Any]] = []
+    for group, versions in plan.items():
+        metadata: dict[str, Any] = {"creationTimestamp": None}
+        if group:
+            metadata = {"name": group, "creationTimestamp": None}
+        entries = []
+        for gv in versions:
+            resources = []
+            for res in _served(store, group, gv):
+                kind, singular, short, categories, verbs = describe(store, res)
+                entry: dict[str, Any] = {
+                    "resource": res.plural,
+                    "responseKind": {"group": "", "version": "", "kind": kind},
+                    "scope": "Namespaced" if res.namespaced else "Cluster",
+                    "singularResource": singular,
+                    "verbs": verbs,
+                }
+                if short:
+                    entry["shortNames"] = short
+                if categories:
+                    entry["categories"] = categories
+                resources.append(entry)
+            entries.append({"version": gv, "resources": resources, "freshness": "Current"})
+        items.append({"metadata": metadata, "versions": entries})
+    return {
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": f"apidiscovery.k8s.io/{version}",
+        "metadata": {},
+        "items": items,
+    }

@@ -25,19 +25,33 @@ Faithful to kube-apiserver:
   The request validation is the real one (422 ``Invalid`` for a bad combination);
 * bearer-token auth with a 401 Status, discovery (``/version``, ``/api``, ``/apis``, group
   versions) good enough for ``kubectl get`` and ``kubectl api-resources``; every error
-  answer is a ``Status`` JSON body.
+  answer is a ``Status`` JSON body;
+* aggregated discovery (``APIGroupDiscoveryList`` v2 and v2beta1 from ``/api`` and ``/apis``
+  when the Accept header asks for it; ``aggregated_discovery=False`` serves legacy
+  discovery only, like a server older than 1.26);
+* CustomResourceDefinitions: creating one (:meth:`FakeCluster.add_crd`, ``create``, or a
+  POST) serves its resource at every served version, listed in discovery with its short
+  names and categories; deleting it withdraws the resource (404), drops its objects and
+  ends its open watches;
+* the Table format (``Accept: application/json;as=Table;v=v1;g=meta.k8s.io``, with
+  ``includeObject``) for LIST and WATCH, with kube-apiserver's columns for pods,
+  deployments, services, configmaps, nodes, namespaces and events, a CRD's
+  ``additionalPrinterColumns``, and ``Name``/``Created At`` for the rest; in a watch only
+  the first event carries the column definitions;
+* per-token RBAC by namespace and resource (:meth:`FakeCluster.restrict`), answered with
+  the 403 Status the RBAC authorizer writes.
 
 Simplified:
 
-* only GET is served (other verbs get 405); objects are changed through the Python API, and
-  discovery lists only the ``get``, ``list`` and ``watch`` verbs;
+* only GET, POST (create) and DELETE are served (other verbs get 405); objects are mostly
+  changed through the Python API, and discovery lists only the ``get``, ``list`` and
+  ``watch`` verbs for built-in resources;
 * deletes are immediate (no finalizers, no graceful deletion); ``update`` does not check
   ``metadata.resourceVersion`` (no 409 conflicts); ``generation`` bumps when ``spec``
   changes;
 * field selectors accept any dotted path (the real server allows a per-type list) and
   compare the field's string form; missing fields compare as ``""``;
-* no Table, protobuf or aggregated discovery answers: JSON only (kubectl copes);
-  ``/openapi/*`` is 404;
+* no protobuf answers: JSON only (kubectl copes); ``/openapi/*`` is 404;
 * a LIST with a resourceVersion newer than the server's answers 504 at once (the real one
   waits up to 3 s first); a WATCH from a future resourceVersion starts at the current one;
 * ``streaming_list=False`` answers a streaming list with the 422 of a server whose WatchList
@@ -65,7 +79,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from .._resources import Resource
-from ._http import ApiServer, RecordedRequest, StreamingList, _Fault
+from ._http import Access, ApiServer, RecordedRequest, StreamingList, _Fault
 from ._state import RAW_LINE, Event, ObjectStore, Stored
 
 __all__ = ["FakeCluster", "RecordedRequest"]
@@ -121,6 +135,10 @@ class FakeCluster:
         chunk_buffer: Bytes a watch response buffers before it sends an HTTP chunk. The
             default is Go's (2048), which is what kube-apiserver clients see; a large value
             sends big chunks, cheaper to read than any real cluster's stream.
+        aggregated_discovery: Answer ``/api`` and ``/apis`` with an
+            ``APIGroupDiscoveryList`` when asked; False: legacy discovery only.
+        table_format: Answer Table requests with Tables; False: plain objects, like an
+            aggregated API server without Table support.
         name: A label for ``repr`` and logs.
     """
 
@@ -135,6 +153,8 @@ class FakeCluster:
         streaming_list: StreamingList = True,
         expired_as_http: bool = False,
         chunk_buffer: int = 2048,
+        aggregated_discovery: bool = True,
+        table_format: bool = True,
         name: str = "fake",
     ) -> None:
         self.name = name
@@ -147,6 +167,8 @@ class FakeCluster:
             streaming_list=streaming_list,
             expired_as_http=expired_as_http,
             chunk_buffer=chunk_buffer,
+            aggregated_discovery=aggregated_discovery,
+            table_format=table_format,
         )
         self._runner: web.ServerRunner | None = None
         self._server: _TrackingServer | None = None
@@ -279,7 +301,116 @@ class FakeCluster:
         """
         return self._api.tokens
 
+    def restrict(
+        self,
+        token: str,
+        *,
+        user: str,
+        namespaces: Iterable[str] | None = None,
+        resources: Iterable[str] | None = None,
+    ) -> None:
+        """Limit what ``token`` may read, like namespace-scoped RoleBindings.
+
+        Requests outside the limits get the 403 ``Forbidden`` Status kube-apiserver writes
+        (``pods is forbidden: User "x" cannot list resource "pods" in API group "" at the
+        cluster scope``). Discovery stays open. With authentication on, the token is also
+        added to :attr:`tokens`.
+
+        Args:
+            token: The bearer token.
+            user: The user name the messages give.
+            namespaces: Namespaces it may use; None: every namespace and the cluster scope.
+                When given, cluster-wide requests and cluster-scoped resources are forbidden.
+            resources: Resources it may use, by full kubectl name (``pods``,
+                ``deployments.apps``); None: all.
+        """
+        self._api.access[token] = Access(
+            user=user,
+            namespaces=frozenset(namespaces) if namespaces is not None else None,
+            resources=frozenset(resources) if resources is not None else None,
+        )
+        if self._api.auth_required:
+            self._api.tokens.add(token)
+
+    def unrestrict(self, token: str) -> None:
+        """Lift the limits :meth:`restrict` put on ``token``."""
+        self._api.access.pop(token, None)
+
     # ------------------------------------------------------------------ objects
+    def add_crd(
+        self,
+        group: str,
+        plural: str,
+        kind: str,
+        *,
+        versions: Iterable[str] = ("v1",),
+        namespaced: bool = True,
+        singular: str | None = None,
+        short_names: Iterable[str] = (),
+        categories: Iterable[str] = (),
+        printer_columns: Iterable[Mapping[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """Create a ``CustomResourceDefinition`` (apiextensions.k8s.io/v1) named ``plural.group``.
+
+        Its resource is served at once at every version in ``versions`` (discovery prefers
+        the highest by Kubernetes version priority) and listed in discovery; objects can be
+        created with ``create("<plural>.<group>", ...)``. :meth:`delete_crd` withdraws it.
+
+        Args:
+            printer_columns: ``additionalPrinterColumns`` (``name``, ``type``, ``jsonPath``,
+                optional ``priority``, ``description``, ``format``) for every version; None
+                gives the default ``Age`` column, as the API server does.
+
+        Returns:
+            A copy of the stored CRD.
+        """
+        names: dict[str, Any] = {
+            "plural": plural,
+            "singular": singular or kind.lower(),
+            "kind": kind,
+            "listKind": f"{kind}List",
+        }
+        if short := list(short_names):
+            names["shortNames"] = short
+        if cats := list(categories):
+            names["categories"] = cats
+        columns = list(printer_columns) if printer_columns is not None else None
+        version_list = list(versions)
+        entries: list[dict[str, Any]] = []
+        for index, version in enumerate(version_list):
+            entry: dict[str, Any] = {
+                "name": version,
+                "served": True,
+                "storage": index == 0,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+            if columns is not None:
+                entry["additionalPrinterColumns"] = columns
+            entries.append(entry)
+        crd = {
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {
+                "group": group,
+                "names": names,
+                "scope": "Namespaced" if namespaced else "Cluster",
+                "versions": entries,
+            },
+        }
+        return self._store.create("customresourcedefinitions", crd)
+
+    def delete_crd(self, name: str) -> dict[str, Any] | None:
+        """Delete the CRD ``name`` (``plural.group``): its resource 404s, its watches end.
+
+        Returns:
+            The deleted CRD, or None if there was none.
+        """
+        return self._store.delete("customresourcedefinitions", None, name)
+
     def register_resource(self, resource: Resource) -> None:
         """Serve a custom resource type and list it in discovery.
 

@@ -12,7 +12,17 @@ from typing import Any, Literal
 import orjson
 from aiohttp import hdrs, web
 
-from ._discovery import VERSION_INFO, api_versions, group_list, groups, resource_list
+from .._resources import Resource
+from ._discovery import (
+    DISCOVERY_VERSIONS,
+    VERSION_INFO,
+    aggregated,
+    api_versions,
+    group_list,
+    groups,
+    resource_list,
+)
+from ._printers import Printer, crd_printer, printer_for, row_object
 from ._protocol import (
     BadRequest,
     Selector,
@@ -33,7 +43,7 @@ from ._state import (
     Watch,
 )
 
-__all__ = ["ApiServer", "RecordedRequest"]
+__all__ = ["Access", "ApiServer", "RecordedRequest"]
 
 StreamingList = bool | Literal["ignore"]
 
@@ -44,6 +54,8 @@ _PREFIX = {
     DELETED: b'{"type":"DELETED","object":',
 }
 _JSON = "application/json"
+_TABLE_TYPE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+_INCLUDE_OBJECT = ("Metadata", "Object", "None")
 _WATCHLIST_OFF = (
     "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"
 )
@@ -78,6 +90,49 @@ class RecordedRequest:
     is_watch: bool
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Access:
+    """What one bearer token may read: RBAC reduced to namespaces and resources.
+
+    Attributes:
+        user: The user name the 403 messages name.
+        namespaces: Namespaces it may use (None: all, cluster scope included). When set,
+            cluster-wide requests and cluster-scoped resources are forbidden.
+        resources: Resources it may use, by full name (``pods``, ``deployments.apps``);
+            None: all.
+    """
+
+    user: str
+    namespaces: frozenset[str] | None = None
+    resources: frozenset[str] | None = None
+
+    def allows(self, resource: Resource, namespace: str | None) -> bool:
+        """Whether a request for ``resource`` in ``namespace`` (None: all) is allowed."""
+        if self.resources is not None and resource.name not in self.resources:
+            return False
+        if self.namespaces is None:
+            return True
+        return resource.namespaced and namespace is not None and namespace in self.namespaces
+
+
+def _media_types(accept: str) -> list[tuple[str, dict[str, str]]]:
+    """Parse an Accept header into (media type, parameters), in the order given."""
+    out: list[tuple[str, dict[str, str]]] = []
+    for part in accept.split(","):
+        fields = [f.strip() for f in part.split(";")]
+        params: dict[str, str] = {}
+        for field in fields[1:]:
+            key, _, value = field.partition("=")
+            params[key.strip().lower()] = value.strip()
+        if fields[0]:
+            out.append((fields[0].lower(), params))
+    return out
+
+
+def _is_json(media_type: str) -> bool:
+    return media_type in ("application/json", "application/*", "*/*")
+
+
 @dataclasses.dataclass(slots=True)
 class _Fault:
     remaining: int
@@ -110,6 +165,12 @@ def _status(
 ) -> web.Response:
     body = status_body(code, reason, message, details=details, metadata=metadata)
     return web.Response(status=code, body=orjson.dumps(body), content_type=_JSON, headers=headers)
+
+
+def _method_not_allowed() -> web.Response:
+    return _status(
+        405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+    )
 
 
 def _not_found() -> web.Response:
@@ -253,6 +314,8 @@ class ApiServer:
         streaming_list: StreamingList,
         expired_as_http: bool,
         chunk_buffer: int = 2048,
+        aggregated_discovery: bool = True,
+        table_format: bool = True,
     ) -> None:
         if chunk_buffer < 1:
             raise ValueError(f"chunk_buffer must be positive, not {chunk_buffer}")
@@ -263,6 +326,9 @@ class ApiServer:
         self.bookmark_period = bookmark_period
         self.streaming_list = streaming_list
         self.expired_as_http = expired_as_http
+        self.aggregated_discovery = aggregated_discovery
+        self.table_format = table_format
+        self.access: dict[str, Access] = {}  # token -> its limits (absent: everything)
         self.requests: list[RecordedRequest] = []
         self.watches: set[Watch] = set()
         self.faults: list[_Fault] = []
@@ -368,12 +434,8 @@ class ApiServer:
                 )
             if self.auth_required and (token is None or token not in self.tokens):
                 return _status(401, "Unauthorized", "Unauthorized")
-            if request.method != "GET":
-                return _status(
-                    405,
-                    "MethodNotAllowed",
-                    "the server does not allow this method on the requested resource",
-                )
+            if request.method not in ("GET", "POST", "DELETE"):
+                return _method_not_allowed()
             return await self._route(request, path, query, is_watch, token)
         except BadRequest as exc:
             return _status(400, "BadRequest", str(exc))
@@ -389,6 +451,9 @@ class ApiServer:
         token: str | None,
     ) -> web.StreamResponse:
         parts = [p for p in path.split("/") if p]
+        method = request.method
+        if method != "GET" and (not parts or parts[0] not in ("api", "apis") or is_watch):
+            return _method_not_allowed()
         if not parts:
             return _json({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/version"]})
         head = parts[0]
@@ -398,11 +463,11 @@ class ApiServer:
             return _json(VERSION_INFO)
         if head == "api":
             if len(parts) == 1:
-                return _json(api_versions(request.host))
+                return self._discovery(request, core=True)
             group, version, rest = "", parts[1], parts[2:]
         elif head == "apis":
             if len(parts) == 1:
-                return _json(group_list(self.store))
+                return self._discovery(request, core=False)
             if len(parts) == 2:
                 group_info = groups(self.store).get(parts[1])
                 return _json(group_info) if group_info else _not_found()
@@ -426,6 +491,21 @@ class ApiServer:
             name is not None and namespaced and namespace is None
         ):
             return _not_found()
+        if (method == "POST" and name is not None) or (method == "DELETE" and name is None):
+            return _method_not_allowed()
+        verb = {"POST": "create", "DELETE": "delete"}.get(method) or (
+            "watch" if is_watch else "get" if name is not None else "list"
+        )
+        access = self.access.get(token) if token is not None else None
+        if access is not None and not access.allows(state.resource, namespace):
+            return _forbidden(access.user, verb, state.resource, namespace, name)
+        if method == "POST":
+            return await self._create(request, state, namespace)
+        if method == "DELETE":
+            return self._delete(state, namespace, name or "")
+        table = self._table_printer(request, state, version, query)
+        if isinstance(table, web.Response):
+            return table
         field_selector = query.get("fieldSelector", "")
         if name is not None:
             if not is_watch:
@@ -434,8 +514,110 @@ class ApiServer:
             field_selector = f"{field_selector},{extra}" if field_selector else extra
         selector = Selector.parse(namespace, query.get("labelSelector", ""), field_selector)
         if is_watch:
-            return await self._watch(request, state, selector, query, token)
-        return self._list(state, selector, query)
+            return await self._watch(request, state, selector, query, token, table)
+        return self._list(state, selector, query, table)
+
+    # ------------------------------------------------------------------ discovery
+    def _discovery(self, request: web.BaseRequest, *, core: bool) -> web.Response:
+        """``/api`` or ``/apis``: aggregated when the Accept header asks for it and it is on."""
+        accept = request.headers.get(hdrs.ACCEPT, "")
+        for media_type, params in _media_types(accept) or [("*/*", {})]:
+            if not _is_json(media_type):
+                continue
+            kind = params.get("as")
+            if kind is None:
+                break  # plain JSON: legacy discovery
+            if (
+                self.aggregated_discovery
+                and kind == "APIGroupDiscoveryList"
+                and params.get("g") == "apidiscovery.k8s.io"
+                and params.get("v") in DISCOVERY_VERSIONS
+            ):
+                version = params["v"]
+                body = aggregated(self.store, core=core, version=version)
+                content_type = (
+                    f"application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList"
+                )
+                return web.Response(
+                    body=orjson.dumps(body), headers={hdrs.CONTENT_TYPE: content_type}
+                )
+        else:
+            if accept:
+                return _status(
+                    406, "NotAcceptable", f"only the following media types are accepted: {_JSON}"
+                )
+        return _json(api_versions(request.host) if core else group_list(self.store))
+
+    # ------------------------------------------------------------------ Table
+    def _table_printer(
+        self, request: web.BaseRequest, state: ResourceState, version: str, query: dict[str, str]
+    ) -> tuple[Printer, str] | web.Response | None:
+        """(printer, includeObject) when the client asked for a Table; None for objects."""
+        if not self.table_format:
+            return None
+        accept = request.headers.get(hdrs.ACCEPT, "")
+        wants_table = False
+        for media_type, params in _media_types(accept):
+            if not _is_json(media_type):
+                continue
+            if params.get("as") is None:
+                break
+            if (
+                params.get("as") == "Table"
+                and params.get("g") == "meta.k8s.io"
+                and (params.get("v") == "v1")
+            ):
+                wants_table = True
+                break
+        if not wants_table:
+            return None
+        include = query.get("includeObject") or "Metadata"
+        if include not in _INCLUDE_OBJECT:
+            raise BadRequest(
+                f'includeObject: Unsupported value: "{include}": supported values: '
+                '"Metadata", "None", "Object"'
+            )
+        res = state.resource
+        crd = self.store.crds.get((res.group, res.plural))
+        if crd is not None:
+            return crd_printer(crd.columns.get(version)), include
+        return printer_for(res.group, res.plural), include
+
+    # ------------------------------------------------------------------ writes
+    async def _create(
+        self, request: web.BaseRequest, state: ResourceState, namespace: str | None
+    ) -> web.Response:
+        try:
+            obj = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"the request body is not JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise BadRequest("the request body is not a JSON object")
+        meta = dict(obj.get("metadata") or {})
+        if namespace is not None:
+            meta["namespace"] = namespace
+        try:
+            created = self.store.create(state.resource, {**obj, "metadata": meta})
+        except ValueError as exc:
+            name = meta.get("name", "")
+            details: dict[str, Any] = {"name": name, "kind": state.resource.plural}
+            if state.resource.group:
+                details["group"] = state.resource.group
+            if "already exists" in str(exc):
+                return _status(
+                    409,
+                    "AlreadyExists",
+                    f'{state.resource.name} "{name}" already exists',
+                    details=details,
+                )
+            raise BadRequest(str(exc)) from None
+        return _json(created, status=201)
+
+    def _delete(self, state: ResourceState, namespace: str | None, name: str) -> web.Response:
+        deleted = self.store.delete(state.resource, namespace, name)
+        if deleted is None:
+            return self._get(state, namespace, name)  # the 404 a GET would answer
+        return _json(deleted)
 
     # ------------------------------------------------------------------ GET and LIST
     def _get(self, state: ResourceState, namespace: str | None, name: str) -> web.Response:
@@ -450,7 +632,11 @@ class ApiServer:
         return web.Response(body=stored.raw, content_type=_JSON)
 
     def _list(
-        self, state: ResourceState, selector: Selector, query: dict[str, str]
+        self,
+        state: ResourceState,
+        selector: Selector,
+        query: dict[str, str],
+        table: tuple[Printer, str] | None = None,
     ) -> web.Response:
         store = self.store
         limit = max(0, _int_param(query, "limit"))
@@ -510,6 +696,10 @@ class ApiServer:
             meta["continue"] = encode_continue(snapshot, last)
             if not selector.filters_content:
                 meta["remainingItemCount"] = remaining
+        if table is not None:
+            printer, include = table
+            doc = _table_doc(printer, include, [stored.obj for stored in page], meta, columns=True)
+            return web.Response(body=orjson.dumps(doc), headers={hdrs.CONTENT_TYPE: _TABLE_TYPE})
         body = b"".join(
             (
                 b'{"kind":',
@@ -580,6 +770,7 @@ class ApiServer:
         selector: Selector,
         query: dict[str, str],
         token: str | None,
+        table: tuple[Printer, str] | None = None,
     ) -> web.StreamResponse:
         store = self.store
         send_initial, error = self._watch_options(query)
@@ -592,6 +783,8 @@ class ApiServer:
             raise BadRequest(f"invalid timeoutSeconds: {query['timeoutSeconds']!r}") from None
         rv_text = query.get("resourceVersion", "")
         watch = Watch(state, selector, token)
+        if table is not None:
+            watch.table = [table[0], table[1], True]  # printer, includeObject, columns due
         if send_initial == "true" or (send_initial is None and rv_text in ("", "0")):
             watch.queue.extend(store.initial_events(state, selector))
             if send_initial == "true" and bookmarks:
@@ -612,7 +805,11 @@ class ApiServer:
         self.watches.add(watch)
         self.notify()
         response = web.StreamResponse(
-            status=200, headers={hdrs.CONTENT_TYPE: _JSON, hdrs.CACHE_CONTROL: "no-cache, private"}
+            status=200,
+            headers={
+                hdrs.CONTENT_TYPE: _TABLE_TYPE if table is not None else _JSON,
+                hdrs.CACHE_CONTROL: "no-cache, private",
+            },
         )
         response.enable_chunked_encoding()
         try:
@@ -657,6 +854,9 @@ class ApiServer:
                 if watch.queue:
                     await asyncio.sleep(0)  # let object operations and other streams run
                 continue
+            if watch.finished:  # the resource went away (its CRD was deleted)
+                await body.end()
+                return
             if watch.expired is not None:
                 error = {"type": "ERROR", "object": status_body(410, "Expired", watch.expired)}
                 body.write(orjson.dumps(error) + b"\n")
@@ -667,7 +867,7 @@ class ApiServer:
                 await body.end()
                 return
             if now >= next_bookmark:
-                body.write(self._bookmark(watch.state, self.store.rv, end=False))
+                body.write(self._bookmark(watch.state, self.store.rv, end=False, table=watch.table))
                 body.flush()
                 await body.send()
                 next_bookmark = now + period
@@ -688,7 +888,7 @@ class ApiServer:
             event = queue.popleft()
             kind = event.type
             if kind == INITIAL_END:
-                write(self._bookmark(watch.state, event.rv, end=True))
+                write(self._bookmark(watch.state, event.rv, end=True, table=watch.table))
                 continue
             if kind == RAW_LINE:
                 write(event.cur.raw + b"\n")
@@ -700,13 +900,94 @@ class ApiServer:
                     continue
                 kind = seen
             raw = event.cur.raw
+            if watch.table is not None:
+                raw = _table_event(watch.table, event.cur.obj)
             write(b"".join((_PREFIX[kind], raw, b"}\n")))
             size += len(raw)
 
     @staticmethod
-    def _bookmark(state: ResourceState, rv: int, *, end: bool) -> bytes:
+    def _bookmark(state: ResourceState, rv: int, *, end: bool, table: Any = None) -> bytes:
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if end:
             meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-        obj = {"kind": state.kind, "apiVersion": state.resource.api_version, "metadata": meta}
+        obj: dict[str, Any] = {
+            "kind": state.kind,
+            "apiVersion": state.resource.api_version,
+            "metadata": meta,
+        }
+        if table is not None:  # a row-less Table that carries the resourceVersion
+            obj = {
+                "kind": "Table",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": {"resourceVersion": str(rv)},
+                "columnDefinitions": None,
+                "rows": [
+                    {
+                        "cells": [],
+                        "object": {
+                            **obj,
+                            "kind": "PartialObjectMetadata",
+                            "apiVersion": "meta.k8s.io/v1",
+                        },
+                    }
+                ],
+            }
         return orjson.dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
+
+
+def _table_doc(
+    printer: Printer,
+    include: str,
+    objs: list[dict[str, Any]],
+    meta: Mapping[str, Any],
+    *,
+    columns: bool,
+) -> dict[str, Any]:
+    """A ``meta.k8s.io/v1`` Table of ``objs``."""
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": dict(meta),
+        "columnDefinitions": printer.columns if columns else None,
+        "rows": [{"cells": printer.cells(obj), "object": row_object(obj, include)} for obj in objs],
+    }
+
+
+def _table_event(table: list[Any], obj: dict[str, Any]) -> bytes:
+    """One watch event's object as a one-row Table; only the first carries the columns."""
+    printer, include, columns = table
+    table[2] = False
+    meta = obj.get("metadata") or {}
+    doc = _table_doc(
+        printer,
+        include,
+        [obj],
+        {"resourceVersion": meta.get("resourceVersion", "")},
+        columns=columns,
+    )
+    return orjson.dumps(doc)
+
+
+def _forbidden(
+    user: str, verb: str, resource: Resource, namespace: str | None, name: str | None
+) -> web.Response:
+    """The 403 kube-apiserver's RBAC authorizer writes."""
+    subject = f'{resource.name} "{name}"' if name else resource.name
+    where = (
+        f'in the namespace "{namespace}"'
+        if namespace is not None and resource.namespaced
+        else "at the cluster scope"
+    )
+    details: dict[str, Any] = {}
+    if name:
+        details["name"] = name
+    if resource.group:
+        details["group"] = resource.group
+    details["kind"] = resource.plural
+    return _status(
+        403,
+        "Forbidden",
+        f'{subject} is forbidden: User "{user}" cannot {verb} resource "{resource.plural}" '
+        f'in API group "{resource.group}" {where}',
+        details=details,
+    )

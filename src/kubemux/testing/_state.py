@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import dataclasses
 import datetime as dt
+import re
 import secrets
 import time
 import uuid
@@ -31,9 +33,11 @@ __all__ = [
     "INITIAL_END",
     "MODIFIED",
     "RAW_LINE",
+    "CrdInfo",
     "Event",
     "ObjectStore",
     "Watch",
+    "version_priority",
 ]
 
 ADDED = "ADDED"
@@ -44,6 +48,68 @@ RAW_LINE = "RAW_LINE"  # a test-injected line, sent verbatim
 """Queue marker: the initial events of a streaming list end here (becomes a BOOKMARK)."""
 
 _TOP_KEYS = ("kind", "apiVersion", "metadata")
+_CRD_GROUP = "apiextensions.k8s.io"
+_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
+
+
+def version_priority(version: str) -> tuple[int, int, int, str]:
+    """Sort key of Kubernetes version priority: v2 > v1 > v1beta2 > v1beta1 > v1alpha1 > foo."""
+    match = _VERSION.match(version)
+    if match is None:
+        return (3, 0, 0, version)
+    stage = {None: 0, "beta": 1, "alpha": 2}[match.group(2)]
+    return (stage, -int(match.group(1)), -int(match.group(3) or 0), version)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CrdInfo:
+    """What one CustomResourceDefinition serves."""
+
+    resource: Resource  # at the preferred version, with names, short names and categories
+    versions: tuple[str, ...]  # served, by version priority (preferred first)
+    columns: Mapping[str, list[dict[str, Any]]]  # version -> additionalPrinterColumns
+
+    @classmethod
+    def parse(cls, crd: Mapping[str, Any]) -> CrdInfo | None:
+        """Read a CRD object; None when it names no group or plural or serves no version."""
+        spec = crd.get("spec") or {}
+        names = spec.get("names") or {}
+        group, plural = str(spec.get("group") or ""), str(names.get("plural") or "")
+        served = [
+            v
+            for v in spec.get("versions") or []
+            if isinstance(v, Mapping) and v.get("served", True)
+        ]
+        if not group or not plural or not served:
+            return None
+        versions = tuple(sorted((str(v.get("name")) for v in served), key=version_priority))
+        kind = str(names.get("kind") or "")
+        resource = Resource(
+            group=group,
+            version=versions[0],
+            plural=plural,
+            kind=kind,
+            namespaced=spec.get("scope", "Namespaced") != "Cluster",
+            singular=str(names.get("singular") or kind.lower()),
+            short_names=tuple(names.get("shortNames") or ()),
+            categories=tuple(names.get("categories") or ()),
+            verbs=(
+                "delete",
+                "deletecollection",
+                "get",
+                "list",
+                "patch",
+                "create",
+                "update",
+                "watch",
+            ),
+        )
+        columns = {
+            str(v.get("name")): list(v.get("additionalPrinterColumns") or []) for v in served
+        }
+        return cls(resource, versions, columns)
+
+
 _META_ORDER = (
     "name",
     "generateName",
@@ -95,7 +161,17 @@ _NO_OBJECT = Stored(b"{}", {})
 class Watch:
     """One open watch stream: the events it still has to send, and why it should end."""
 
-    __slots__ = ("dropped", "expired", "queue", "selector", "state", "token", "wake")
+    __slots__ = (
+        "dropped",
+        "expired",
+        "finished",
+        "queue",
+        "selector",
+        "state",
+        "table",
+        "token",
+        "wake",
+    )
 
     def __init__(self, state: ResourceState, selector: Selector, token: str | None) -> None:
         self.state = state
@@ -104,7 +180,9 @@ class Watch:
         self.queue: deque[Event] = deque()
         self.wake = asyncio.Event()
         self.dropped = False
+        self.finished = False  # end the stream cleanly once the queue is sent (CRD deleted)
         self.expired: str | None = None  # message of the in-stream 410 still to send
+        self.table: Any = None  # (printer, includeObject) when the client asked for Tables
 
     def push(self, events: Iterable[Event]) -> None:
         """Queue events for this stream and wake its writer."""
@@ -207,6 +285,7 @@ class ObjectStore:
         self._states: dict[tuple[str, str], ResourceState] = {}
         self._extra: dict[tuple[str, str], Resource] = {}
         self._builtin = {(r.group, r.plural): r for r in BUILTIN_RESOURCES}
+        self.crds: dict[tuple[str, str], CrdInfo] = {}  # (group, plural) -> what a CRD serves
 
     # ------------------------------------------------------------------ resource types
     def register(self, resource: Resource) -> ResourceState:
@@ -230,12 +309,63 @@ class ObjectStore:
         """The resource served at ``/apis/{group}/{version}/{plural}``, if any."""
         ident = (group, plural)
         res = self._extra.get(ident) or self._builtin.get(ident)
-        if res is None or res.version != version:
+        if res is None:
+            return None
+        crd = self.crds.get(ident)
+        if version not in (crd.versions if crd is not None else (res.version,)):
             return None
         return self.state(res)
 
+    def served_versions(self, res: Resource) -> tuple[str, ...]:
+        """The versions ``res`` is served at, preferred first."""
+        crd = self.crds.get((res.group, res.plural))
+        return crd.versions if crd is not None else (res.version,)
+
+    # ------------------------------------------------------------------ CRDs
+    def _crd_event(self, state: ResourceState, events: Iterable[Event]) -> None:
+        """Serve, change or withdraw custom resources as their CRDs come and go."""
+        if (
+            state.resource.group != _CRD_GROUP
+            or state.resource.plural != "customresourcedefinitions"
+        ):
+            return
+        for event in events:
+            if event.type == DELETED:
+                self._withdraw(event.cur.obj)
+            else:
+                self._serve(event.cur.obj)
+
+    def _serve(self, crd: Mapping[str, Any]) -> None:
+        info = CrdInfo.parse(crd)
+        if info is None:
+            return
+        ident = (info.resource.group, info.resource.plural)
+        self.crds[ident] = info
+        self._extra[ident] = info.resource
+        register_resource(info.resource)
+        state = self._states.get(ident)
+        if state is not None:
+            state.resource = info.resource
+        else:
+            self._states[ident] = ResourceState(info.resource)
+
+    def _withdraw(self, crd: Mapping[str, Any]) -> None:
+        info = CrdInfo.parse(crd)
+        if info is None:
+            return
+        ident = (info.resource.group, info.resource.plural)
+        if self.crds.pop(ident, None) is None:
+            return
+        self._extra.pop(ident, None)
+        state = self._states.pop(ident, None)
+        if state is not None:  # the custom objects go with it; their watches end
+            for watch in state.watchers:
+                watch.finished = True
+                watch.wake.set()
+            state.watchers.clear()
+
     def resources(self) -> list[Resource]:
-        """Every served resource type: the built-in table, then registered ones."""
+        """Every served resource type: the built-in table, then registered ones (and CRDs)."""
         return [*BUILTIN_RESOURCES, *self._extra.values()]
 
     def oldest_rv(self, state: ResourceState) -> int:
@@ -306,6 +436,7 @@ class ObjectStore:
             if events:
                 state.invalidate_keys()
                 state.record(events, self.history_limit)
+                self._crd_event(state, events)
                 self._on_change()
         return events
 
@@ -338,7 +469,9 @@ class ObjectStore:
         key, stored = self._build(state, obj, old, rv)
         self.rv = rv
         state.objects[key] = stored
-        state.record([Event(MODIFIED, rv, key, stored, old)], self.history_limit)
+        events = [Event(MODIFIED, rv, key, stored, old)]
+        state.record(events, self.history_limit)
+        self._crd_event(state, events)
         self._on_change()
         return _copy(stored)
 
@@ -365,7 +498,9 @@ class ObjectStore:
         self.rv += 1
         final = {**old.obj, "metadata": {**old.obj["metadata"], "resourceVersion": str(self.rv)}}
         stored = Stored(orjson.dumps(final), final)
-        state.record([Event(DELETED, self.rv, key, stored, old)], self.history_limit)
+        events = [Event(DELETED, self.rv, key, stored, old)]
+        state.record(events, self.history_limit)
+        self._crd_event(state, events)
         self._on_change()
         return _copy(stored)
 

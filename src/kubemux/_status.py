@@ -1,0 +1,138 @@
+"""What :meth:`WatcherRegistry.status` shows: frozen values, never a secret.
+
+States are :class:`enum.StrEnum` members, so they compare equal to their strings
+(``status.state == "running"``) and serialise as them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._informer import InformerStatus
+from ._redact import redact_text, redact_url
+
+__all__ = ["ContextState", "ContextStatus", "RegistryStatus"]
+
+
+class ContextState(enum.StrEnum):
+    """The state of one context as a UI shows it."""
+
+    IDLE = "idle"
+    """Known from the kubeconfig, nothing running."""
+    STARTING = "starting"
+    """A generation is connecting, or an informer has not finished its first LIST."""
+    RUNNING = "running"
+    """Every informer is synced and watching."""
+    BACKING_OFF = "backing off"
+    """Something failed and will be tried again (see ``retry_in`` and ``last_error``)."""
+    ERROR = "error"
+    """The last start failed; the next ``watch()`` tries again."""
+    STOPPING = "stopping"
+    """The generation is being stopped."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ContextStatus:
+    """A frozen snapshot of one context for a UI. Never holds a secret.
+
+    ``server`` is shown with any ``user:password@`` replaced by ``***@``.
+    """
+
+    name: str
+    state: ContextState
+    generation: int | None
+    server: str
+    cluster_name: str
+    user_name: str
+    namespace: str | None
+    source: str
+    informers: tuple[InformerStatus, ...]
+    last_error: str | None
+    retry_in: float | None  # seconds until a failed start may be retried
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (plain str, int, float, bool, None, lists and dicts)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["state"] = str(self.state)
+        out["informers"] = [
+            {f.name: _plain(getattr(i, f.name)) for f in dataclasses.fields(i)}
+            for i in self.informers
+        ]
+        return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RegistryStatus:
+    """A frozen snapshot of the whole registry."""
+
+    contexts: Mapping[str, ContextStatus]
+    current_context: str | None
+    kubeconfig_errors: Mapping[str, str]  # file -> error (its last good contexts are kept)
+    invalid_contexts: Mapping[str, str]  # context -> why it cannot be used
+    kubeconfig_syncs: int
+    subscribers: int = 0  # open subscriptions
+    subscriber_overflows: int = 0  # subscriptions closed by SubscriberOverflow, ever
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict, the one form the CLI (``-o json``) and the dashboard serve.
+
+        ``contexts`` is a list in kubeconfig order; each item is
+        :meth:`ContextStatus.to_json`.
+        """
+        return {
+            "contexts": [c.to_json() for c in self.contexts.values()],
+            "current_context": self.current_context,
+            "kubeconfig_errors": dict(self.kubeconfig_errors),
+            "invalid_contexts": dict(self.invalid_contexts),
+            "kubeconfig_syncs": self.kubeconfig_syncs,
+            "subscribers": self.subscribers,
+            "subscriber_overflows": self.subscriber_overflows,
+        }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def build_context_status(
+    *,
+    name: str,
+    server: str,
+    cluster_name: str,
+    user_name: str,
+    namespace: str | None,
+    source: str,
+    state: ContextState,
+    generation: int | None,
+    informers: tuple[InformerStatus, ...],
+    errors: Sequence[str],
+    retry_in: float | None,
+) -> ContextStatus:
+    """A :class:`ContextStatus` with the state a UI should show and secrets redacted."""
+    states = {i.state for i in informers}
+    if state is ContextState.RUNNING:
+        if "backing off" in states or "error" in states:
+            state = ContextState.BACKING_OFF
+        elif informers and not all(i.has_synced for i in informers):
+            state = ContextState.STARTING
+    return ContextStatus(
+        name=name,
+        state=state,
+        generation=generation,
+        server=redact_url(server),
+        cluster_name=cluster_name,
+        user_name=user_name,
+        namespace=namespace,
+        source=source,
+        informers=informers,
+        last_error=redact_text(errors[0]) if errors else None,
+        retry_in=retry_in if retry_in is None or math.isfinite(retry_in) else None,
+    )
