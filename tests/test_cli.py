@@ -421,3 +421,18 @@ async def test_a_closed_pipe_ends_watch_quietly(tmp_path: Path) -> None:
                 await process.wait()
     assert out.decode().splitlines()[-1] == "exit=0"
     assert errors.read_text() == ""
+
+
+async def test_status_shows_errors_in_its_table_only(tmp_path: Path) -> None:
+    async with FakeCluster() as dead:
+        server = dead.server
+    path = write_kubeconfig(tmp_path / "config", {"dead": FakeContext(cluster=server)})
+    code, out, err = await kubemux_process(
+        "status", "--probe", "pods", "--timeout", "3", "--kubeconfig", str(path)
+    )
+    assert code == 1 and f"cannot reach {server}" in out
+    assert err == "kubemux: error: the probe of pods failed in 1 of 1 contexts: 'dead'\n"
+    code, out, err = await kubemux_process(
+        "status", "-f", "--probe", "pods", "--duration", "3", "--kubeconfig", str(path)
+    )
+    assert code == 0 and f"cannot reach {server}" in out and err == ""

@@ -298,7 +298,8 @@ def configure_logging(verbose: int = 0, level: str | None = None) -> None:
 
 @contextlib.contextmanager
 def _startup(verbose: int) -> Iterator[None]:
-    """Hold the library's warnings back while a command starts (unless ``-v``)."""
+    """Hold the library's warnings back while a command starts, or while it shows a table
+    that holds the same errors (unless ``-v``)."""
     if verbose:
         yield
         return
@@ -519,8 +520,9 @@ async def _follow_status(args: argparse.Namespace, out: TextIO) -> int:
     """Print the status table, then again each time it reads differently (Ctrl-C ends)."""
     autowatch = [parse_resource(args.probe)] if args.probe else []
     registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, autowatch=autowatch)
+    # the table shows every error, and again when it changes: no warnings beside it
     async with registry:
-        with anyio.move_on_after(args.duration):
+        with _startup(getattr(args, "verbose", 0)), anyio.move_on_after(args.duration):
             last = ""
             while True:
                 version = registry.status_version
