@@ -73,6 +73,7 @@ BATCH = 500  # changes per ``changes`` event
 RETRY_MS = 1000  # EventSource reconnection delay
 NEWS_DELAY = 0.1  # seconds between a row change and the contexts panel's update
 QUEUE = 4  # encoded events a stream holds for its response
+COUNTS_PERIOD = 1.0  # seconds between contexts panels sent only for new object counts
 ENCODED_CHANGES = 8192  # live changes whose encoding is kept for the other streams
 
 
@@ -286,21 +287,27 @@ class Stream:
         """Send the contexts panel whenever it changed.
 
         Every ``NEWS_DELAY`` the stream looks whether a context or informer changed state
-        (the registry's ``status_version``, which also moves on kubeconfig syncs) or rows
-        changed (for object counts), and at least every ``status_period`` (for backoff
+        (the registry's ``status_version``, which also moves on kubeconfig syncs: sent at
+        once) or rows changed (object counts: sent at most every ``COUNTS_PERIOD``, as with
+        many streams every send counts), and at least every ``status_period`` (for backoff
         countdowns); the panel itself is built once for every stream. A plain sleep per
         look: no task, no cancel scope per stream and change.
         """
         registry = self._registry
         last: bytes | None = None
-        seen: tuple[int, int] | None = None
-        refresh = 0.0
+        seen: int | None = None
+        refresh = counts_due = 0.0
+        counted = -1
         while True:
             now = anyio.current_time()
-            mark = (registry.status_version, self._dash.row_changes)
-            if mark != seen or now >= refresh:
-                seen, refresh = mark, now + self._dash.status_period
-                payload = self._contexts(mark[0])
+            version, rows = registry.status_version, self._dash.row_changes
+            # a state change goes out at once; object counts at most every COUNTS_PERIOD
+            moved = version != seen or (rows != counted and now >= counts_due)
+            if moved or now >= refresh:
+                seen, counted = version, rows
+                refresh = now + self._dash.status_period
+                counts_due = now + min(COUNTS_PERIOD, self._dash.status_period)
+                payload = self._contexts(version)
                 if payload != last:
                     await self._emit("contexts", payload)
                     last = payload
