@@ -157,7 +157,6 @@ class Dashboard:
         self.max_streams = max_streams
         self.stream_send_timeout = stream_send_timeout
         self.streams = 0  # open event streams
-        self.row_changes = 0  # batches of row changes sent (object counts may have moved)
         self.snapshots = SnapshotCache()
         self._contexts_cache: tuple[int, float, bytes] | None = None
         self._external = registry

@@ -74,7 +74,7 @@ RETRY_MS = 1000  # EventSource reconnection delay
 NEWS_DELAY = 0.1  # seconds between a row change and the contexts panel's update
 QUEUE = 4  # encoded events a stream holds for its response
 COUNTS_PERIOD = 1.0  # seconds between contexts panels sent only for new object counts
-ENCODED_CHANGES = 8192  # live changes whose encoding is kept for the other streams
+ENCODED_CHANGES = 1024  # live changes whose encoding is kept for the other streams
 
 
 def encode_event(event: str, data: object, *, retry: int | None = None) -> bytes:
@@ -249,7 +249,6 @@ class Stream:
                         await self._send.send(
                             encode_event("changes", b"[" + b",".join(map(encoded, batch)) + b"]")
                         )
-                        self._dash.row_changes += 1
                 except SubscriberOverflow as exc:
                     log.info("dashboard stream fell behind, resynchronising: %s", exc)
                     continue
@@ -286,32 +285,25 @@ class Stream:
     async def _contexts_loop(self) -> None:
         """Send the contexts panel whenever it changed.
 
-        Every ``NEWS_DELAY`` the stream looks whether a context or informer changed state
-        (the registry's ``status_version``, which also moves on kubeconfig syncs: sent at
-        once) or rows changed (object counts: sent at most every ``COUNTS_PERIOD``, as with
-        many streams every send counts), and at least every ``status_period`` (for backoff
-        countdowns); the panel itself is built once for every stream. A plain sleep per
-        look: no task, no cancel scope per stream and change.
+        A state change (the registry's ``status_version``, which also moves on kubeconfig
+        syncs) goes out at once, a burst of them coalesced over ``NEWS_DELAY``; object
+        counts and backoff countdowns are looked at every ``COUNTS_PERIOD`` (or
+        ``status_period`` if shorter). The panel itself is built once for every stream, and
+        a stream waits with one timer, no task: with many streams every wakeup and every
+        send counts.
         """
         registry = self._registry
         last: bytes | None = None
-        seen: int | None = None
-        refresh = counts_due = 0.0
-        counted = -1
+        period = min(COUNTS_PERIOD, self._dash.status_period)
         while True:
-            now = anyio.current_time()
-            version, rows = registry.status_version, self._dash.row_changes
-            # a state change goes out at once; object counts at most every COUNTS_PERIOD
-            moved = version != seen or (rows != counted and now >= counts_due)
-            if moved or now >= refresh:
-                seen, counted = version, rows
-                refresh = now + self._dash.status_period
-                counts_due = now + min(COUNTS_PERIOD, self._dash.status_period)
-                payload = self._contexts(version)
-                if payload != last:
-                    await self._emit("contexts", payload)
-                    last = payload
-            await anyio.sleep(NEWS_DELAY)
+            version = registry.status_version
+            payload = self._contexts(version)
+            if payload != last:
+                await self._emit("contexts", payload)
+                last = payload
+            with anyio.move_on_after(period):
+                await registry.wait_status_change(version)
+                await anyio.sleep(NEWS_DELAY)  # coalesce: many contexts may flap at once
 
     def _contexts(self, version: int) -> bytes:
         """The contexts panel as JSON; one encoding per state serves every stream."""
