@@ -7,6 +7,8 @@ takes ~50-300 ms to deliver an event, plus the debounce delay.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,8 @@ import yaml
 
 from kubemux._errors import KubeconfigError
 from kubemux._kubeconfig import ContextConfig, load_kubeconfig
-from kubemux._kubeconfig_watch import ContextDiff, KubeconfigSource, _DiffStream, diff_snapshots
+from kubemux._kubeconfig_diff import DiffStream as _DiffStream
+from kubemux._kubeconfig_watch import ContextDiff, KubeconfigSource, diff_snapshots
 
 DEBOUNCE = 0.05
 WAIT = 5.0
@@ -166,6 +169,8 @@ async def test_half_written_file_removes_nothing(tmp_path: Path) -> None:
 
 
 async def test_referenced_token_file_change(tmp_path: Path) -> None:
+    # A token file rotates in place (projected service-account tokens, kubelet's atomic
+    # swaps): its contents are the credential layer's business and never restart a context.
     secrets = tmp_path / "secrets"
     secrets.mkdir()
     (secrets / "token").write_text("one")
@@ -174,13 +179,17 @@ async def test_referenced_token_file_change(tmp_path: Path) -> None:
     path = write(tmp_path / "kube" / "config", doc)
     async with KubeconfigSource(path, debounce_delay=DEBOUNCE) as source:
         assert source.snapshot.referenced_files == {str(secrets / "token")}
+        before = source.contexts["a"].fingerprint
         (secrets / "token").write_text("two")
-        diff = (await wait_for(source, lambda d: not d.is_empty))[-1]
-        assert names(diff.changed) == ["a"]
-        # an atomic replace of the token file (how kubelet and most tools rotate it)
+        assert (await source.sync_now()).is_empty
         tmp = secrets / ".token.new"
         tmp.write_text("three")
         os.replace(tmp, secrets / "token")
+        assert (await source.sync_now()).is_empty
+        assert source.contexts["a"].fingerprint == before
+        # a new path does restart it
+        doc["users"][0]["user"] = {"tokenFile": "../secrets/token2"}
+        write(path, doc)
         diff = (await wait_for(source, lambda d: not d.is_empty))[-1]
         assert names(diff.changed) == ["a"]
 
@@ -402,3 +411,75 @@ async def test_logs_have_no_secrets(tmp_path: Path, caplog: pytest.LogCaptureFix
     assert "failed to load" in caplog.text
     assert "1 added" in caplog.text
     assert secret not in caplog.text
+
+
+async def test_in_place_rewrites_never_remove_a_context_present_in_every_version(
+    tmp_path: Path,
+) -> None:
+    # A writer truncates the file and writes it back in two halves, 100 times a second; the
+    # first half alone is valid YAML that lacks most contexts. Only a read of a settled
+    # file is the truth: no diff may remove a context that every version has.
+    always = [f"ctx-{i}" for i in range(12)]
+    versions = [yaml.safe_dump(simple(*always, f"extra-{v}")).encode() for v in range(3)]
+    path = tmp_path / "config"
+    path.write_bytes(versions[0])
+    stop = threading.Event()
+    writes = 0
+
+    def writer() -> None:
+        nonlocal writes
+        while not stop.is_set():
+            text = versions[writes % len(versions)]
+            cut = text.index(b"\n", len(text) // 2) + 1  # a line boundary: a valid prefix
+            with path.open("wb") as f:  # in place: truncate, then write
+                f.write(text[:cut])
+                f.flush()
+                time.sleep(0.002)
+                f.write(text[cut:])
+            writes += 1
+            time.sleep(0.008)
+
+    diffs: list[ContextDiff] = []
+    async with KubeconfigSource(path, debounce_delay=0.005) as source:
+        assert set(always) <= set(source.contexts)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, writer)
+            try:
+                with anyio.fail_after(20):
+                    while len(diffs) < 15:
+                        diffs.append(await source.diffs.receive())
+            finally:
+                stop.set()
+        assert writes > 20
+        removed = {name for diff in diffs for name in diff.removed}
+        assert not removed & set(always), removed
+        # once the writer stops, the file settles and is read in full
+        path.write_bytes(versions[1])
+        final = await wait_for(source, lambda d: "extra-1" in d.snapshot.contexts)
+        assert set(always) | {"extra-1"} == set(final[-1].snapshot.contexts)
+
+
+async def test_following_survives_bad_paths_and_types(tmp_path: Path) -> None:
+    # A NUL in a referenced path, a NUL in a kubeconfig path and a wrong-typed field: each is
+    # an error where it belongs, entering works, and later syncs keep following the files.
+    good = write(tmp_path / "good", simple("a"))
+    doc = simple("b")
+    doc["clusters"][0]["cluster"]["certificate-authority"] = "ca\0.crt"
+    other = write(tmp_path / "other", doc)
+    bad_path = str(tmp_path / "x\0y")
+    async with KubeconfigSource([bad_path, good, other], debounce_delay=DEBOUNCE) as source:
+        assert list(source.contexts) == ["a"]
+        assert "NUL" in source.snapshot.invalid["b"]
+        assert "not a valid file name" in source.errors[bad_path]
+        bad_types = simple("a")
+        bad_types["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = "false"
+        write(good, bad_types)
+        diff = await wait_for(source, lambda d: str(good) in d.snapshot.errors)
+        assert "insecure-skip-tls-verify" in diff[-1].snapshot.errors[str(good)]
+        assert list(source.contexts) == ["a"]  # last good kept
+        write(other, simple("b"))
+        diff = await wait_for(source, lambda d: "b" in d.snapshot.contexts)
+        assert names(diff[-1].added) == ["b"]
+        write(good, simple("a", "c"))
+        await wait_for(source, lambda d: "c" in d.snapshot.contexts)
+        assert str(good) not in source.errors

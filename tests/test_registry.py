@@ -92,10 +92,10 @@ async def test_single_flight_start(
                     tg.start_soon(one)
         assert len(stores) == 50
         assert all(s is stores[0] for s in stores)
-        initial = [
-            r for r in a.requests if not r.is_watch or r.query.get("sendInitialEvents") == "true"
-        ]
+        pods = [r for r in a.requests if r.path == "/api/v1/pods"]
+        initial = [r for r in pods if not r.is_watch or r.query.get("sendInitialEvents") == "true"]
         assert len(initial) == 1  # one LIST (or one streaming list) for 50 callers
+        assert not [r for r in a.requests if r.path in ("/api", "/apis")]  # a built-in
 
 
 async def test_context_removed_from_file_stops_everything(

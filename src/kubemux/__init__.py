@@ -5,6 +5,7 @@ The public surface is this module, :mod:`kubemux.testing` and the ``kubemux`` co
 
 from __future__ import annotations
 
+from . import share as share  # kubemux.share.Redis(...); imports no Redis client
 from ._errors import ApiError as ApiError
 from ._errors import ClusterUnreachable as ClusterUnreachable
 from ._errors import ContextNotFound as ContextNotFound
@@ -31,6 +32,8 @@ from ._kubeconfig import KubeconfigSnapshot as KubeconfigSnapshot
 from ._kubeconfig import load_kubeconfig as load_kubeconfig
 from ._kubeconfig_watch import ContextDiff as ContextDiff
 from ._kubeconfig_watch import KubeconfigSource as KubeconfigSource
+from ._multistore import MultiStore as MultiStore
+from ._multistore import MultiTableStore as MultiTableStore
 from ._registry import WatcherRegistry as WatcherRegistry
 from ._resources import Resource as Resource
 from ._resources import parse_resource as parse_resource
@@ -69,6 +72,8 @@ __all__ = [
     "KubeconfigSnapshot",
     "KubeconfigSource",
     "KubemuxError",
+    "MultiStore",
+    "MultiTableStore",
     "NotSynced",
     "RegistryClosed",
     "RegistryStatus",

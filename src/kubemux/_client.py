@@ -315,7 +315,7 @@ async def open_client(config: ContextConfig) -> AsyncIterator[ContextClient]:
     finally:
         _remove_private_folder(folder)
     try:
-        yield ContextClient(config.name, config.server, api)
+        yield ContextClient(config.name, config.display_server, api)  # shown, never the password
     finally:
         # shielded and bounded: closing must finish even when we are being cancelled
         with anyio.move_on_after(5.0, shield=True):

@@ -12,18 +12,26 @@ follow another replica's).
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
+import anyio.abc
+
 from ._client import ContextClient, open_client
 from ._codec import Entry
+from ._discovery import Discovery, resolve
+from ._errors import KubemuxError, UnknownResource
 from ._informer import Informer, InformerKey, InformerStatus, OnChange
 from ._kubeconfig import ContextConfig
-from ._resources import Resource
+from ._resources import Resource, known_resource, parse_resource
 from ._settings import WatchSettings
 from ._store import Store
+from ._table import TableInformer, TableStore
 
 __all__ = ["Connection", "Connector", "HttpConnection", "HttpConnector", "SlotSource"]
+
+log = logging.getLogger(__name__)
 
 
 class SlotSource(Protocol):
@@ -32,11 +40,10 @@ class SlotSource(Protocol):
     @property
     def has_synced(self) -> bool: ...
 
-    async def initial_sync(self) -> None:
-        """Fill the store. Raises a :class:`KubemuxError` when that fails."""
-
-    async def watch_forever(self) -> None:
-        """Keep the store current until cancelled; failures are retried inside."""
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Fill the store, report ``task_status.started()``, then keep it current until
+        cancelled. Raises (a :class:`KubemuxError`) before ``started()`` when the first
+        sync fails; failures after it are retried inside."""
 
     def status(self) -> InformerStatus: ...
 
@@ -46,6 +53,19 @@ class SlotSource(Protocol):
 
 class Connection(Protocol):
     """One context generation's link to its data."""
+
+    async def resources(self) -> tuple[Resource, ...]:
+        """What the cluster serves (discovery, preferred versions)."""
+
+    async def resolve(self, name: str) -> Resource:
+        """What a kubectl-style name means on this cluster.
+
+        Raises:
+            UnknownResource: the cluster serves nothing of that name.
+        """
+
+    def resolve_cached(self, name: str) -> Resource | None:
+        """:meth:`resolve` from what is already known, without I/O; None if unknown."""
 
     def source(
         self,
@@ -74,11 +94,56 @@ class Connector(Protocol):
 class HttpConnection:
     """Informers talking HTTP to the context's API server through one client."""
 
-    __slots__ = ("client", "settings")
+    __slots__ = ("_discovery_failed", "client", "discovery", "settings")
 
     def __init__(self, client: ContextClient, settings: WatchSettings) -> None:
         self.client = client
         self.settings = settings
+        # a miss refreshes at once (a CRD installed a moment ago must resolve); the
+        # client's rate limiter bounds what a stream of unknown names can cost
+        self.discovery = Discovery(client, min_refresh_interval=0.0)
+        self._discovery_failed = False
+
+    async def resources(self) -> tuple[Resource, ...]:
+        return await self.discovery.resources()
+
+    async def resolve(self, name: str) -> Resource:
+        known = known_resource(name)
+        if known is not None:  # built-ins mean the same on every cluster: no request
+            return known
+        try:
+            return await self.discovery.resolve(name)
+        except UnknownResource:
+            raise
+        except KubemuxError as exc:
+            # a server whose discovery fails (or is missing) still serves the built-ins
+            try:
+                resource = parse_resource(name)
+            except ValueError:
+                raise exc from None
+            if not self._discovery_failed:
+                self._discovery_failed = True
+                log.warning(
+                    "context %r: discovery failed (%s); using the built-in resource table",
+                    self.client.context,
+                    exc,
+                )
+            return resource
+
+    def resolve_cached(self, name: str) -> Resource | None:
+        builtin = known_resource(name)
+        if builtin is not None:
+            return builtin
+        known = self.discovery.cached()
+        if known is not None:
+            try:
+                return resolve(name, known, context=self.client.context)
+            except UnknownResource:
+                return None
+        try:
+            return parse_resource(name)
+        except ValueError:
+            return None
 
     def source(
         self,
@@ -89,6 +154,17 @@ class HttpConnection:
         on_change: OnChange,
         on_state: Callable[[], None],
     ) -> SlotSource:
+        if key.view == "table":
+            assert isinstance(store, TableStore)
+            return TableInformer(
+                self.client,
+                resource,
+                key,
+                settings=self.settings,
+                store=store,
+                on_change=on_change,
+                on_state=on_state,
+            )
         return Informer(
             self.client,
             resource,

@@ -24,7 +24,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 
 import anyio
 import anyio.abc
@@ -54,8 +54,8 @@ class Hooks:
 
     publisher: Callable[[ContextGeneration, Slot], ChangeSink]
     """The change callback for one slot's source."""
-    final: Callable[[ContextGeneration, str, str], None]
-    """(generation, resource, change type): a final RESET or REMOVED for a resource."""
+    final: Callable[[ContextGeneration, str, str, str], None]
+    """(generation, resource, change type, view): a final RESET or REMOVED."""
     state_changed: Callable[[], None]
     start_failed: Callable[[ContextGeneration, Failure | None], None]
     """A start failed (or, with None, succeeded)."""
@@ -70,7 +70,7 @@ class GenerationSettings:
     connector: Connector
     start_backoff: Backoff
     start_timeout: float
-    make_store: Callable[[Resource], Store]
+    make_store: Callable[[Resource, str], Store]  # (resource, view)
     event_keys: frozenset[InformerKey]
     event_cap: int | None
     event_max_age: float | None
@@ -122,6 +122,8 @@ class ContextGeneration:
         self.stop_reason = ""
         self.final_change: str | None = "REMOVED"
         self.reaped = False  # stopped for being idle: a later watch() starts it again
+        self.pending = 0  # callers about to add a slot (resolving a name meanwhile)
+        self.notes: dict[str, str] = {}  # resource -> why its scope is what it is
         self.last_used = time.monotonic()
         self.reads_seen = 0
         self._scope = anyio.CancelScope()  # may be cancelled before run() enters it
@@ -157,6 +159,25 @@ class ContextGeneration:
     async def wait_done(self) -> None:
         await self._done.wait()
 
+    async def connection(self) -> Connection:
+        """The live connection, once connected.
+
+        Raises:
+            The start's failure (while backing off, or for a start that failed), or
+            ContextRemoved if the generation stopped.
+        """
+        await self._started.wait()
+        if self._connection is not None and self.is_running:
+            return self._connection
+        if self.failure is not None and not self.is_stopping:
+            self.failure.reraise()
+        if self.failure is not None and self.final_change is None:
+            self.failure.reraise()
+        raise ContextRemoved(self.key, self.stop_reason or "stopped")
+
+    def cached_connection(self) -> Connection | None:
+        return self._connection if self.is_running else None
+
     def specs(self) -> list[tuple[InformerKey, Resource]]:
         """What this generation watches, to start the same informers on its successor."""
         return [(s.key, s.resource) for s in self.slots.values()]
@@ -176,7 +197,7 @@ class ContextGeneration:
             return slot
         if self.is_stopping:
             raise ContextRemoved(self.key, self.stop_reason or "stopped")
-        slot = Slot(key, resource, self._settings.make_store(resource), persistent)
+        slot = Slot(key, resource, self._settings.make_store(resource, key.view), persistent)
         self.slots[key] = slot
         if self._tg is not None and self._connection is not None:
             self._start_slot(self._tg, self._connection, slot)
@@ -191,6 +212,14 @@ class ContextGeneration:
         self.final_change = final_change
         self._hooks.state_changed()
         self._scope.cancel(f"context {self.key!r} {reason}")
+
+    def stop_if_unused(self) -> bool:
+        """Stop a lazily started generation that has nothing to run and nobody about to
+        give it something (a name that did not resolve): no idle session stays open.
+        Returns whether it is stopping now."""
+        if not self.slots and not self.pending and not self.persistent and not self.is_stopping:
+            self.request_stop("idle: nothing to watch", None)
+        return self.is_stopping and not self.slots
 
     def open_event_index(self, store: Store) -> EventIndex:
         """The generation's event index, built from ``store`` on first use."""
@@ -240,6 +269,7 @@ class ContextGeneration:
                     self._started.set()
                     self._hooks.state_changed()
                     for slot in list(self.slots.values()):  # queued before we connected
+                        slot.failure = None  # the failed start it may carry is over
                         self._start_slot(tg, connection, slot)
                     await anyio.sleep_forever()
             except Exception as exc:
@@ -289,28 +319,29 @@ class ContextGeneration:
                 on_state=self._hooks.state_changed,
             )
             slot.source = source
+            synced = False
             try:
-                await source.initial_sync()
-            except Exception as exc:  # noqa: BLE001 - contained per informer
-                failure = self._slot_failure(slot, exc, failure, backoff)
-                if not slot.persistent:
-                    self._drop_slot(slot)
-                    return
-                await anyio.sleep(max(0.0, failure.retry_at - time.monotonic()))
-                continue
-            failure = slot.failure = None
-            self._hooks.slot_failed(self, slot.key, None)
-            slot.ready.set()
-            self._hooks.state_changed()
-            try:
-                await source.watch_forever()
+                async with anyio.create_task_group() as tg:
+                    await tg.start(source.run)
+                    synced = True
+                    failure = slot.failure = None
+                    self._hooks.slot_failed(self, slot.key, None)
+                    slot.ready.set()
+                    self._hooks.state_changed()
             except Exception as exc:
-                log.error("context %r: %s failed", self.key, slot.key, exc_info=exc)
-                failure = Failure.record(
-                    as_kubemux_error(exc, f"{self.key}/{slot.key}"), failure, backoff
-                )
-                slot.failure = failure
-                self._hooks.state_changed()
+                exc = _unwrap(exc)
+                if not synced:  # the first sync failed
+                    failure = self._slot_failure(slot, exc, failure, backoff)
+                    if not slot.persistent:
+                        self._drop_slot(slot)
+                        return
+                else:  # a bug below us after the first sync: contained, retried
+                    log.error("context %r: %s failed", self.key, slot.key, exc_info=exc)
+                    failure = Failure.record(
+                        as_kubemux_error(exc, f"{self.key}/{slot.key}"), failure, backoff
+                    )
+                    slot.failure = failure
+                    self._hooks.state_changed()
                 await anyio.sleep(max(0.0, failure.retry_at - time.monotonic()))
 
     def _slot_failure(
@@ -350,13 +381,22 @@ class ContextGeneration:
             slot.store._clear()
             slot.source = None
         if self._connected_once and self.final_change is not None:
-            for resource in sorted({s.key.resource for s in self.slots.values()}):
-                self._hooks.final(self, resource, self.final_change)
+            for resource, view in sorted(
+                {(s.key.resource, s.key.view) for s in self.slots.values()}
+            ):
+                self._hooks.final(self, resource, self.final_change, view)
         self.slots.clear()
         self._started.set()
         self._done.set()
         self._hooks.done(self)
         self._hooks.state_changed()
+
+
+def _unwrap(exc: Exception) -> Exception:
+    """The one exception inside task-group wrapping, else ``exc`` itself."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 async def _prune_forever(index: EventIndex, period: float) -> None:
@@ -366,7 +406,7 @@ async def _prune_forever(index: EventIndex, period: float) -> None:
 
 
 def iter_synced(
-    generations: Iterable[ContextGeneration], resource: str | None
+    generations: Iterable[ContextGeneration], resources: Container[str] | None
 ) -> Iterable[tuple[ContextGeneration, Slot, SlotSource]]:
     """(generation, slot, source) of every synced slot of running generations."""
     for gen in generations:
@@ -374,7 +414,7 @@ def iter_synced(
             continue
         for slot in gen.slots.values():
             source = slot.source
-            if resource is not None and slot.key.resource != resource:
+            if resources is not None and slot.key.resource not in resources:
                 continue
             if source is None or not slot.store.has_synced:
                 continue

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import builtins
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -45,6 +45,8 @@ class Change:
         snapshot: True for the ADDEDs that replay the store at subscribe time.
         namespace: The object's namespace (``""`` if cluster-scoped or no object).
         name: The object's name (``""`` if no object).
+        view: ``"objects"`` (full objects, from ``watch()``) or ``"table"`` (rows of
+            server-side columns, from ``table()``: ``object`` is ``{"cells", "metadata"}``).
     """
 
     __slots__ = (
@@ -57,6 +59,7 @@ class Change:
         "resource",
         "snapshot",
         "type",
+        "view",
     )
 
     context: str
@@ -64,6 +67,7 @@ class Change:
     type: ChangeType
     generation: int
     snapshot: bool
+    view: str
     namespace: str
     name: str
     _object: Mapping[str, Any] | None
@@ -81,6 +85,7 @@ class Change:
         raw: bytes | None = None,
         namespace: str | None = None,
         name: str | None = None,
+        view: str = "objects",
     ) -> None:
         meta = (object or {}).get("metadata") or {}
         setattr_ = super().__setattr__
@@ -89,6 +94,7 @@ class Change:
         setattr_("type", type)
         setattr_("generation", generation)
         setattr_("snapshot", snapshot)
+        setattr_("view", view)
         setattr_(
             "namespace", namespace if namespace is not None else str(meta.get("namespace") or "")
         )
@@ -105,6 +111,7 @@ class Change:
         entry: Entry,
         generation: int,
         snapshot: bool = False,
+        view: str = "objects",
     ) -> Change:
         """A change whose object is decoded only if somebody reads it."""
         return cls(
@@ -117,6 +124,7 @@ class Change:
             raw=entry.raw,
             namespace=entry.namespace,
             name=entry.name,
+            view=view,
         )
 
     @property
@@ -181,14 +189,17 @@ class Subscription:
         self,
         fanout: Fanout,
         *,
-        resource: str | None,
+        resource: str | Container[str] | None,
         contexts: frozenset[str] | None,
-        namespace: str | None,
+        namespace: str | frozenset[str] | None,
         buffer_size: int,
         snapshot: Callable[[], Iterable[Change]] | None = None,
+        view: str = "objects",
     ) -> None:
         self._fanout = fanout
         self.resource = resource
+        self._resources = frozenset((resource,)) if isinstance(resource, str) else resource
+        self.view = view
         self.contexts = contexts
         self.namespace = namespace
         self.buffer_size = buffer_size
@@ -206,12 +217,23 @@ class Subscription:
             f"delivered={self.delivered}>"
         )
 
-    def wants(self, context: str, resource: str, namespace: str | None) -> bool:
+    def wants(
+        self, context: str, resource: str, namespace: str | None, view: str = "objects"
+    ) -> bool:
         """Whether a change about (context, resource, namespace) is for this subscriber."""
         return (
-            (self.resource is None or self.resource == resource)
+            view == self.view
+            and (self._resources is None or resource in self._resources)
             and (self.contexts is None or context in self.contexts)
-            and (self.namespace is None or namespace is None or self.namespace == namespace)
+            and (
+                self.namespace is None
+                or namespace is None
+                or (
+                    self.namespace == namespace
+                    if isinstance(self.namespace, str)
+                    else namespace in self.namespace
+                )
+            )
         )
 
     def _offer(self, change: Change) -> None:
@@ -321,11 +343,12 @@ class Fanout:
     def subscribe(
         self,
         *,
-        resource: str | None,
+        resource: str | Container[str] | None,
         contexts: Iterable[str] | None,
-        namespace: str | None,
+        namespace: str | frozenset[str] | None,
         buffer_size: int,
         snapshot: Callable[[], Iterable[Change]] | None = None,
+        view: str = "objects",
     ) -> Subscription:
         """A subscriber, registered when entered; ``snapshot()`` is delivered first."""
         return Subscription(
@@ -335,6 +358,7 @@ class Fanout:
             namespace=namespace,
             buffer_size=buffer_size,
             snapshot=snapshot,
+            view=view,
         )
 
     def _add(self, sub: Subscription) -> None:
@@ -345,7 +369,7 @@ class Fanout:
         if not self._subs:
             return
         for sub in list(self._subs.values()):
-            if sub.wants(change.context, change.resource, namespace):
+            if sub.wants(change.context, change.resource, namespace, change.view):
                 sub._offer(change)
 
     def named_contexts(self) -> set[str]:

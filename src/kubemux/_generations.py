@@ -48,7 +48,7 @@ class Generations:
         *,
         settings: GenerationSettings,
         publisher: Callable[[ContextGeneration, Slot], ChangeSink],
-        final: Callable[[ContextGeneration, str, str], None],
+        final: Callable[[ContextGeneration, str, str, str], None],
         status_changed: Callable[[], None],
         autowatch: Iterable[Resource],
         stop_timeout: float,
@@ -379,6 +379,7 @@ class Generations:
             informers=informers,
             errors=errors,
             retry_in=retry_in,
+            notes=dict(gen.notes) if gen is not None else None,
         )
 
 

@@ -58,6 +58,7 @@ class InformerKey:
     namespace: str | None = None
     label_selector: str | None = None
     field_selector: str | None = None
+    view: str = "objects"  # or "table": server-side columns and rows (kubectl's view)
 
     def __str__(self) -> str:
         parts = [self.resource]
@@ -67,6 +68,8 @@ class InformerKey:
             parts.append(f"-l {self.label_selector}")
         if self.field_selector:
             parts.append(f"--field-selector {self.field_selector}")
+        if self.view != "objects":
+            parts.append(f"({self.view})")
         return " ".join(parts)
 
 
@@ -194,6 +197,17 @@ class Informer:
     async def watch_forever(self) -> None:
         """WATCH (and RELIST when needed) until cancelled; failures are retried with backoff."""
         await self._watch_loop(self._rv)
+
+    async def resume(self, resource_version: str) -> None:
+        """WATCH from ``resource_version`` over a store filled elsewhere (no LIST first).
+
+        For a shared watch taken over from another replica (:mod:`kubemux.share`): the
+        store already holds the state at ``resource_version``. A 410 relists as usual.
+        Runs until cancelled, like :meth:`watch_forever`.
+        """
+        self._synced.set()
+        self._set_state(self._state, None, notify=True)  # has_synced changed
+        await self._watch_loop(resource_version)
 
     # ------------------------------------------------------------------ LIST
     def _base_params(self) -> dict[str, str]:

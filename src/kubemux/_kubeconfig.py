@@ -24,11 +24,27 @@ serverless client):
 - A context with no ``user`` (or an empty one) is valid and anonymous, as in client-go, which
   then uses an empty AuthInfo. Its ``user_name`` is ``""``.
 
+Field types follow kubectl exactly (:mod:`kubemux._kubeconfig_schema`): a wrong-typed field
+or illegal base64 anywhere in a file refuses the whole file, as kubectl does (its last good
+contexts are kept). What kubectl accepts in the file but fails on when a context is used (a
+token with a line break, a NUL in a path, ``auth-provider: azure``/``gcp``, a socks proxy, a
+CA file that is a FIFO) makes the contexts using that entry invalid instead.
+
 Each valid context gets a **fingerprint**: a sha256 over the canonical JSON (sorted keys) of
-its resolved context, cluster and user entries and the bytes of every file they reference.
+its resolved context, cluster and user entries and the bytes of the CA and client cert/key
+files they reference. A ``tokenFile`` counts by its path only: its contents rotate in place
+(projected service-account tokens) and the credential layer re-reads it without a restart.
 Reformatting or reordering the YAML does not change it; changing the server, a credential, or
-the contents of a CA/cert/key/token file does. A referenced file that is missing hashes as a
+the contents of a CA/cert/key file does. A referenced file that is missing hashes as a
 marker, so it is not an error here (the client reports it when it is used).
+
+Every file is read through one guarded open: only regular files (opened non-blocking, so a
+FIFO cannot hang the reader), at most :data:`MAX_KUBECONFIG_BYTES` for a kubeconfig and
+:data:`MAX_REFERENCED_FILE_BYTES` for a CA, cert, key or token file. A kubeconfig file that
+changed while it was read, or less than ``_SETTLE_DELAY`` before (a rewrite in place may be
+half done), is read again once it has been quiet that long; if it is still moving, its last
+good parse is kept and :attr:`KubeconfigLoader.unsettled` names it so that the watcher reads
+it again after its debounce. (A first read has nothing to keep: it is used, and marked.)
 
 :class:`KubeconfigLoader` is meant to be called again and again (by the watcher): each file's
 last good parse is kept, and a file that currently fails to load (half-written, invalid YAML,
@@ -46,17 +62,33 @@ import hashlib
 import logging
 import os
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
-import yaml
 
 from ._errors import ContextNotFound, KubeconfigError
-from ._kubeconfig_yaml import load_yaml
+from ._kubeconfig_files import (
+    MAX_KUBECONFIG_BYTES,
+    MAX_REFERENCED_FILE_BYTES,
+    RefProblem,
+    check_token_file,
+    hash_file,
+    read_kubeconfig,
+)
+from ._kubeconfig_parse import (
+    CLUSTER_FILE_FIELDS,
+    MEMORY_SOURCE,
+    ParsedFile,
+    parse_document,
+    parse_file,
+)
+from ._redact import redact_url
 
 __all__ = [
+    "MAX_KUBECONFIG_BYTES",
+    "MAX_REFERENCED_FILE_BYTES",
     "ContextConfig",
     "KubeconfigLoader",
     "KubeconfigSnapshot",
@@ -68,12 +100,8 @@ logger = logging.getLogger(__name__)
 
 PathsArg = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
 
-MEMORY_SOURCE: Final = "<memory>"
 _ANONYMOUS_USER: Final = "kubemux-anonymous"
-_MISSING_FILE: Final = b"<missing>"
-_CLUSTER_FILE_FIELDS: Final = ("certificate-authority",)
-_USER_FILE_FIELDS: Final = ("client-certificate", "client-key", "tokenFile")
-_SECTIONS: Final = (("clusters", "cluster"), ("contexts", "context"), ("users", "user"))
+_HASHED_USER_FIELDS: Final = ("client-certificate", "client-key")  # not tokenFile
 _JSON_OPTIONS: Final = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
@@ -84,7 +112,8 @@ class ContextConfig:
     Attributes:
         name: The context name.
         cluster_name: The name of the cluster entry it uses.
-        server: The cluster's API server URL.
+        server: The cluster's API server URL, exactly as in the kubeconfig (for connecting:
+            it may hold a ``user:password@``). Show :attr:`display_server` instead.
         user_name: The name of the user entry, ``""`` for an anonymous context.
         namespace: The context's default namespace, ``None`` if unset.
         source: Absolute path of the file that defined the context (``"<memory>"`` when
@@ -107,6 +136,11 @@ class ContextConfig:
     fingerprint: str
     config: Mapping[str, Any] = dataclasses.field(repr=False, compare=False)
 
+    @property
+    def display_server(self) -> str:
+        """:attr:`server` with any ``user:password@`` replaced by ``***@``, for showing."""
+        return redact_url(self.server)
+
     def client_config(self) -> dict[str, Any]:
         """A fresh, plain copy of :attr:`config` (for building a client; holds secrets)."""
         plain: dict[str, Any] = _plain(self.config)
@@ -114,7 +148,7 @@ class ContextConfig:
 
     def __repr__(self) -> str:
         return (
-            f"ContextConfig(name={self.name!r}, server={self.server!r}, "
+            f"ContextConfig(name={self.name!r}, server={self.display_server!r}, "
             f"cluster_name={self.cluster_name!r}, user_name={self.user_name!r}, "
             f"namespace={self.namespace!r}, source={self.source!r}, "
             f"fingerprint={self.fingerprint[:12]!r})"
@@ -132,7 +166,7 @@ class ContextConfig:
                 (its cluster or user is missing, or it has no server).
             ContextNotFound: ``config`` has no context called ``name``.
         """
-        parsed = _parse_document(MEMORY_SOURCE, _plain(config), base_dir=None)
+        parsed = parse_document(MEMORY_SOURCE, _plain(config), base_dir=None)
         merged = _merge([parsed], [MEMORY_SOURCE], errors={}, missing=())
         if name in merged.contexts:
             return merged.contexts[name]
@@ -246,7 +280,16 @@ class KubeconfigLoader:
             paths: As for :func:`kubeconfig_paths`.
         """
         self.files: tuple[str, ...] = tuple(str(p) for p in kubeconfig_paths(paths))
-        self._last_good: dict[str, _ParsedFile] = {}
+        self._last_good: dict[str, ParsedFile] = {}
+        self._unsettled: tuple[str, ...] = ()
+
+    @property
+    def unsettled(self) -> tuple[str, ...]:
+        """Files the last :meth:`load` found still changing: read them again after a pause.
+
+        Their last good parse was used (or, with none yet, the unsettled read itself).
+        """
+        return self._unsettled
 
     def __repr__(self) -> str:
         return f"<KubeconfigLoader files={list(self.files)!r}>"
@@ -258,13 +301,14 @@ class KubeconfigLoader:
         and its error goes into :attr:`KubeconfigSnapshot.errors`; a missing file contributes
         nothing.
         """
-        parsed_files: list[_ParsedFile] = []
+        parsed_files: list[ParsedFile] = []
         errors: dict[str, str] = {}
         missing: list[str] = []
+        unsettled: list[str] = []
         for path in self.files:
             last = self._last_good.get(path)
             try:
-                data = _read_file(path)
+                data, settled = read_kubeconfig(path, None if last is None else last.data)
             except FileNotFoundError:
                 self._last_good.pop(path, None)
                 missing.append(path)
@@ -277,8 +321,14 @@ class KubeconfigLoader:
             if last is not None and last.data == data:
                 parsed_files.append(last)
                 continue
+            if not settled:
+                unsettled.append(path)
+                if last is not None:  # maybe half written: not the truth until it settles
+                    logger.debug("kubeconfig file %s is still changing; read it later", path)
+                    parsed_files.append(last)
+                    continue
             try:
-                parsed = _parse_file(path, data)
+                parsed = parse_file(path, data)
             except KubeconfigError as exc:
                 errors[path] = str(exc)
                 if last is not None:
@@ -295,154 +345,11 @@ class KubeconfigLoader:
             parsed_files.append(parsed)
         for path, message in errors.items():
             logger.debug("kubeconfig file %s failed to load: %s", path, message)
+        self._unsettled = tuple(unsettled)
         return _merge(parsed_files, self.files, errors=errors, missing=tuple(missing))
 
 
-# --------------------------------------------------------------------------- parsing
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class _ParsedFile:
-    path: str
-    data: bytes
-    clusters: dict[str, dict[str, Any]]
-    contexts: dict[str, dict[str, Any]]
-    users: dict[str, dict[str, Any]]
-    current_context: str
-    is_blank: bool
-
-
-def _read_file(path: str) -> bytes:
-    """Read a kubeconfig file; FileNotFoundError passes through, other OSErrors convert."""
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise KubeconfigError(f"{path}: cannot read: {reason}", path=path) from exc
-
-
-def _parse_file(path: str, data: bytes) -> _ParsedFile:
-    try:
-        document = load_yaml(data)
-    except yaml.MarkedYAMLError as exc:
-        # Built by hand: str(exc) can quote a snippet of the file, which may hold a secret.
-        where = ""
-        if exc.problem_mark is not None:
-            where = f" at line {exc.problem_mark.line + 1}, column {exc.problem_mark.column + 1}"
-        problem = exc.problem or "syntax error"
-        if exc.context:
-            problem = f"{problem} ({exc.context})"
-        raise KubeconfigError(f"{path}: invalid YAML{where}: {problem}", path=path) from exc
-    except yaml.YAMLError as exc:  # ReaderError: bad encoding or control characters
-        raise KubeconfigError(f"{path}: invalid YAML: {exc}", path=path) from exc
-    return _parse_document(path, document, base_dir=os.path.dirname(path), data=data)
-
-
-def _parse_document(
-    path: str, document: Any, *, base_dir: str | None, data: bytes = b""
-) -> _ParsedFile:
-    """Check the shape of one kubeconfig document and resolve its relative file paths."""
-
-    def fail(problem: str) -> KubeconfigError:
-        return KubeconfigError(
-            f"{path}: not a valid kubeconfig: {problem}",
-            path=None if path == MEMORY_SOURCE else path,
-        )
-
-    is_blank = document is None  # empty, whitespace or comments only
-    if document is None:
-        document = {}
-    if not isinstance(document, dict):
-        raise fail(f"expected a mapping at the top level, got {_type_name(document)}")
-    kind = document.get("kind")
-    if kind not in (None, "", "Config"):
-        raise fail(f"kind is {kind!r}, expected 'Config'")
-    current = document.get("current-context")
-    if current is None:
-        current = ""
-    if not isinstance(current, str):
-        raise fail(f"current-context must be a string, got {_type_name(current)}")
-    sections: dict[str, dict[str, dict[str, Any]]] = {}
-    for section, body_key in _SECTIONS:
-        entries = document.get(section)
-        if entries is None:
-            entries = []
-        if not isinstance(entries, list):
-            raise fail(f"{section!r} must be a list, got {_type_name(entries)}")
-        by_name: dict[str, dict[str, Any]] = {}
-        for index, entry in enumerate(entries):
-            where = f"{section}[{index}]"
-            if not isinstance(entry, dict):
-                raise fail(f"{where} must be a mapping, got {_type_name(entry)}")
-            name = entry.get("name")
-            if name is None:
-                name = ""
-            if not isinstance(name, str):
-                raise fail(f"{where}.name must be a string, got {_type_name(name)}")
-            body = entry.get(body_key)
-            if body is None:
-                body = {}
-            if not isinstance(body, dict):
-                raise fail(f"{where}.{body_key} must be a mapping, got {_type_name(body)}")
-            if name in by_name:
-                raise fail(f"duplicate name {name!r} in {section!r}")
-            by_name[name] = body
-        sections[section] = by_name
-    for name, body in sections["contexts"].items():
-        for key in ("cluster", "user", "namespace"):
-            _check_str(body, key, f"context {name!r}", fail)
-    for name, body in sections["clusters"].items():
-        _check_str(body, "server", f"cluster {name!r}", fail)
-        _check_str(body, "certificate-authority", f"cluster {name!r}", fail)
-        sections["clusters"][name] = _resolve(body, _CLUSTER_FILE_FIELDS, base_dir)
-    for name, body in sections["users"].items():
-        for key in _USER_FILE_FIELDS:
-            _check_str(body, key, f"user {name!r}", fail)
-        resolved = _resolve(body, _USER_FILE_FIELDS, base_dir)
-        exec_ = resolved.get("exec")
-        if exec_ is not None and not isinstance(exec_, dict):
-            raise fail(f"user {name!r}: exec must be a mapping, got {_type_name(exec_)}")
-        if exec_ is not None:
-            _check_str(exec_, "command", f"user {name!r}: exec", fail)
-            command = exec_.get("command")
-            # client-go resolves the exec command only when it is a path, not a $PATH lookup
-            if command and "/" in command:
-                resolved["exec"] = _resolve(exec_, ("command",), base_dir)
-        sections["users"][name] = resolved
-    return _ParsedFile(
-        path=path,
-        data=data,
-        clusters=sections["clusters"],
-        contexts=sections["contexts"],
-        users=sections["users"],
-        current_context=current,
-        is_blank=is_blank,
-    )
-
-
-def _check_str(
-    body: Mapping[str, Any], key: str, owner: str, fail: Callable[[str], KubeconfigError]
-) -> None:
-    value = body.get(key)
-    if value is not None and not isinstance(value, str):
-        raise fail(f"{owner}: {key} must be a string, got {_type_name(value)}")
-
-
-def _resolve(body: dict[str, Any], fields: Sequence[str], base_dir: str | None) -> dict[str, Any]:
-    """A copy of ``body`` with its relative file-path ``fields`` made absolute."""
-    if base_dir is None:
-        return body
-    out = body
-    for key in fields:
-        value = body.get(key)
-        if value and not os.path.isabs(value):
-            if out is body:
-                out = dict(body)
-            out[key] = os.path.normpath(os.path.join(base_dir, value))
-    return out
+# --------------------------------------------------------------------------- helpers
 
 
 def _plain(value: Any) -> Any:
@@ -453,25 +360,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _type_name(value: Any) -> str:
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return type(value).__name__
-
-
 # --------------------------------------------------------------------------- merging
 
 
 def _merge(
-    parsed_files: Sequence[_ParsedFile],
+    parsed_files: Sequence[ParsedFile],
     files: Sequence[str],
     *,
     errors: dict[str, str],
@@ -480,18 +373,26 @@ def _merge(
     clusters: dict[str, dict[str, Any]] = {}
     users: dict[str, dict[str, Any]] = {}
     contexts: dict[str, tuple[dict[str, Any], str]] = {}
+    cluster_problems: dict[str, str] = {}
+    user_problems: dict[str, str] = {}
     current: str | None = None
     for pf in parsed_files:
         for name, body in pf.clusters.items():
-            clusters.setdefault(name, body)
+            if name not in clusters:
+                clusters[name] = body
+                if name in pf.cluster_problems:
+                    cluster_problems[name] = pf.cluster_problems[name]
         for name, body in pf.users.items():
-            users.setdefault(name, body)
+            if name not in users:
+                users[name] = body
+                if name in pf.user_problems:
+                    user_problems[name] = pf.user_problems[name]
         for name, body in pf.contexts.items():
             contexts.setdefault(name, (body, pf.path))
         if current is None and pf.current_context:
             current = pf.current_context
 
-    file_hashes: dict[str, bytes] = {}
+    file_hashes: dict[str, bytes | RefProblem] = {}
     valid: dict[str, ContextConfig] = {}
     invalid: dict[str, str] = {}
     referenced: set[str] = set()
@@ -510,18 +411,29 @@ def _merge(
             invalid[name] = f"user {user_name!r} not found"
         elif not cluster.get("server"):
             invalid[name] = "no server"
+        elif cluster_name in cluster_problems:
+            invalid[name] = f"cluster {cluster_name!r}: {cluster_problems[cluster_name]}"
+        elif user_name in user_problems:
+            invalid[name] = f"user {user_name!r}: {user_problems[user_name]}"
         else:
-            refs = _file_refs(cluster, _CLUSTER_FILE_FIELDS)
+            refs = _file_refs(cluster, CLUSTER_FILE_FIELDS)
             if user is not None:
-                refs.extend(_file_refs(user, _USER_FILE_FIELDS))
+                refs.extend(_file_refs(user, _HASHED_USER_FIELDS))
+            token_file = user.get("tokenFile") if user is not None else None
             try:
+                if token_file:
+                    check_token_file(token_file)
                 valid[name] = _build_context(
                     name, ctx, source, cluster_name, cluster, user_name, user, refs, file_hashes
                 )
-            except orjson.JSONEncodeError as exc:  # e.g. a recursive YAML alias, a huge int
+            except RefProblem as exc:
+                invalid[name] = str(exc)
+            except (orjson.JSONEncodeError, RecursionError) as exc:  # a huge int, deep nesting
                 invalid[name] = f"entries cannot be encoded: {exc}"
             else:
                 referenced.update(refs)
+                if token_file:
+                    referenced.add(token_file)
     return KubeconfigSnapshot(
         contexts=types.MappingProxyType(valid),
         invalid=types.MappingProxyType(invalid),
@@ -546,7 +458,7 @@ def _build_context(
     user_name: str,
     user: dict[str, Any] | None,
     refs: Sequence[str],
-    file_hashes: dict[str, bytes],
+    file_hashes: dict[str, bytes | RefProblem],
 ) -> ContextConfig:
     document = {
         "context": {"name": name, "context": ctx},
@@ -557,7 +469,7 @@ def _build_context(
     digest = hashlib.sha256(canonical)
     for ref in sorted(set(refs)):
         digest.update(b"\0" + ref.encode("utf-8", "surrogateescape") + b"\0")
-        digest.update(_hash_file(ref, file_hashes))
+        digest.update(hash_file(ref, file_hashes))
     # A fresh copy (JSON round trip) so that no two contexts share mutable dicts.
     copy = orjson.loads(canonical)
     context_entry = copy["context"]
@@ -583,22 +495,6 @@ def _build_context(
             "current-context": name,
         },
     )
-
-
-def _hash_file(path: str, cache: dict[str, bytes]) -> bytes:
-    """sha256 of a referenced file, once per load; a missing file is a marker, not an error."""
-    cached = cache.get(path)
-    if cached is not None:
-        return cached
-    try:
-        with open(path, "rb") as f:
-            result = hashlib.file_digest(f, "sha256").digest()
-    except FileNotFoundError:
-        result = _MISSING_FILE
-    except OSError as exc:
-        result = f"<unreadable: {exc.errno}>".encode()
-    cache[path] = result
-    return result
 
 
 def _json_default(value: Any) -> Any:

@@ -10,12 +10,14 @@ are watched too, which covers Kubernetes' ``..data`` swaps in mounted Secrets.
 Bursts of events are debounced: a sync starts ``debounce_delay`` seconds after the last relevant
 event (but no later than ``max(2, 10 * debounce_delay)`` seconds after the first, so a file
 rewritten continuously still gets synced). A sync reads each file once
-(:meth:`KubeconfigLoader.load` in a worker thread), and syncs never overlap.
+(:meth:`KubeconfigLoader.load` in a worker thread), and syncs never overlap. A file the loader
+found still changing (:attr:`KubeconfigLoader.unsettled`: rewritten in place while it was read)
+keeps its last good contents and is read again after another debounce, so a half-written
+prefix that happens to be valid YAML never removes contexts.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import logging
@@ -26,7 +28,6 @@ from typing import Self
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import watchfiles
 
 from ._errors import KubeconfigError
@@ -36,6 +37,7 @@ from ._kubeconfig import (
     KubeconfigSnapshot,
     PathsArg,
 )
+from ._kubeconfig_diff import ContextDiff, DiffStream, diff_snapshots
 
 __all__ = ["ContextDiff", "KubeconfigSource", "diff_snapshots"]
 
@@ -45,135 +47,6 @@ _WATCH_STEP_MS = 50  # watchfiles groups raw events for this long before handing
 _WATCH_RETRY_DELAY = 1.0  # after the folder watch itself failed
 
 _Signature = tuple[tuple[str, int, int, int] | tuple[str], ...]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ContextDiff:
-    """What one sync changed.
-
-    Attributes:
-        added: Contexts that are new (or became valid), in merge order.
-        removed: Names of contexts that are gone (or became invalid).
-        changed: Contexts with the same name and a new fingerprint.
-        snapshot: The whole state after this sync.
-    """
-
-    added: tuple[ContextConfig, ...]
-    removed: tuple[str, ...]
-    changed: tuple[ContextConfig, ...]
-    snapshot: KubeconfigSnapshot
-
-    @property
-    def is_empty(self) -> bool:
-        """True when no context was added, removed or changed."""
-        return not (self.added or self.removed or self.changed)
-
-    def __repr__(self) -> str:
-        return (
-            f"<ContextDiff added={[c.name for c in self.added]!r} removed={list(self.removed)!r} "
-            f"changed={[c.name for c in self.changed]!r}>"
-        )
-
-
-def diff_snapshots(old: Mapping[str, ContextConfig], new: KubeconfigSnapshot) -> ContextDiff:
-    """Compare the contexts before a sync with the snapshot after it.
-
-    Costs one dict lookup per context; nothing else is looked at.
-    """
-    added: list[ContextConfig] = []
-    changed: list[ContextConfig] = []
-    for name, context in new.contexts.items():
-        before = old.get(name)
-        if before is None:
-            added.append(context)
-        elif before.fingerprint != context.fingerprint:
-            changed.append(context)
-    removed = tuple(name for name in old if name not in new.contexts)
-    return ContextDiff(added=tuple(added), removed=removed, changed=tuple(changed), snapshot=new)
-
-
-class _DiffStream(anyio.abc.ObjectReceiveStream[ContextDiff]):
-    """A bounded queue of diffs that coalesces instead of blocking the writer.
-
-    When ``max_pending`` diffs are already waiting, the newest waiting diff is replaced by one
-    diff spanning both syncs (recomputed from that diff's starting state), so the consumer
-    still sees every net change, in order, just in fewer items.
-    """
-
-    def __init__(self, max_pending: int) -> None:
-        if max_pending < 1:
-            raise ValueError("max_pending_diffs must be at least 1")
-        self._max_pending = max_pending
-        # (contexts before the diff, diff)
-        self._items: collections.deque[tuple[Mapping[str, ContextConfig], ContextDiff]] = (
-            collections.deque()
-        )
-        self._send_closed = False
-        self._receive_closed = False
-        self._wakeup = anyio.Event()
-        self.coalesced = 0
-
-    def put(self, before: Mapping[str, ContextConfig], diff: ContextDiff) -> None:
-        if self._receive_closed or self._send_closed:
-            return
-        if len(self._items) >= self._max_pending:
-            first_before, _ = self._items.pop()
-            diff = diff_snapshots(first_before, diff.snapshot)
-            before = first_before
-            self.coalesced += 1
-        self._items.append((before, diff))
-        self._wakeup.set()
-
-    def close_sending(self) -> None:
-        self._send_closed = True
-        self._wakeup.set()
-
-    def receive_nowait(self) -> ContextDiff:
-        """Take the next diff without waiting.
-
-        Raises:
-            anyio.WouldBlock: None is waiting.
-            anyio.EndOfStream: The source has closed and every diff has been taken.
-            anyio.ClosedResourceError: This stream was closed with :meth:`aclose`.
-        """
-        if self._receive_closed:
-            raise anyio.ClosedResourceError
-        if self._items:
-            return self._items.popleft()[1]
-        if self._send_closed:
-            raise anyio.EndOfStream
-        raise anyio.WouldBlock
-
-    async def receive(self) -> ContextDiff:
-        """Wait for the next diff.
-
-        Cancelling it takes nothing off the queue.
-
-        Raises:
-            anyio.EndOfStream: The source has closed and every diff has been taken.
-            anyio.ClosedResourceError: This stream was closed with :meth:`aclose`.
-        """
-        await anyio.lowlevel.checkpoint_if_cancelled()
-        while True:
-            try:
-                item = self.receive_nowait()
-            except anyio.WouldBlock:
-                if not self._wakeup.is_set():
-                    await self._wakeup.wait()
-                self._wakeup = anyio.Event()
-            else:
-                await anyio.lowlevel.cancel_shielded_checkpoint()
-                return item
-
-    async def aclose(self) -> None:
-        """Stop receiving: pending and future diffs are dropped. Not a blocking call."""
-        self._receive_closed = True
-        self._items.clear()
-        self._wakeup.set()
-        await anyio.lowlevel.checkpoint()
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -207,8 +80,9 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
     removed only by a clean parse that lacks it or by its file being deleted.
 
     :attr:`diffs` has a single consumer. It gets one :class:`ContextDiff` per completed sync,
-    empty ones included (a sync that changed nothing, e.g. a broken file being fixed). The
-    initial load is not a diff: read :attr:`contexts` after entering. At most
+    empty ones included (a sync that changed nothing, e.g. a broken file being fixed), except
+    the source's own re-reads of a file that was still changing when it was read: those emit
+    a diff only when something changed. The initial load is not a diff: read :attr:`contexts` after entering. At most
     ``max_pending_diffs`` diffs wait for the consumer; past that the newest waiting diff is
     merged with the new one (the watcher never blocks on a slow consumer). The stream ends
     (``EndOfStream``) when the source closes.
@@ -240,12 +114,13 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
         self._follow = follow
         self._debounce_delay = debounce_delay
         self._max_delay = max(2.0, 10 * debounce_delay)
-        self._diffs = _DiffStream(max_pending_diffs)
+        self._diffs = DiffStream(max_pending_diffs)
         self._snapshot: KubeconfigSnapshot | None = None
         self._state = "unopened"
         self._sync_lock = anyio.Lock()
         self._task_group: anyio.abc.TaskGroup | None = None
         self._changed = anyio.Event()
+        self._event_seen = False  # a file event (not just a re-read of an unsettled file)
         self._first_event = 0.0
         self._last_event = 0.0
         self._plan = _WatchPlan(frozenset(), frozenset(), frozenset())
@@ -342,6 +217,8 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
                         if self._follow and self._loader is not None:
                             tg.start_soon(self._debounce_loop)
                             await self._ensure_watching(signature)
+                            if self._loader.unsettled:
+                                self._note_change(resync=True)
                         self._state = "open"
                         yield self
                     finally:
@@ -396,7 +273,7 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
             raise RuntimeError(f"KubeconfigSource is {self._state}, not open")
         return await self._sync()
 
-    async def _sync(self) -> ContextDiff:
+    async def _sync(self, *, emit_empty: bool = True) -> ContextDiff:
         async with self._sync_lock:
             old = self.snapshot
             new: KubeconfigSnapshot
@@ -410,10 +287,14 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
             self._snapshot = new
             self._plan = plan
             self._syncs += 1
-            self._diffs.put(old.contexts, diff)
+            if emit_empty or not diff.is_empty or new.errors != old.errors:
+                self._diffs.put(old.contexts, diff)
             _log_sync(old, diff)
             if self._follow and self._state == "open":
                 await self._ensure_watching(signature)
+                if self._loader is not None and self._loader.unsettled:
+                    # read it again once it has been quiet for a while
+                    self._note_change(resync=True)
             return diff
 
     async def _debounce_loop(self) -> None:
@@ -428,13 +309,18 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
                     break
                 await anyio.sleep(deadline - now)
             self._changed = anyio.Event()
+            event_seen, self._event_seen = self._event_seen, False
             try:
-                await self._sync()
+                # A re-read that only re-checks an unsettled file emits nothing if it changed
+                # nothing: the consumer sees one diff per sync that files caused.
+                await self._sync(emit_empty=event_seen)
             except Exception:  # load() does not raise; this is a bug, keep following anyway
                 logger.exception("kubeconfig sync failed")
 
-    def _note_change(self) -> None:
+    def _note_change(self, *, resync: bool = False) -> None:
         now = anyio.current_time()
+        if not resync:
+            self._event_seen = True
         if not self._changed.is_set():
             self._first_event = now
         self._last_event = now
@@ -540,11 +426,12 @@ def _symlink_chain(path: str) -> set[str]:
     for _ in range(16):
         try:
             target = os.readlink(current)
-        except OSError:
+        except (OSError, ValueError):
             break
         current = os.path.normpath(os.path.join(os.path.dirname(current), target))
         chain.add(current)
-    chain.add(os.path.realpath(path))
+    with contextlib.suppress(OSError, ValueError):
+        chain.add(os.path.realpath(path))
     return chain
 
 
@@ -553,7 +440,7 @@ def _signature(paths: Iterable[str]) -> _Signature:
     for path in paths:
         try:
             st = os.stat(path)
-        except OSError:
+        except (OSError, ValueError):
             result.append((path,))
         else:
             result.append((path, st.st_mtime_ns, st.st_size, st.st_ino))

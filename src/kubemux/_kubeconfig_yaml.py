@@ -5,6 +5,16 @@ composing nodes and resolving scalars in generic Python. :func:`load_yaml` build
 documents straight from libyaml's parser events instead (about 4x faster), with PyYAML's own
 scalar resolution, and hands anything unusual (anchors, tags, merge keys, complex keys) to
 the full loader. A test checks that both give the same result.
+
+Two departures from ``yaml.safe_load``, both to read what kubectl reads:
+
+- Timestamps stay strings (Go's YAML decoder keeps them as text: ``namespace: 2024-01-01`` is
+  the namespace ``"2024-01-01"``).
+- Aliases are expanded lazily by PyYAML (one shared object) but eagerly by everything after
+  it (the fingerprint's JSON, the client's copy). A document whose aliases would expand past
+  ``_EXPANSION_FACTOR`` times its size plus ``_EXPANSION_SLACK`` (counted in nodes plus
+  scalar characters, before anything is built), or whose aliases form a cycle, is refused
+  with :class:`YamlTooLarge`: an alias bomb of 1 KB cannot become gigabytes.
 """
 
 from __future__ import annotations
@@ -13,11 +23,24 @@ from typing import Any, Final
 
 import yaml
 
-__all__ = ["load_yaml"]
+__all__ = ["YamlTooLarge", "load_yaml"]
+
+_EXPANSION_FACTOR: Final = 8
+_EXPANSION_SLACK: Final = 1_000_000
+_TIMESTAMP_TAG: Final = "tag:yaml.org,2002:timestamp"
+
+
+class YamlTooLarge(yaml.YAMLError):
+    """The document's aliases expand too far, or form a cycle."""
+
 
 # The full loader (libyaml's parser when available) handles every YAML feature; see
 # _fast_yaml for the fast path used on plain documents.
-_YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    pass
+
+
+_YamlLoader.add_constructor(_TIMESTAMP_TAG, _YamlLoader.construct_yaml_str)
 _CParser: Any
 try:
     from yaml import _yaml as _libyaml
@@ -36,9 +59,48 @@ def load_yaml(data: bytes) -> Any:
             pass
     loader = _YamlLoader(data)
     try:
-        return loader.get_data() if loader.check_data() else None
+        if not loader.check_node():
+            return None
+        node = loader.get_node()
+        _check_expansion(node, _EXPANSION_FACTOR * len(data) + _EXPANSION_SLACK)
+        return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def _check_expansion(root: yaml.Node, limit: int) -> None:
+    """Refuse a node graph whose aliases expand past ``limit`` or loop (no recursion)."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        children: list[yaml.Node]
+        if isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = node.value
+        else:
+            children = []
+        if children_done:
+            open_nodes.discard(key)
+            size = 1 + (len(node.value) if isinstance(node, yaml.ScalarNode) else 0)
+            size += sum(sizes[id(child)] for child in children)
+            if size > limit:
+                raise YamlTooLarge(
+                    f"aliases expand the document past {limit} nodes and characters "
+                    "(an alias bomb?)"
+                )
+            sizes[key] = size
+            continue
+        if key in sizes:
+            continue
+        if key in open_nodes:
+            raise YamlTooLarge("an alias refers to a node that contains it (a cycle)")
+        open_nodes.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in children if id(child) not in sizes)
 
 
 class _NeedFullLoader(Exception):
@@ -122,7 +184,7 @@ def _resolve_plain(value: str) -> Any:
         if regexp.match(value):
             if tag == _NULL_TAG:
                 return None
-            if tag == _STR_TAG:
+            if tag in (_STR_TAG, _TIMESTAMP_TAG):
                 return value
             construct = _SAFE_CONSTRUCTOR.yaml_constructors.get(tag)
             if construct is None or tag.endswith((":merge", ":value")):

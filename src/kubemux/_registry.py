@@ -17,7 +17,9 @@ import logging
 import time
 from collections.abc import (
     AsyncGenerator,
+    Container,
     Iterable,
+    Iterator,
     Mapping,
     Sequence,
 )
@@ -29,18 +31,20 @@ import anyio.abc
 from ._changes import Publisher
 from ._connector import Connector, HttpConnector
 from ._context import ContextGeneration, GenerationSettings
-from ._errors import ContextRemoved, ResourceNotFound
+from ._errors import ContextRemoved, Forbidden, ResourceNotFound
 from ._event_index import EventIndex
 from ._fanout import Change, Fanout, Subscription
 from ._generations import Generations
 from ._informer import InformerKey
 from ._kubeconfig import ContextConfig
 from ._kubeconfig_watch import ContextDiff, KubeconfigSource
-from ._resources import Resource, parse_resource
+from ._multistore import MultiStore, MultiTableStore
+from ._resources import Resource, known_resource, parse_resource
 from ._runtime import require_asyncio
 from ._settings import Backoff, WatchSettings
 from ._status import ContextState, ContextStatus, RegistryStatus
 from ._store import Indexer, Store, Transform, drop_managed_fields
+from ._table import TableStore
 
 __all__ = ["WatcherRegistry"]
 
@@ -78,6 +82,9 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             default) never does. Autowatched contexts are never stopped for idleness.
             Subscribers see ``REMOVED``; the next ``watch()`` starts the context again.
         connector: Where contexts get their data (advanced; default: HTTP to the API server).
+        namespaces: The namespaces a context's user may read (context -> names), for users
+            who may not list across all namespaces (Lens's "accessible namespaces"): a
+            forbidden cluster-wide LIST falls back to them (else to the context's namespace).
     """
 
     def __init__(
@@ -96,6 +103,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         transforms: Mapping[str, Transform | None] | None = None,
         idle_timeout: float | None = None,
         connector: Connector | None = None,
+        namespaces: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         if idle_timeout is not None and not idle_timeout > 0:
             raise ValueError(f"idle_timeout must be positive or None, not {idle_timeout!r}")
@@ -110,8 +118,9 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         self._stop_timeout = stop_timeout
         self._subscriber_buffer = subscriber_buffer
         self._transform = transform
-        self._transforms = {parse_resource(k).name: v for k, v in (transforms or {}).items()}
+        self._transforms = {_full_name(k): v for k, v in (transforms or {}).items()}
         self._idle_timeout = idle_timeout
+        self._namespaces = {k: tuple(v) for k, v in (namespaces or {}).items()}
         settings_ = GenerationSettings(
             connector=connector or HttpConnector(self.settings),
             start_backoff=start_backoff or Backoff(initial_delay=1.0, max_delay=60.0),
@@ -122,6 +131,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             event_max_age=event_max_age,
         )
         self._fanout = Fanout()
+        self._aliases: dict[str, frozenset[str]] = {}  # resource -> every name it goes by
         publisher = Publisher(self._fanout, _EVENT_KEYS)
         self._table = Generations(
             source,
@@ -292,7 +302,9 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         """
         return await self._table.stop_watcher(context)
 
-    def _make_store(self, resource: Resource) -> Store:
+    def _make_store(self, resource: Resource, view: str) -> Store:
+        if view == "table":
+            return TableStore(resource)
         return Store(resource, transform=self._transforms.get(resource.name, self._transform))
 
     # ------------------------------------------------------------------ public API
@@ -305,6 +317,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         label_selector: str | None = None,
         field_selector: str | None = None,
         indexers: Mapping[str, Indexer] | None = None,
+        namespaces: Sequence[str] | None = None,
     ) -> Store:
         """Start (or reuse) an informer and return its store once it has synced.
 
@@ -327,18 +340,178 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
 
         ``indexers`` (see :func:`kubemux.by_label`, :func:`kubemux.by_owner`) are added to
         the store if it lacks them; query with ``store.by_index(name, value)``.
+
+        ``namespaces=[...]`` watches those namespaces (one informer each) behind one
+        :class:`MultiStore`. With neither ``namespace`` nor ``namespaces``, a namespaced
+        resource whose cluster-wide LIST is forbidden (403) falls back to the context's
+        accessible namespaces (the registry's ``namespaces`` option), else its default
+        namespace; the store's ``scope`` and ``reason`` and :meth:`status` say so.
         """
-        res = parse_resource(resource)
-        key = _informer_key(res, namespace, label_selector, field_selector)
+        store = await self._scoped_store(
+            context, resource, namespace, namespaces, label_selector, field_selector, "objects"
+        )
+        for name, fn in (indexers or {}).items():
+            store.add_indexer(name, fn)
+        return store
+
+    async def table(
+        self,
+        context: str,
+        resource: ResourceSpec,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        namespaces: Sequence[str] | None = None,
+    ) -> TableStore | MultiTableStore:
+        """Start (or reuse) a table view and return it once synced: the server's columns
+        (``.columns``, kubectl's, a CRD's printer columns) and one row of cells per object
+        (``.rows()``), kept live by LIST and WATCH in the Table format with object
+        metadata, as ``kubectl get`` does. Servers without Table support give NAME and AGE.
+
+        Subscribe with ``view="table"`` for row changes. It raises what :meth:`watch`
+        raises; cancelling the caller does not cancel the shared start.
+        """
+        store = await self._scoped_store(
+            context, resource, namespace, namespaces, label_selector, field_selector, "table"
+        )
+        assert isinstance(store, TableStore | MultiTableStore)
+        return store
+
+    async def _scoped_store(
+        self,
+        context: str,
+        resource: ResourceSpec,
+        namespace: str | None,
+        namespaces: Sequence[str] | None,
+        label_selector: str | None,
+        field_selector: str | None,
+        view: str,
+    ) -> Store:
+        if namespaces is not None:
+            if namespace is not None:
+                raise ValueError("give namespace or namespaces, not both")
+            if isinstance(namespaces, str) or not namespaces:
+                raise ValueError("namespaces must be a non-empty list of names")
+            return await self._union(
+                context, resource, namespaces, label_selector, field_selector, view, ""
+            )
+        try:
+            return await self._synced_store(
+                context, resource, namespace, label_selector, field_selector, view
+            )
+        except Forbidden as exc:
+            cfg = self.contexts.get(context)
+            if namespace is not None or cfg is None:
+                raise
+            configured = self._namespaces.get(context)
+            scope = list(configured or [cfg.namespace or "default"])
+            origin = "configured for the context" if configured else "the context's namespace"
+            reason = (
+                f"listing across all namespaces is forbidden ({exc.message or exc.reason}); "
+                f"watching {', '.join(scope)} ({origin})"
+            )
+            store = await self._union(
+                context, resource, scope, label_selector, field_selector, view, reason
+            )
+            if not store.resource.namespaced:
+                raise
+            gen = self._table.gens.get(context)
+            if gen is not None:
+                gen.notes[store.resource.name] = reason
+                self._status_changed()
+            log.info("context %r: %s: %s", context, store.resource.name, reason)
+            return store
+
+    async def _union(
+        self,
+        context: str,
+        resource: ResourceSpec,
+        scope: Sequence[str],
+        label_selector: str | None,
+        field_selector: str | None,
+        view: str,
+        reason: str,
+    ) -> MultiStore:
+        parts: dict[str, Store] = {}
+
+        async def one(ns: str) -> None:
+            parts[ns] = await self._synced_store(
+                context, resource, ns, label_selector, field_selector, view
+            )
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for ns in dict.fromkeys(scope):
+                    tg.start_soon(one, ns)
+        except BaseExceptionGroup as group:  # the first failure, as watch() raises it
+            raise _first(group) from None
+        kind = MultiTableStore if view == "table" else MultiStore
+        return kind(parts, reason=reason)
+
+    async def resources(self, context: str) -> tuple[Resource, ...]:
+        """What the context's cluster serves (discovery: aggregated, else legacy), in
+        kubectl's priority order, preferred versions only; for resource pickers.
+
+        Starts the context if needed (without starting any informer). Raises what
+        :meth:`watch` raises when the context cannot be started or discovery fails.
+        """
         stops_seen = self._table.stops.get(context)
         while True:
-            failure = self._table.slot_failures.get(context, {}).get(key)
-            gen = self._table.gens.get(context)
-            if failure is not None and failure.pending and (gen is None or key not in gen.slots):
-                failure.reraise()  # inside the backoff window: no request
             async with self._table.lock(context):
                 gen = await self._table.current(context, stops_seen)
-                slot = gen.ensure_slot(key, res, persistent=False)
+                gen.pending += 1
+            try:
+                connection = await gen.connection()
+                return await connection.resources()
+            except ContextRemoved:
+                if self._table.stops.get(context) != stops_seen or not gen.is_stopping:
+                    raise
+            finally:
+                gen.pending -= 1
+                if gen.stop_if_unused():
+                    with anyio.move_on_after(self._stop_timeout, shield=True):
+                        await gen.wait_done()
+
+    async def _synced_store(
+        self,
+        context: str,
+        resource: ResourceSpec,
+        namespace: str | None,
+        label_selector: str | None,
+        field_selector: str | None,
+        view: str,
+    ) -> Store:
+        stops_seen = self._table.stops.get(context)
+        fixed = resource if isinstance(resource, Resource) else known_resource(resource)
+        while True:
+            if fixed is not None:  # nothing to resolve: check, create and use in one step
+                key = _informer_key(fixed, namespace, label_selector, field_selector, view)
+                self._learn_names(fixed)
+                self._raise_pending_failure(context, key)
+            async with self._table.lock(context):
+                gen = await self._table.current(context, stops_seen)
+                if fixed is not None:
+                    slot = gen.ensure_slot(key, fixed, persistent=False)
+                else:
+                    gen.pending += 1
+            if fixed is None:
+                try:
+                    connection = await gen.connection()
+                    res = await connection.resolve(str(resource))
+                    key = _informer_key(res, namespace, label_selector, field_selector, view)
+                    self._learn_names(res)
+                    self._raise_pending_failure(context, key)
+                    slot = gen.ensure_slot(key, res, persistent=False)
+                except ContextRemoved:
+                    if self._table.stops.get(context) != stops_seen or not gen.is_stopping:
+                        raise
+                    continue  # reloaded meanwhile: the new generation
+                finally:
+                    gen.pending -= 1
+                    if gen.stop_if_unused():  # nothing to run: no idle session outlives us
+                        with anyio.move_on_after(self._stop_timeout, shield=True):
+                            await gen.wait_done()
             gen.last_used = time.monotonic()
             if gen.state is ContextState.BACKING_OFF and gen.failure is not None:
                 gen.failure.reraise()
@@ -360,10 +533,15 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                 with anyio.move_on_after(self._stop_timeout, shield=True):
                     await gen.wait_done()
                 continue
-            for name, fn in (indexers or {}).items():
-                slot.store.add_indexer(name, fn)
             gen.last_used = time.monotonic()
             return slot.store
+
+    def _raise_pending_failure(self, context: str, key: InformerKey) -> None:
+        """Inside the backoff window of this informer's failed start: its error, no request."""
+        failure = self._table.slot_failures.get(context, {}).get(key)
+        gen = self._table.gens.get(context)
+        if failure is not None and failure.pending and (gen is None or key not in gen.slots):
+            failure.reraise()
 
     async def event_index(self, context: str) -> EventIndex:
         """The live :class:`EventIndex` of ``context``, starting its event informer if needed.
@@ -414,7 +592,13 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         gen = self._table.gens.get(context)
         if gen is None or not gen.is_running:
             return None
-        res = parse_resource(resource)
+        if isinstance(resource, Resource):
+            res: Resource | None = resource
+        else:
+            connection = gen.cached_connection()
+            res = connection.resolve_cached(resource) if connection is not None else None
+        if res is None:
+            return None
         slot = gen.slots.get(_informer_key(res, namespace, label_selector, field_selector))
         if slot is None or not slot.store.has_synced:
             return None
@@ -429,33 +613,68 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         namespace: str | None = None,
         snapshot: bool = True,
         buffer_size: int | None = None,
+        view: str = "objects",
+        namespaces: Iterable[str] | None = None,
     ) -> Subscription:
         """Subscribe to changes; use as ``async with registry.subscribe(...) as changes``.
 
         Subscribing does not start informers: it receives the changes of informers that run
-        now or later (see ``watch()`` and ``autowatch``). With ``snapshot=True`` the current
-        store contents come first as ADDED (``change.snapshot`` is True), then live changes,
-        with no gap and no duplicate between the two.
+        now or later (see ``watch()``, ``table()`` and ``autowatch``). With
+        ``snapshot=True`` the current store contents come first as ADDED
+        (``change.snapshot`` is True), then live changes, with no gap and no duplicate.
+        ``view="table"`` delivers the row changes of ``table()`` views instead of objects.
+
+        A kubectl-style ``resource`` name is resolved with each running context's
+        discovery (and the built-in table), so ``"po"``, ``"Deployment"`` or a CRD's short
+        name work once a context serving them runs.
 
         A subscriber more than ``buffer_size`` changes behind is closed: iteration raises
         :class:`SubscriberOverflow`. The informers never wait for a subscriber.
         """
-        res_name = parse_resource(resource).name if resource is not None else None
+        if view not in ("objects", "table"):
+            raise ValueError(f"view must be 'objects' or 'table', not {view!r}")
+        scope: str | frozenset[str] | None = namespace
+        if namespaces is not None:
+            if namespace is not None or isinstance(namespaces, str):
+                raise ValueError("give namespace or a list of namespaces, not both")
+            scope = frozenset(namespaces)
+        names = self._subscription_names(resource) if resource is not None else None
         wanted = frozenset(contexts) if contexts is not None else None
 
         def take_snapshot() -> list[Change]:
-            gens = self._table.gens.values()
-            return Publisher.snapshot(
-                [g for g in gens if wanted is None or g.key in wanted], res_name, namespace
-            )
+            gens = [g for g in self._table.gens.values() if wanted is None or g.key in wanted]
+            return Publisher.snapshot(gens, names, scope, view)
 
         return self._fanout.subscribe(
-            resource=res_name,
+            resource=names,
             contexts=wanted,
-            namespace=namespace,
+            namespace=scope,
             buffer_size=buffer_size or self._subscriber_buffer,
             snapshot=take_snapshot if snapshot else None,
+            view=view,
         )
+
+    def _subscription_names(self, resource: ResourceSpec) -> Container[str]:
+        """The full resource names ``resource`` means: resolved now where a running
+        context or the built-in table knows it, else matched against the names of every
+        resource an informer runs for (so a subscription made before its context runs
+        still gets its changes)."""
+        if isinstance(resource, Resource):
+            return frozenset((resource.name,))
+        names = set()
+        for gen in self._table.gens.values():
+            connection = gen.cached_connection()
+            if connection is not None and (res := connection.resolve_cached(resource)):
+                names.add(res.name)
+        try:
+            names.add(parse_resource(resource).name)
+        except ValueError:
+            pass
+        return _Names(frozenset(names), resource.strip().lower(), self._aliases)
+
+    def _learn_names(self, res: Resource) -> None:
+        if res.name not in self._aliases:
+            self._aliases[res.name] = _alias_names(res)
 
     def status(self) -> RegistryStatus:
         """A frozen snapshot of every context's state for a UI. Never holds a secret."""
@@ -508,8 +727,55 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         return self._table.gens
 
 
+class _Names:
+    """The resources a subscription's name means (a container of full names)."""
+
+    __slots__ = ("_aliases", "_name", "_resolved")
+
+    def __init__(
+        self, resolved: frozenset[str], name: str, aliases: Mapping[str, frozenset[str]]
+    ) -> None:
+        self._resolved = resolved
+        self._name = name
+        self._aliases = aliases
+
+    def __contains__(self, resource: object) -> bool:
+        if resource in self._resolved:
+            return True
+        return isinstance(resource, str) and self._name in self._aliases.get(resource, ())
+
+    def __iter__(self) -> Iterator[str]:  # for snapshots: what is known now
+        yield from self._resolved
+        for resource, names in list(self._aliases.items()):
+            if self._name in names and resource not in self._resolved:
+                yield resource
+
+
+def _alias_names(res: Resource) -> frozenset[str]:
+    """Every kubectl name of ``res`` (plural, singular, kind, short names, with group)."""
+    base = {res.plural, res.singular, res.kind.lower(), *res.short_names}
+    names = {n.lower() for n in base if n}
+    if res.group:
+        names |= {f"{n}.{res.group}" for n in list(names)}
+        names.add(f"{res.plural}.{res.version}.{res.group}")
+    return frozenset(names)
+
+
+def _full_name(name: str) -> str:
+    """A built-in's full name (``po`` -> ``pods``), else the name as given (a CRD's
+    ``plural.group``)."""
+    try:
+        return parse_resource(name).name
+    except ValueError:
+        return name
+
+
 def _informer_key(
-    res: Resource, namespace: str | None, label_selector: str | None, field_selector: str | None
+    res: Resource,
+    namespace: str | None,
+    label_selector: str | None,
+    field_selector: str | None,
+    view: str = "objects",
 ) -> InformerKey:
     """What names one informer of a context: a namespace only for namespaced resources."""
     return InformerKey(
@@ -517,12 +783,20 @@ def _informer_key(
         namespace if res.namespaced else None,
         label_selector or None,
         field_selector or None,
+        view,
     )
 
 
 _EVENTS_V1 = parse_resource("events.events.k8s.io")
 _EVENTS_CORE = parse_resource("events")
 _EVENT_KEYS = frozenset({InformerKey(_EVENTS_V1.name), InformerKey(_EVENTS_CORE.name)})
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _single(group: BaseExceptionGroup[BaseException]) -> BaseException | None:

@@ -145,6 +145,8 @@ def register_resource(resource: Resource) -> Resource:
 
 for _res in BUILTIN_RESOURCES:
     register_resource(_res)
+_builtin_registry = dict(_registry)
+_builtin_bare = dict(_bare)
 
 
 def parse_resource(spec: str | Resource) -> Resource:
@@ -185,6 +187,16 @@ def parse_resource(spec: str | Resource) -> Resource:
         if known is not None and not known.group:
             return known
     raise ValueError(f"unknown resource {spec!r}: use plural.version.group for custom resources")
+
+
+def known_resource(spec: str) -> Resource | None:
+    """A built-in resource named ``spec`` (``po``, ``pods``, ``deployments.apps``), or
+    None. Built-ins mean the same on every cluster, so they resolve without discovery;
+    everything else (custom resources, also those given to :func:`register_resource`)
+    resolves through the cluster's discovery."""
+    plural, _, rest = spec.strip().lower().partition(".")
+    plural = _SHORT.get(plural, plural)
+    return _builtin_bare.get(plural) if not rest else _builtin_registry.get((plural, rest))
 
 
 def _looks_like_version(text: str) -> bool:

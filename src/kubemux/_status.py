@@ -53,11 +53,14 @@ class ContextStatus:
     informers: tuple[InformerStatus, ...]
     last_error: str | None
     retry_in: float | None  # seconds until a failed start may be retried
+    notes: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """resource -> why its scope is narrower than asked (a forbidden cluster-wide LIST)."""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (plain str, int, float, bool, None, lists and dicts)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["state"] = str(self.state)
+        out["notes"] = dict(self.notes)
         out["informers"] = [
             {f.name: _plain(getattr(i, f.name)) for f in dataclasses.fields(i)}
             for i in self.informers
@@ -115,6 +118,7 @@ def build_context_status(
     informers: tuple[InformerStatus, ...],
     errors: Sequence[str],
     retry_in: float | None,
+    notes: Mapping[str, str] | None = None,
 ) -> ContextStatus:
     """A :class:`ContextStatus` with the state a UI should show and secrets redacted."""
     states = {i.state for i in informers}
@@ -135,4 +139,5 @@ def build_context_status(
         informers=informers,
         last_error=redact_text(errors[0]) if errors else None,
         retry_in=retry_in if retry_in is None or math.isfinite(retry_in) else None,
+        notes={k: redact_text(v) for k, v in (notes or {}).items()},
     )

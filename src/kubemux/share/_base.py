@@ -1,0 +1,213 @@
+"""The engine-independent side of shared watches: the interface an engine implements, the
+share key, the slot status, and the ``lead`` adapter that runs a real informer.
+
+A registry opens one :class:`ShareSession` per process and runs every informer slot through
+:meth:`ShareSession.run_slot`. Per share key exactly one replica *leads* (runs ``lead``: a
+real LIST/WATCH, every change also passed to ``publish``); the others *follow* (their Store
+is filled from what the leader published). See ``docs/sharing.md`` for the protocol.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
+
+import anyio
+import anyio.abc
+import orjson
+
+from .._client import ContextClient
+from .._codec import Entry
+from .._errors import KubemuxError
+from .._informer import Informer, InformerKey, OnChange
+from .._resources import Resource
+from .._settings import WatchSettings
+from .._store import Store
+
+__all__ = [
+    "Lead",
+    "Publish",
+    "ShareEngine",
+    "ShareError",
+    "ShareSession",
+    "SlotStatus",
+    "informer_lead",
+    "share_key",
+]
+
+Publish = Callable[[str, Entry, str], None]
+"""``publish(type, entry, resource_version)``: one change the leader applied to its store
+(type ADDED, MODIFIED or DELETED; ``resource_version`` is the store's after the change).
+Synchronous and cheap: the engine queues it and writes it in order."""
+
+Lead = Callable[[str | None, Publish, "anyio.abc.TaskStatus[None]"], Awaitable[None]]
+"""``lead(resume_rv, publish, task_status)``: run the watch for a slot until cancelled.
+
+``resume_rv`` None: LIST into the store, then WATCH. A string: the store already holds the
+state at that resourceVersion; WATCH from it (LIST only after a 410). ``task_status.started()``
+once the store is synced. Every applied change goes to ``publish`` as well."""
+
+
+class ShareError(KubemuxError):
+    """A share engine cannot be used (its client library is missing, a bad URL)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SlotStatus:
+    """A frozen snapshot of one shared slot, for ``status()``.
+
+    Attributes:
+        role: ``"leader"`` (runs the watch and publishes), ``"follower"`` (filled from the
+            leader), ``"local"`` (runs its own watch, not shared: a Secret, or the engine
+            unreachable when the slot started) or ``"starting"``.
+        epoch: The data lineage followed or written (changes when a leader writes a fresh
+            snapshot); None before the first.
+        lag: Seconds between the leader publishing the last change and this replica
+            applying it (followers; clocks of both machines count).
+        stale_since: Wall-clock time since when a follower's data may be stale (engine
+            unreachable, or no leader); None when fresh.
+        fenced_writes: Writes refused because this replica no longer held the lease.
+        rehydrations: Full reloads from the engine (start, gaps, epoch changes).
+        promotions: Times this replica took the lead for the slot.
+        last_error: The last engine error, redacted; None after a success.
+    """
+
+    role: str
+    epoch: str | None = None
+    lag: float | None = None
+    stale_since: float | None = None
+    fenced_writes: int = 0
+    rehydrations: int = 0
+    promotions: int = 0
+    last_error: str | None = None
+
+
+class ShareSession(Protocol):
+    """One process's connection to a share engine: owns its connections and tasks."""
+
+    async def run_slot(
+        self,
+        *,
+        key: bytes | str,
+        store: Store,
+        on_change: OnChange | None,
+        lead: Lead,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+        can_lead: bool = True,
+        kind: str = "",
+    ) -> None:
+        """Keep ``store`` filled for ``key`` until cancelled, leading or following.
+
+        ``task_status.started()`` once the store is synced in either role. ``on_change`` sees
+        every change the engine applies to the store (as a follower, a rehydration, a
+        catch-up); changes made by ``lead`` are the caller's to report. Objects of ``kind``
+        ``"Secret"`` are not shared unless the engine was told to: ``lead`` runs locally.
+
+        Raises:
+            KubemuxError: from ``lead`` before the store first synced.
+
+        Cancellation stops the slot and releases its lease (bounded, shielded).
+        """
+        ...
+
+    def slot_status(self, key: bytes | str) -> SlotStatus | None:
+        """The status of a slot being run, or None."""
+        ...
+
+    def snapshot_entries(self, key: bytes | str, namespace: str | None = None) -> list[Entry]:
+        """The slot's objects as announced to ``on_change`` so far: the store minus changes
+        of a rehydration not yet announced (as an Informer's ``snapshot_entries``). While
+        leading, the caller's informer is the one to ask."""
+        ...
+
+
+class ShareEngine(Protocol):
+    """A share engine (``kubemux.share.Redis``): a value that opens sessions."""
+
+    def open(self) -> contextlib.AbstractAsyncContextManager[ShareSession]:
+        """Connect; the session closes its connections and tasks on exit."""
+        ...
+
+
+def share_key(
+    *,
+    server: str,
+    ca: bytes | None,
+    identity: str,
+    resource: Resource | str,
+    namespace: str | None = None,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    transform: str = "drop_managed_fields",
+) -> str:
+    """The key under which replicas share one watch: a sha256 hex digest.
+
+    Two replicas share when the API server would show them the same objects: same server and
+    CA, same identity as the server sees it (user and groups from a SelfSubjectReview, never
+    a token), same resource, scope, selectors and store transform. Context names do not
+    count. The parts are hashed, so neither servers nor identities reach the engine.
+    """
+    res = resource if isinstance(resource, str) else resource.path(None)
+    parts: Mapping[str, object] = {
+        "server": server.rstrip("/"),
+        "ca": hashlib.sha256(ca).hexdigest() if ca else "",
+        "identity": identity,
+        "resource": res,
+        "namespace": namespace or "",
+        "label_selector": label_selector or "",
+        "field_selector": field_selector or "",
+        "transform": transform,
+    }
+    return hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def informer_lead(
+    client: ContextClient,
+    resource: Resource,
+    key: InformerKey,
+    *,
+    settings: WatchSettings,
+    store: Store,
+    on_change: OnChange | None = None,
+    on_state: Callable[[], None] | None = None,
+    on_informer: Callable[[Informer], None] | None = None,
+) -> Lead:
+    """A ``lead`` callable running a real :class:`Informer` into ``store``.
+
+    Each run builds a fresh informer (``on_informer`` is told, for ``status()``); every change
+    it applies goes to ``on_change`` and to the engine's ``publish``.
+    """
+
+    async def lead(
+        resume_rv: str | None,
+        publish: Publish,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        def changed(etype: str, entry: Entry, old: Entry | None) -> None:
+            publish(etype, entry, store.resource_version)
+            if on_change is not None:
+                on_change(etype, entry, old)
+
+        informer = Informer(
+            client,
+            resource,
+            key,
+            settings=settings,
+            store=store,
+            on_change=changed,
+            on_state=on_state,
+        )
+        if on_informer is not None:
+            on_informer(informer)
+        if resume_rv is None:
+            await informer.initial_sync()
+            task_status.started()
+            await informer.watch_forever()
+        else:
+            task_status.started()
+            await informer.resume(resume_rv)
+
+    return lead
