@@ -234,7 +234,6 @@ async def test_start_time_limit_ends_a_start_with_a_clear_error(
         assert registry.live_contexts == []
 
 
-@pytest.mark.xfail(strict=True, reason="kubernetes-asyncio's exec provider leaves the process")
 async def test_stop_kills_a_hanging_exec_plugin(tmp_path: Path, fake_cluster: FakeCluster) -> None:
     """A stop during a hanging exec plugin ends the plugin's process, and no pending
     watch() starts anything."""

@@ -6,10 +6,13 @@ The public surface is this module, :mod:`kubemux.testing` and the ``kubemux`` co
 from __future__ import annotations
 
 from . import share as share  # kubemux.share.Redis(...); imports no Redis client
+from ._auth import CredentialPool as CredentialPool
+from ._auth import CredentialStatus as CredentialStatus
 from ._errors import ApiError as ApiError
 from ._errors import ClusterUnreachable as ClusterUnreachable
 from ._errors import ContextNotFound as ContextNotFound
 from ._errors import ContextRemoved as ContextRemoved
+from ._errors import CredentialError as CredentialError
 from ._errors import Forbidden as Forbidden
 from ._errors import InternalError as InternalError
 from ._errors import KubeconfigError as KubeconfigError
@@ -63,6 +66,9 @@ __all__ = [
     "ContextRemoved",
     "ContextState",
     "ContextStatus",
+    "CredentialError",
+    "CredentialPool",
+    "CredentialStatus",
     "EventIndex",
     "EventIndexStatistics",
     "Forbidden",

@@ -1,8 +1,10 @@
 """One HTTP client per context generation, and the raw LIST/WATCH requests.
 
-kubernetes-asyncio builds the client (so tokens, token files, client certificates, exec
-plugins, proxies and TLS settings behave exactly as they do there), but kubemux never asks it
-for OpenAPI model objects: responses are read raw (``_preload_content=False``) and decoded
+kubernetes-asyncio builds the client (so static tokens, client certificates, proxies and TLS
+settings behave exactly as they do there); credentials that refresh (exec plugins, token
+files, OIDC) come from :mod:`kubemux._auth` and are sent by :meth:`ContextClient._call`,
+which retries a request once after a 401 and a refresh. kubemux never asks it for OpenAPI
+model objects: responses are read raw (``_preload_content=False``) and decoded
 with orjson into plain dicts. Every foreign exception is converted here: HTTP errors into
 :class:`ApiError` built from the Status body, connection problems into
 :class:`ClusterUnreachable` naming the server.
@@ -28,8 +30,15 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import anyio
 
+from ._auth import Credential, CredentialPool, CredentialProvider, CredentialStatus
 from ._codec import Block
-from ._errors import ApiError, ClusterUnreachable, KubeconfigError, api_error_from_status
+from ._errors import (
+    ApiError,
+    ClusterUnreachable,
+    CredentialError,
+    KubeconfigError,
+    api_error_from_status,
+)
 from ._resources import Resource
 
 if TYPE_CHECKING:
@@ -49,13 +58,18 @@ class ContextClient:
     the ``async with`` ends).
     """
 
-    __slots__ = ("_api", "context", "server", "streaming_list")
+    __slots__ = ("_api", "_auth", "context", "server", "streaming_list")
 
     def __init__(self, context: str, server: str, api: Any) -> None:
         self.context = context
         self.server = server
         self._api = api
+        self._auth: _RequestAuth | None = None  # a refreshing credential (open_client)
         self.streaming_list: bool | None = None  # does this server do streaming lists?
+
+    def credential_status(self) -> CredentialStatus | None:
+        """The refreshing credential's status (exec, token file, OIDC), else None."""
+        return self._auth.provider.status() if self._auth is not None else None
 
     def __repr__(self) -> str:
         return f"<ContextClient context={self.context!r} server={self.server!r}>"
@@ -68,15 +82,7 @@ class ContextClient:
         client_timeout: aiohttp.ClientTimeout,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         try:
-            resp: aiohttp.ClientResponse = await self._api.call_api(
-                path,
-                "GET",
-                query_params=list(params.items()),
-                header_params=dict(_ACCEPT),
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=client_timeout,
-            )
+            resp: aiohttp.ClientResponse = await self._call(path, params, client_timeout)
         except (TimeoutError, aiohttp.ClientError, OSError, ssl.SSLError) as exc:
             raise _unreachable(self.server, exc) from exc
         try:
@@ -89,6 +95,43 @@ class ContextClient:
             yield resp
         finally:
             resp.release()
+
+    async def _call(
+        self, path: str, params: Mapping[str, str], client_timeout: aiohttp.ClientTimeout
+    ) -> aiohttp.ClientResponse:
+        # The credential: kubernetes-asyncio's (static) or a refreshing one, sent by us;
+        # after a 401 the provider refreshes (single-flight) and the request is retried once.
+        auth = self._auth
+        credential = await auth.prepare() if auth is not None else None
+        retried = False
+        while True:
+            headers = dict(_ACCEPT)
+            if credential is not None and credential.token:
+                headers["Authorization"] = f"Bearer {credential.token}"
+            resp: aiohttp.ClientResponse = await self._api.call_api(
+                path,
+                "GET",
+                query_params=list(params.items()),
+                header_params=headers,
+                auth_settings=["BearerToken"] if auth is None else [],
+                _preload_content=False,
+                _request_timeout=client_timeout,
+            )
+            if auth is None or credential is None:
+                return resp
+            if resp.status != 401:
+                if resp.status < 400:
+                    auth.provider.accepted()
+                return resp
+            if retried:
+                auth.provider.rejected(credential)
+                raise await _unauthorized(resp, auth.provider)
+            fresh = await auth.provider.unauthorized(credential)
+            if fresh is None:
+                raise await _unauthorized(resp, auth.provider)
+            resp.release()
+            retried = True
+            credential = await auth.prepare(fresh)
 
     async def list(
         self,
@@ -265,6 +308,23 @@ async def _blocks(
         pending_size = len(tail)
 
 
+async def _unauthorized(resp: aiohttp.ClientResponse, provider: CredentialProvider) -> ApiError:
+    """The 401 a refresh could not fix, saying why (``exec plugin aws returned a token
+    the server rejects``, or why the refresh failed)."""
+    try:
+        body = await resp.read()
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        body = b""
+    finally:
+        resp.release()
+    error = api_error_from_status(401, body)
+    note = provider.status().last_error
+    if not note:
+        return error
+    message = f"{error.message} ({note})" if error.message else note
+    return type(error)(error.status, error.reason, message)
+
+
 def _unreachable(server: str, exc: BaseException) -> ClusterUnreachable:
     detail = str(exc) or type(exc).__name__
     if isinstance(exc, asyncio.TimeoutError):
@@ -272,13 +332,96 @@ def _unreachable(server: str, exc: BaseException) -> ClusterUnreachable:
     return ClusterUnreachable(server, detail)
 
 
+class _RequestAuth:
+    """A client's view of its refreshing credential: loads a new client certificate."""
+
+    __slots__ = ("_cert", "api", "provider", "ssl_context")
+
+    def __init__(self, provider: CredentialProvider, api: Any, ssl_context: ssl.SSLContext) -> None:
+        self.provider = provider
+        self.api = api
+        self.ssl_context = ssl_context
+        self._cert: bytes | None = None
+
+    async def prepare(self, fresh: Credential | None = None) -> Credential:
+        """The credential to send (``fresh``: the one a 401 refresh gave)."""
+        credential = fresh if fresh is not None else await self.provider.current()
+        if credential.cert_pem is not None and credential.cert_pem != self._cert:
+            await self._load_certificate(credential)
+        return credential
+
+    async def _load_certificate(self, credential: Credential) -> None:
+        assert credential.cert_pem is not None and credential.key_pem is not None
+        folder = tempfile.mkdtemp(prefix="kubemux-")
+        try:
+            cert, key = os.path.join(folder, "cert"), os.path.join(folder, "key")
+            for path, data in ((cert, credential.cert_pem), (key, credential.key_pem)):
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as out:
+                    out.write(data)
+            try:
+                self.ssl_context.load_cert_chain(cert, key)
+            except (ssl.SSLError, OSError) as exc:
+                raise CredentialError(
+                    f"{self.provider.source} returned a client certificate that cannot be "
+                    f"used: {exc}"
+                ) from exc
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        first = self._cert is None
+        self._cert = credential.cert_pem
+        if not first:
+            await self._new_connections()
+
+    async def _new_connections(self) -> None:
+        # Connections made with the old certificate stay authenticated as it: replace the
+        # session, so new requests connect with the new one; open watches on the old
+        # session end, and informers re-watch from their resourceVersion.
+        rest = self.api.rest_client
+        old: aiohttp.ClientSession = rest.pool_manager
+        rest.pool_manager = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(
+                limit=old.connector.limit if old.connector else 100, ssl=self.ssl_context
+            ),
+            trust_env=True,
+            read_bufsize=2**21,
+        )
+        with anyio.move_on_after(5.0, shield=True):
+            await old.close()
+
+
 @contextlib.asynccontextmanager
-async def open_client(config: ContextConfig) -> AsyncIterator[ContextClient]:
+async def open_client(
+    config: ContextConfig, *, credentials: CredentialPool | None = None
+) -> AsyncIterator[ContextClient]:
     """Build the kubernetes-asyncio client for one context; close its session on exit.
+
+    Args:
+        config: The context.
+        credentials: The pool of refreshing credentials (exec plugins, token files, OIDC)
+            shared by the contexts of one registry; None uses a private pool.
+
+    The first credential is fetched here (an exec plugin runs); later ones are refreshed
+    in place by the requests that need them. Cancellation kills a running plugin.
 
     Raises:
         KubeconfigError: the context's credentials or TLS files cannot be used.
+        CredentialError: the first credential could not be obtained.
     """
+    pool = credentials if credentials is not None else CredentialPool()
+    provider = pool.acquire(config)
+    try:
+        async with _open_client(config, provider) as client:
+            yield client
+    finally:
+        if provider is not None:
+            pool.release(provider)
+
+
+@contextlib.asynccontextmanager
+async def _open_client(
+    config: ContextConfig, provider: CredentialProvider | None
+) -> AsyncIterator[ContextClient]:
     from kubernetes_asyncio.client import ApiClient, Configuration
     from kubernetes_asyncio.config.config_exception import ConfigException
     from kubernetes_asyncio.config.kube_config import KubeConfigLoader
@@ -292,6 +435,9 @@ async def open_client(config: ContextConfig) -> AsyncIterator[ContextClient]:
     folder = tempfile.mkdtemp(prefix="kubemux-")
     try:
         client_config = config.client_config()
+        _check_proxy(config, client_config)
+        if provider is not None:
+            _strip_dynamic_credentials(client_config)
         _materialise_inline_credentials(client_config, folder)
         loader = KubeConfigLoader(
             config_dict=client_config,
@@ -300,7 +446,7 @@ async def open_client(config: ContextConfig) -> AsyncIterator[ContextClient]:
             temp_file_path=folder,
         )
         await loader.load_and_set(cfg)
-        ssl_context = await _ssl_context_for(cfg)
+        ssl_context = await _ssl_context_for(cfg, private=provider is not None)
         token = _PREBUILT_SSL.set(ssl_context)
         try:
             api = ApiClient(configuration=cfg)
@@ -315,7 +461,11 @@ async def open_client(config: ContextConfig) -> AsyncIterator[ContextClient]:
     finally:
         _remove_private_folder(folder)
     try:
-        yield ContextClient(config.name, config.display_server, api)  # shown, never the password
+        client = ContextClient(config.name, config.display_server, api)  # shown: no password
+        if provider is not None:
+            client._auth = _RequestAuth(provider, api, ssl_context)
+            await client._auth.prepare()
+        yield client
     finally:
         # shielded and bounded: closing must finish even when we are being cancelled
         with anyio.move_on_after(5.0, shield=True):
@@ -356,7 +506,7 @@ def _install_ssl_module() -> None:
         rest.ssl = _SSLModule()  # type: ignore[attr-defined]
 
 
-async def _ssl_context_for(cfg: Any) -> ssl.SSLContext:
+async def _ssl_context_for(cfg: Any, *, private: bool = False) -> ssl.SSLContext:
     """The context RESTClientObject would build, made in a worker thread.
 
     A client that will not change it (no client certificate, verification on, strict
@@ -364,7 +514,12 @@ async def _ssl_context_for(cfg: Any) -> ssl.SSLContext:
     """
     _install_ssl_module()
     cafile: str | None = cfg.ssl_ca_cert
-    shareable = not cfg.cert_file and cfg.verify_ssl and not cfg.disable_strict_ssl_verification
+    shareable = (
+        not private
+        and not cfg.cert_file
+        and cfg.verify_ssl
+        and not cfg.disable_strict_ssl_verification
+    )
     if shareable:
         key = await anyio.to_thread.run_sync(_ca_key, cafile)
         cached = _shared_contexts.get(key)
@@ -418,6 +573,32 @@ def _materialise_inline_credentials(config: dict[str, Any], folder: str) -> None
                 with os.fdopen(fd, "wb") as out:
                     out.write(content)
                 body[field] = path
+
+
+def _check_proxy(config: ContextConfig, client_config: Mapping[str, Any]) -> None:
+    """aiohttp speaks to HTTP(S) proxies only: refuse others clearly, not at connect time."""
+    for item in client_config.get("clusters") or ():
+        body = item.get("cluster") if isinstance(item, dict) else None
+        proxy = body.get("proxy-url") if isinstance(body, dict) else None
+        if not proxy:
+            continue
+        scheme = str(proxy).partition("://")[0].lower()
+        if scheme not in ("http", "https"):
+            raise KubeconfigError(
+                f"context {config.name!r} (from {config.source}): proxy-url scheme "
+                f"{scheme!r} is not supported (kubemux connects through http:// and "
+                "https:// proxies only)",
+                path=config.source,
+            )
+
+
+def _strip_dynamic_credentials(config: dict[str, Any]) -> None:
+    """Leave a refreshing credential to our provider: kubernetes-asyncio must not run it."""
+    for item in config.get("users") or ():
+        body = item.get("user") if isinstance(item, dict) else None
+        if isinstance(body, dict):
+            for key in ("exec", "tokenFile", "auth-provider"):
+                body.pop(key, None)
 
 
 def _remove_private_folder(folder: str) -> None:

@@ -18,6 +18,8 @@ from typing import Protocol
 
 import anyio.abc
 
+from ._auth import CredentialPool
+from ._auth_provider import CredentialStatus
 from ._client import ContextClient, open_client
 from ._codec import Entry
 from ._discovery import Discovery, resolve
@@ -67,6 +69,9 @@ class Connection(Protocol):
     def resolve_cached(self, name: str) -> Resource | None:
         """:meth:`resolve` from what is already known, without I/O; None if unknown."""
 
+    def credential_status(self) -> CredentialStatus | None:
+        """The refreshing credential's state (never the credential), if any."""
+
     def source(
         self,
         resource: Resource,
@@ -106,6 +111,9 @@ class HttpConnection:
 
     async def resources(self) -> tuple[Resource, ...]:
         return await self.discovery.resources()
+
+    def credential_status(self) -> CredentialStatus | None:
+        return self.client.credential_status()
 
     async def resolve(self, name: str) -> Resource:
         known = known_resource(name)
@@ -177,14 +185,16 @@ class HttpConnection:
 
 
 class HttpConnector:
-    """The built-in connector: one kubernetes-asyncio client per generation."""
+    """The built-in connector: one kubernetes-asyncio client per generation, credentials
+    from one pool (contexts sharing a user share its exec plugin, token file, OIDC)."""
 
-    __slots__ = ("settings",)
+    __slots__ = ("credentials", "settings")
 
-    def __init__(self, settings: WatchSettings) -> None:
+    def __init__(self, settings: WatchSettings, credentials: CredentialPool | None = None) -> None:
         self.settings = settings
+        self.credentials = credentials if credentials is not None else CredentialPool()
 
     @contextlib.asynccontextmanager
     async def connect(self, config: ContextConfig) -> AsyncIterator[Connection]:
-        async with open_client(config) as client:
+        async with open_client(config, credentials=self.credentials) as client:
             yield HttpConnection(client, self.settings)

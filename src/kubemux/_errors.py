@@ -9,6 +9,8 @@
     ├── NotSynced                  a store was read before its first LIST completed
     ├── SubscriberOverflow         a subscriber fell behind and its buffer filled up
     ├── ClusterUnreachable         (also ConnectionError) the server could not be reached
+    ├── CredentialError            a credential could not be obtained (exec plugin, token
+    │                              file, OIDC refresh)
     ├── StartTimeout               (also TimeoutError) a context did not start in time
     ├── RegistryClosed             (also RuntimeError) the registry is not open
     ├── InternalError              an unexpected error inside kubemux or a library (a bug)
@@ -32,6 +34,7 @@ __all__ = [
     "ClusterUnreachable",
     "ContextNotFound",
     "ContextRemoved",
+    "CredentialError",
     "Forbidden",
     "InternalError",
     "KubeconfigError",
@@ -148,6 +151,14 @@ class ClusterUnreachable(KubemuxError, ConnectionError):
         super().__init__(f"cannot reach {server}: {detail}")
         self.server = server
         self.detail = detail
+
+
+class CredentialError(KubemuxError):
+    """A credential could not be obtained or refreshed.
+
+    The message names the user entry and the source (``exec plugin aws``, ``token file
+    ...``, ``OIDC provider ...``) and never holds the credential itself.
+    """
 
 
 class ApiError(KubemuxError):

@@ -380,6 +380,11 @@ class Generations:
             errors=errors,
             retry_in=retry_in,
             notes=dict(gen.notes) if gen is not None else None,
+            credential=(
+                connection.credential_status()
+                if gen is not None and (connection := gen.cached_connection()) is not None
+                else None
+            ),
         )
 
 

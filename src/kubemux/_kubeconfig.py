@@ -445,6 +445,32 @@ def _merge(
     )
 
 
+_AUTH_PROVIDER_MATERIAL: Final = frozenset(
+    {"id-token", "refresh-token", "access-token", "expiry", "expires-in", "expires-on"}
+)
+
+
+def credential_insensitive(user_entry: Mapping[str, Any]) -> dict[str, Any]:
+    """``user_entry`` without what a refresh rewrites in place, for fingerprints.
+
+    The id-token, refresh-token (and the access-token and expiry of removed providers) of
+    an ``auth-provider`` entry change when kubemux or kubectl refresh them; a fingerprint
+    computed over this view does not, so such a write-back does not restart the context.
+    Everything else (an inline ``token``, certificate data, exec settings) is kept.
+    """
+    out = dict(user_entry)
+    provider = out.get("auth-provider")
+    if isinstance(provider, Mapping):
+        provider = dict(provider)
+        config = provider.get("config")
+        if isinstance(config, Mapping):
+            provider["config"] = {
+                k: v for k, v in config.items() if k not in _AUTH_PROVIDER_MATERIAL
+            }
+        out["auth-provider"] = provider
+    return out
+
+
 def _file_refs(body: Mapping[str, Any], fields: Sequence[str]) -> list[str]:
     return [value for key in fields if (value := body.get(key))]
 
@@ -466,7 +492,11 @@ def _build_context(
         "user": None if user is None else {"name": user_name, "user": user},
     }
     canonical = orjson.dumps(document, default=_json_default, option=_JSON_OPTIONS)
-    digest = hashlib.sha256(canonical)
+    if user is not None and "auth-provider" in user:  # refreshed in place: not identity
+        stable = {**document, "user": {"name": user_name, "user": credential_insensitive(user)}}
+        digest = hashlib.sha256(orjson.dumps(stable, default=_json_default, option=_JSON_OPTIONS))
+    else:
+        digest = hashlib.sha256(canonical)
     for ref in sorted(set(refs)):
         digest.update(b"\0" + ref.encode("utf-8", "surrogateescape") + b"\0")
         digest.update(hash_file(ref, file_hashes))

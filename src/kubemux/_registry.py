@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from ._auth import CredentialPool
 from ._changes import Publisher
 from ._connector import Connector, HttpConnector
 from ._context import ContextGeneration, GenerationSettings
@@ -122,7 +123,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         self._idle_timeout = idle_timeout
         self._namespaces = {k: tuple(v) for k, v in (namespaces or {}).items()}
         settings_ = GenerationSettings(
-            connector=connector or HttpConnector(self.settings),
+            connector=connector or HttpConnector(self.settings, CredentialPool()),
             start_backoff=start_backoff or Backoff(initial_delay=1.0, max_delay=60.0),
             start_timeout=start_timeout,
             make_store=self._make_store,

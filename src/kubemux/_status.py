@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._auth_provider import CredentialStatus
 from ._informer import InformerStatus
 from ._redact import redact_text, redact_url
 
@@ -53,6 +54,8 @@ class ContextStatus:
     informers: tuple[InformerStatus, ...]
     last_error: str | None
     retry_in: float | None  # seconds until a failed start may be retried
+    credential: CredentialStatus | None = None
+    """A refreshing credential's kind, expiry and refreshes (never the credential)."""
     notes: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """resource -> why its scope is narrower than asked (a forbidden cluster-wide LIST)."""
 
@@ -61,6 +64,14 @@ class ContextStatus:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["state"] = str(self.state)
         out["notes"] = dict(self.notes)
+        out["credential"] = (
+            None
+            if self.credential is None
+            else {
+                f.name: getattr(self.credential, f.name)
+                for f in dataclasses.fields(self.credential)
+            }
+        )
         out["informers"] = [
             {f.name: _plain(getattr(i, f.name)) for f in dataclasses.fields(i)}
             for i in self.informers
@@ -119,6 +130,7 @@ def build_context_status(
     errors: Sequence[str],
     retry_in: float | None,
     notes: Mapping[str, str] | None = None,
+    credential: CredentialStatus | None = None,
 ) -> ContextStatus:
     """A :class:`ContextStatus` with the state a UI should show and secrets redacted."""
     states = {i.state for i in informers}
@@ -140,4 +152,5 @@ def build_context_status(
         last_error=redact_text(errors[0]) if errors else None,
         retry_in=retry_in if retry_in is None or math.isfinite(retry_in) else None,
         notes={k: redact_text(v) for k, v in (notes or {}).items()},
+        credential=credential,
     )

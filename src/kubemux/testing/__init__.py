@@ -11,6 +11,7 @@ does (pods through their lifecycle, with Events: ``make_event``, ``set_pod_state
 
 from __future__ import annotations
 
+from ._auth import sign_token as sign_token
 from ._fake_cluster import FakeCluster as FakeCluster
 from ._http import RecordedRequest as RecordedRequest
 from ._kubeconfig_writer import FakeContext as FakeContext
@@ -31,6 +32,7 @@ __all__ = [
     "make_pod",
     "rewrite_kubeconfig",
     "set_pod_state",
+    "sign_token",
     "simulate_workload",
     "write_kubeconfig",
 ]

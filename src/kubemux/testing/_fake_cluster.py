@@ -66,6 +66,7 @@ Simplified:
 from __future__ import annotations
 
 import asyncio
+import datetime
 import os
 import shutil
 import ssl
@@ -79,6 +80,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from .._resources import Resource
+from ._auth import AuthState, sign_token
 from ._http import Access, ApiServer, RecordedRequest, StreamingList, _Fault
 from ._state import RAW_LINE, Event, ObjectStore, Stored
 
@@ -140,6 +142,9 @@ class FakeCluster:
         table_format: Answer Table requests with Tables; False: plain objects, like an
             aggregated API server without Table support.
         name: A label for ``repr`` and logs.
+        signing_key: Also accept signed tokens (:meth:`sign_token`, or minted out of process
+            with :func:`kubemux.testing.sign_token`), each until its expiry.
+        newest_only: Refuse a signed token once a newer one for the same user was used.
     """
 
     def __init__(
@@ -156,8 +161,15 @@ class FakeCluster:
         aggregated_discovery: bool = True,
         table_format: bool = True,
         name: str = "fake",
+        signing_key: str | None = None,
+        newest_only: bool = False,
     ) -> None:
         self.name = name
+        self._auth = AuthState(
+            set(tokens) if tokens is not None else None,
+            signing_key=signing_key,
+            newest_only=newest_only,
+        )
         self._port = port
         self._store = ObjectStore(history_limit=history_limit, on_change=self._notify)
         self._api = ApiServer(
@@ -167,6 +179,7 @@ class FakeCluster:
             streaming_list=streaming_list,
             expired_as_http=expired_as_http,
             chunk_buffer=chunk_buffer,
+            auth=self._auth,
             aggregated_discovery=aggregated_discovery,
             table_format=table_format,
         )
@@ -174,6 +187,7 @@ class FakeCluster:
         self._server: _TrackingServer | None = None
         self._ssl: ssl.SSLContext | None = None
         self._ca_file: str | None = None
+        self._ca: Any = None
         if tls:
             self._ssl, self._ca_file = self._make_tls()
 
@@ -190,6 +204,7 @@ class FakeCluster:
         ca.cert_pem.write_to_path(ca_file)
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         leaf.configure_cert(context)
+        self._ca = ca
         return context, ca_file
 
     def _notify(self) -> None:
@@ -300,6 +315,63 @@ class FakeCluster:
         Ignored when the cluster was created with ``tokens=None`` (no authentication).
         """
         return self._api.tokens
+
+    # ------------------------------------------------------------------ authentication
+    @property
+    def signing_key(self) -> str | None:
+        """The key signed tokens are checked with (``signing_key=``), or None."""
+        return self._auth.signing_key
+
+    def sign_token(self, user: str = "user", ttl: float = 3600.0) -> str:
+        """A token this cluster accepts as ``user`` for ``ttl`` seconds (``signing_key=``).
+
+        With ``newest_only=True`` it also stops being accepted once a token issued later for
+        the same user has been used.
+
+        Raises:
+            RuntimeError: The cluster has no signing key.
+        """
+        if self._auth.signing_key is None:
+            raise RuntimeError(f"{self!r} has no signing_key")
+        return sign_token(self._auth.signing_key, user, ttl, now=self._auth.clock())
+
+    def issue_client_cert(self, user: str, ttl: float = 86400.0) -> tuple[bytes, bytes]:
+        """A client certificate for ``user`` (its common name) and its key, both PEM.
+
+        Accepted on this cluster's TLS port while valid and not revoked (``tls=True``).
+
+        Raises:
+            RuntimeError: The cluster does not serve TLS.
+        """
+        if self._ca is None or self._ssl is None:
+            raise RuntimeError(f"{self!r} does not serve TLS")
+        if self._ssl.verify_mode != ssl.CERT_OPTIONAL:
+            # from the first issued certificate on, new handshakes ask for client
+            # certificates signed by this CA (others then fail the handshake)
+            self._ca.configure_trust(self._ssl)
+            self._ssl.verify_mode = ssl.CERT_OPTIONAL
+        now = self._auth.clock()
+        start = datetime.datetime.fromtimestamp(now - 60, datetime.UTC)
+        end = datetime.datetime.fromtimestamp(now + ttl, datetime.UTC)
+        leaf = self._ca.issue_cert(
+            "client.kubemux.invalid", common_name=user, not_before=start, not_after=end
+        )
+        cert_pem: bytes = leaf.cert_chain_pems[0].bytes()
+        from cryptography import x509
+
+        serial = x509.load_pem_x509_certificate(cert_pem).serial_number
+        self._auth.cert_issued[serial] = now
+        return cert_pem, leaf.private_key_pem.bytes()
+
+    def revoke(self, user: str) -> None:
+        """Refuse every signed token and client certificate issued to ``user`` so far."""
+        self._auth.revoke(user)
+        self._api.notify()
+
+    @property
+    def unauthorized(self) -> int:
+        """Requests answered 401 so far."""
+        return self._auth.rejected
 
     def restrict(
         self,

@@ -13,6 +13,7 @@ import orjson
 from aiohttp import hdrs, web
 
 from .._resources import Resource
+from ._auth import AuthState
 from ._discovery import (
     DISCOVERY_VERSIONS,
     VERSION_INFO,
@@ -279,6 +280,15 @@ def _bearer(header: str | None) -> str | None:
     return value.strip() or None if scheme.lower() == "bearer" else None
 
 
+def _peercert(request: web.BaseRequest) -> dict[str, Any] | None:
+    transport = request.transport
+    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+    if ssl_object is None:
+        return None
+    cert: dict[str, Any] | None = ssl_object.getpeercert()
+    return cert
+
+
 def _int_param(query: Mapping[str, str], name: str) -> int:
     text = query.get(name, "")
     if not text:
@@ -316,13 +326,15 @@ class ApiServer:
         chunk_buffer: int = 2048,
         aggregated_discovery: bool = True,
         table_format: bool = True,
+        auth: AuthState | None = None,
     ) -> None:
         if chunk_buffer < 1:
             raise ValueError(f"chunk_buffer must be positive, not {chunk_buffer}")
         self.store = store
         self.chunk_buffer = chunk_buffer
-        self.auth_required = tokens is not None
-        self.tokens: set[str] = tokens if tokens is not None else set()
+        self.auth = auth if auth is not None else AuthState(tokens)
+        self.auth_required = self.auth.required
+        self.tokens: set[str] = self.auth.tokens
         self.bookmark_period = bookmark_period
         self.streaming_list = streaming_list
         self.expired_as_http = expired_as_http
@@ -432,7 +444,7 @@ class ApiServer:
                     f"fault injected by FakeCluster.fail_next ({fault.reason})",
                     headers=headers,
                 )
-            if self.auth_required and (token is None or token not in self.tokens):
+            if self.auth.required and self.auth.authenticate(token, _peercert(request)) is None:
                 return _status(401, "Unauthorized", "Unauthorized")
             if request.method not in ("GET", "POST", "DELETE"):
                 return _method_not_allowed()

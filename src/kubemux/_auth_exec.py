@@ -1,0 +1,251 @@
+"""Exec credential plugins (``client.authentication.k8s.io/v1`` and ``v1beta1``)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+
+from ._auth_provider import Credential, CredentialProvider
+from ._errors import CredentialError, KubeconfigError
+from ._redact import redact_text, terminal_safe
+
+__all__ = ["EXEC_TIMEOUT", "ExecProvider"]
+
+EXEC_TIMEOUT: Final = 60.0  # seconds an exec plugin may run
+_STDERR_LIMIT: Final = 4096  # bytes of a plugin's stderr kept for the error message
+_STDOUT_LIMIT: Final = 1 << 20
+_EXEC_API_VERSIONS: Final = (
+    "client.authentication.k8s.io/v1",
+    "client.authentication.k8s.io/v1beta1",
+)
+
+
+class ExecProvider(CredentialProvider):
+    """``user.exec``: a client-go credential plugin (``client.authentication.k8s.io``).
+
+    Runs without stdin and never interactively (there is no terminal), with
+    ``KUBERNETES_EXEC_INFO`` set as client-go sets it, for at most ``timeout`` seconds; the
+    process is killed when the call is cancelled. Its stderr (the last 4 KiB) goes into
+    the error message.
+    """
+
+    kind = "exec"
+
+    def __init__(
+        self,
+        spec: Mapping[str, Any],
+        *,
+        cluster: Mapping[str, Any] | None,
+        timeout: float = EXEC_TIMEOUT,
+        where: str = "",
+    ) -> None:
+        command = spec.get("command")
+        if not isinstance(command, str) or not command:
+            raise KubeconfigError(f"{where}: exec needs a command")
+        super().__init__(f"exec plugin {os.path.basename(command)}")
+        self.command = command
+        args = spec.get("args") or []
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise KubeconfigError(f"{where}: exec args must be a list of strings")
+        self.args: list[str] = args
+        self.api_version = spec.get("apiVersion")
+        if self.api_version not in _EXEC_API_VERSIONS:
+            raise KubeconfigError(
+                f"{where}: exec apiVersion {self.api_version!r} is not supported "
+                f"(use one of {', '.join(_EXEC_API_VERSIONS)})"
+            )
+        mode = spec.get("interactiveMode") or "IfAvailable"
+        if mode not in ("Never", "IfAvailable", "Always"):
+            raise KubeconfigError(f"{where}: exec interactiveMode {mode!r} is not valid")
+        if mode == "Always":
+            raise KubeconfigError(
+                f"{where}: exec plugin {os.path.basename(command)} needs interactiveMode "
+                "Always, but kubemux has no terminal to offer it"
+            )
+        self.env: dict[str, str] = {}
+        for item in spec.get("env") or ():
+            if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+                raise KubeconfigError(f"{where}: exec env entries need a name and a value")
+            self.env[item["name"]] = str(item.get("value", ""))
+        self.timeout = timeout
+        info: dict[str, Any] = {"interactive": False}
+        if spec.get("provideClusterInfo") and cluster is not None:
+            info["cluster"] = _exec_cluster_info(cluster)
+        self.exec_info = json.dumps(
+            {"apiVersion": self.api_version, "kind": "ExecCredential", "spec": info},
+            separators=(",", ":"),
+        )
+        hint = spec.get("installHint")
+        self.install_hint = terminal_safe(hint.strip()[:500]) if isinstance(hint, str) else ""
+        self.runs = 0
+
+    async def _fetch(self) -> Credential:
+        env = dict(os.environ)
+        env.update(self.env)
+        env["KUBERNETES_EXEC_INFO"] = self.exec_info
+        self.runs += 1
+        started = time.time()
+        try:
+            out, err, code = await _run_plugin([self.command, *self.args], env, self.timeout)
+        except TimeoutError:
+            raise CredentialError(
+                f"{self.source} did not answer within {self.timeout:g} s (killed)"
+            ) from None
+        except OSError as exc:
+            hint = f"; {self.install_hint}" if self.install_hint else ""
+            raise CredentialError(f"{self.source} could not be started: {exc}{hint}") from exc
+        if code != 0:
+            raise CredentialError(f"{self.source} failed with exit code {code}{_stderr_tail(err)}")
+        return self._parse(out, err, started)
+
+    def _parse(self, out: bytes, err: bytes, started: float) -> Credential:
+        try:
+            doc = json.loads(out)
+        except ValueError:
+            raise CredentialError(
+                f"{self.source} printed something that is not JSON{_stderr_tail(err)}"
+            ) from None
+        if not isinstance(doc, dict) or doc.get("kind") != "ExecCredential":
+            raise CredentialError(f"{self.source} did not print an ExecCredential")
+        if doc.get("apiVersion") != self.api_version:
+            raise CredentialError(
+                f"{self.source} answered with apiVersion {doc.get('apiVersion')!r}, "
+                f"not the {self.api_version!r} it was asked for"
+            )
+        status = doc.get("status")
+        if not isinstance(status, dict):
+            raise CredentialError(f"{self.source}: its ExecCredential has no status")
+        token = status.get("token")
+        cert, key = status.get("clientCertificateData"), status.get("clientKeyData")
+        if token is not None and not isinstance(token, str):
+            raise CredentialError(f"{self.source}: status.token is not a string")
+        if bool(cert) != bool(key) or not all(isinstance(v, str | None) for v in (cert, key)):
+            raise CredentialError(
+                f"{self.source}: clientCertificateData and clientKeyData come together"
+            )
+        if not token and not cert:
+            raise CredentialError(f"{self.source} returned neither a token nor a certificate")
+        expires_at = None
+        stamp = status.get("expirationTimestamp")
+        if stamp:
+            expires_at = _parse_time(stamp)
+            if expires_at is None:
+                raise CredentialError(
+                    f"{self.source}: expirationTimestamp {terminal_safe(str(stamp)[:40])!r} "
+                    "is not an RFC 3339 time"
+                )
+        return Credential(
+            token=token or None,
+            cert_pem=cert.encode() if cert else None,
+            key_pem=key.encode() if key else None,
+            expires_at=expires_at,
+            obtained_at=started,
+        )
+
+
+async def _run_plugin(
+    argv: list[str],
+    env: dict[str, str],
+    timeout: float,  # noqa: ASYNC109 - a subprocess time limit, enforced inside
+) -> tuple[bytes, bytes, int]:
+    """Run a plugin with no stdin; its stdout, the tail of its stderr, its exit code.
+
+    The process is killed on timeout (TimeoutError) and on cancellation.
+    """
+    # its own process group, so that a wrapper's children (sh -c ..., a shim) die with it
+    process = await anyio.open_process(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+    out = bytearray()
+    err = bytearray()
+
+    async def drain(stream: anyio.abc.ByteReceiveStream | None, buf: bytearray, cap: int) -> None:
+        if stream is None:
+            return
+        async for chunk in stream:
+            buf += chunk
+            if len(buf) > cap:
+                del buf[: len(buf) - cap]  # keep the tail
+
+    try:
+        with anyio.fail_after(timeout):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain, process.stdout, out, _STDOUT_LIMIT)
+                tg.start_soon(drain, process.stderr, err, _STDERR_LIMIT)
+            code = await process.wait()
+    except BaseException:
+        _kill_group(process)
+        with anyio.move_on_after(2.0, shield=True):
+            await process.wait()
+        raise
+    finally:
+        with anyio.move_on_after(2.0, shield=True):
+            await process.aclose()
+    return bytes(out), bytes(err), code
+
+
+def _kill_group(process: anyio.abc.Process) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+
+
+def _stderr_tail(err: bytes) -> str:
+    text = err.decode("utf-8", "replace").strip()
+    if not text:
+        return ""
+    return ": " + terminal_safe(redact_text(text[-_STDERR_LIMIT:]), newlines=False)
+
+
+def _exec_cluster_info(cluster: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``spec.cluster`` client-go passes with ``provideClusterInfo: true``."""
+    info: dict[str, Any] = {"server": cluster.get("server", "")}
+    for key, out in (
+        ("tls-server-name", "tls-server-name"),
+        ("insecure-skip-tls-verify", "insecure-skip-tls-verify"),
+        ("proxy-url", "proxy-url"),
+        ("disable-compression", "disable-compression"),
+    ):
+        if cluster.get(key):
+            info[out] = cluster[key]
+    ca = cluster.get("certificate-authority-data")
+    if not ca and cluster.get("certificate-authority"):
+        with contextlib.suppress(OSError), open(cluster["certificate-authority"], "rb") as f:
+            ca = base64.b64encode(f.read()).decode()
+    if ca:
+        info["certificate-authority-data"] = ca
+    info["config"] = None  # client-go always sends it: the exec extension, or null
+    for ext in cluster.get("extensions") or ():
+        if isinstance(ext, Mapping) and ext.get("name") == "client.authentication.k8s.io/exec":
+            info["config"] = ext.get("extension")
+    return info
+
+
+def _parse_time(text: Any) -> float | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return None
+    return when.timestamp()
