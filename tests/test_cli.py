@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
+import os
 import re
+import shlex
 import socket
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,6 +18,7 @@ import httpx
 import orjson
 import pytest
 
+from kubemux import __version__ as kubemux_version
 from kubemux.cli import main, run
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 
@@ -169,10 +174,11 @@ async def test_status_shows_an_unreachable_context(tmp_path: Path) -> None:
     async with FakeCluster() as dead:
         server = dead.server
     path = write_kubeconfig(tmp_path / "config", {"dead": FakeContext(cluster=server)})
-    code, out, _ = await kubemux(
+    code, out, err = await kubemux(
         "status", "--probe", "pods", "--timeout", "5", "--kubeconfig", str(path)
     )
-    assert code == 0
+    assert code == 1  # a probed context failed
+    assert err == "kubemux: error: the probe of pods failed in 1 of 1 contexts: 'dead'\n"
     line = out.splitlines()[1]
     assert status_rows(out)["dead"][1] not in ("running", "idle")
     assert f"cannot reach {server}" in line
@@ -279,3 +285,154 @@ async def test_demo_watch_prints_to_the_terminal() -> None:
     assert re.search(r"^sim-0\s+ADDED\s+\S+\s+app-\d+", out, re.MULTILINE)
     assert re.search(r"^sim-1\s+ADDED\s+\S+\s+app-\d+", out, re.MULTILINE)
     assert "--- kubeconfig edited: added context 'sim-2'" in out
+
+
+# ---------------------------------------------------------------------- hostile text
+ESC = "\x1b[2J\x1b]0;pwned\x07"  # clear the screen, retitle the window
+LINK = "\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\"  # an OSC 8 hyperlink
+FORGE = "ok\rkubemux: error: forged"  # a carriage return overwrites the line
+BIDI = "\u202egnp.exe"  # a right-to-left override
+RAW = ("\x1b", "\x07", "\r", "\u202e")
+
+
+def no_raw_controls(text: str) -> bool:
+    return not any(c in text for c in RAW)
+
+
+@pytest.fixture
+async def hostile(tmp_path: Path) -> AsyncIterator[Path]:
+    async with FakeCluster() as c:
+        pod = make_pod("web-1", labels={"app": "x"})
+        pod["metadata"]["name"] = "web" + LINK
+        pod["status"]["phase"] = FORGE + BIDI
+        c.create("pods", pod)
+        yield write_kubeconfig(tmp_path / "config", {"ctx" + ESC: c})
+
+
+async def test_watch_escapes_control_characters_and_json_stays_exact(hostile: Path) -> None:
+    code, out, err = await kubemux(
+        "watch", "pods", "-A", "--duration", "1.5", "--kubeconfig", str(hostile)
+    )
+    assert (code, err) == (0, "")
+    assert no_raw_controls(out)
+    assert "ctx\\x1b[2J\\x1b]0;pwned\\x07" in out  # shown, as escapes
+    assert "web\\x1b]8;;https://evil.example" in out and "ok\\x0dkubemux" in out
+    assert "\\u202egnp.exe" in out
+    code, out, _ = await kubemux(
+        "watch", "pods", "-A", "-o", "json", "--duration", "1.5", "--kubeconfig", str(hostile)
+    )
+    record = orjson.loads(out.splitlines()[0])  # exact: the JSON escapes are JSON's own
+    assert record["context"] == "ctx" + ESC
+    assert record["object"]["metadata"]["name"] == "web" + LINK
+    assert record["object"]["status"]["phase"] == FORGE + BIDI
+
+
+async def test_status_escapes_control_characters(hostile: Path) -> None:
+    code, out, _ = await kubemux("status", "--probe", "pods", "--kubeconfig", str(hostile))
+    assert code == 0
+    assert no_raw_controls(out) and "ctx\\x1b[2J" in out
+
+
+async def test_status_never_shows_a_password_in_a_server_url(tmp_path: Path) -> None:
+    async with FakeCluster() as c:
+        server = c.server.replace("http://", "http://admin:hunter2@")
+        path = write_kubeconfig(tmp_path / "config", {"prod": FakeContext(cluster=server)})
+        _, out, err = await kubemux(
+            "status", "--probe", "pods", "--timeout", "5", "--kubeconfig", str(path)
+        )
+    assert "hunter2" not in out + err
+    assert "http://***@127.0.0.1:" in out
+
+
+# ---------------------------------------------------------------------- the real command
+async def kubemux_process(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """``kubemux`` as a subprocess (its own logging, stdout and exit)."""
+    environ = {**os.environ, **(env or {})}
+    with anyio.fail_after(TIMEOUT * 2):
+        done = await anyio.run_process(
+            [sys.executable, "-m", "kubemux.cli", *argv], env=environ, check=False
+        )
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+async def test_version() -> None:
+    code, out, _ = await kubemux_process("--version")
+    assert (code, out) == (0, f"kubemux {kubemux_version}\n")
+
+
+async def test_an_error_is_printed_once(tmp_path: Path) -> None:
+    async with FakeCluster() as dead:
+        server = dead.server.replace("http://", "http://admin:hunter2@")
+    path = write_kubeconfig(tmp_path / "config", {"dead" + ESC: FakeContext(cluster=server)})
+    code, out, err = await kubemux_process("watch", "pods", "--kubeconfig", str(path))
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and err.startswith("kubemux: error: ")  # no WARNING before it
+    assert "cannot reach http://***@127.0.0.1:" in err
+    assert "hunter2" not in err and no_raw_controls(err)
+
+
+async def test_log_lines_are_terminal_safe_and_verbosity_is_set(tmp_path: Path) -> None:
+    async with FakeCluster() as dead:
+        server = dead.server.replace("http://", "http://admin:hunter2@")
+    async with FakeCluster() as alive:
+        path = write_kubeconfig(
+            tmp_path / "config", {"ok": alive, "dead" + ESC: FakeContext(cluster=server)}
+        )
+        argv = ("watch", "pods", "-A", "--duration", "2", "--kubeconfig", str(path))
+        code, _, err = await kubemux_process(*argv)
+        assert code == 0
+        # -A: the failing context is one warning line, escaped, without the password
+        warnings = [line for line in err.splitlines() if "dead" in line]
+        assert warnings and all(line.startswith("kubemux: WARNING: ") for line in warnings)
+        assert "hunter2" not in err and no_raw_controls(err)
+        code, _, err = await kubemux_process(*argv, "-vv")
+        assert code == 0 and "kubemux: DEBUG: " in err and no_raw_controls(err)
+        code, _, err = await kubemux_process(*argv, env={"KUBEMUX_LOG": "debug"})
+        assert code == 0 and "kubemux: DEBUG: " in err
+        code, _, err = await kubemux_process(*argv, "-v")
+        assert code == 0 and "DEBUG" not in err
+    code, _, err = await kubemux_process("status", env={"KUBEMUX_LOG": "chatty"})
+    assert code == 2 and err.startswith("kubemux: error: KUBEMUX_LOG=chatty is not one of")
+
+
+async def test_a_closed_pipe_ends_watch_quietly(tmp_path: Path) -> None:
+    """``kubemux watch pods -A | head -1``: no traceback, no error, a clean exit."""
+    async with FakeCluster() as c:
+        c.create("pods", make_pod("web-0"))
+        path = write_kubeconfig(tmp_path / "config", {"prod": c})
+        errors = tmp_path / "stderr"
+        command = (
+            f"{shlex.quote(sys.executable)} -m kubemux.cli watch pods -A "
+            f"--kubeconfig {shlex.quote(str(path))} 2>{shlex.quote(str(errors))} | head -1; "
+            'echo "exit=${PIPESTATUS[0]}"'
+        )
+        async with await anyio.open_process(["bash", "-c", command]) as process:
+            assert process.stdout is not None
+            out = b""
+            with anyio.fail_after(TIMEOUT):
+                while b"CONTEXT" not in out:  # head got its line and is gone
+                    out += await process.stdout.receive()
+                # more output: the next write finds the pipe closed
+                for i in range(1, 20):
+                    c.create("pods", make_pod(f"web-{i}"))
+                with contextlib.suppress(anyio.EndOfStream):
+                    while b"exit=" not in out or not out.endswith(b"\n"):
+                        out += await process.stdout.receive()
+                await process.wait()
+    assert out.decode().splitlines()[-1] == "exit=0"
+    assert errors.read_text() == ""
+
+
+async def test_status_shows_errors_in_its_table_only(tmp_path: Path) -> None:
+    async with FakeCluster() as dead:
+        server = dead.server
+    path = write_kubeconfig(tmp_path / "config", {"dead": FakeContext(cluster=server)})
+    code, out, err = await kubemux_process(
+        "status", "--probe", "pods", "--timeout", "3", "--kubeconfig", str(path)
+    )
+    assert code == 1 and f"cannot reach {server}" in out
+    assert err == "kubemux: error: the probe of pods failed in 1 of 1 contexts: 'dead'\n"
+    code, out, err = await kubemux_process(
+        "status", "-f", "--probe", "pods", "--duration", "3", "--kubeconfig", str(path)
+    )
+    assert code == 0 and f"cannot reach {server}" in out and err == ""

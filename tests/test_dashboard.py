@@ -8,11 +8,10 @@ buffers whole responses, so it cannot carry an endless stream).
 from __future__ import annotations
 
 import contextlib
-import importlib
+import socket
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import anyio
@@ -21,10 +20,9 @@ import orjson
 import pytest
 from starlette.applications import Starlette
 
-from kubemux import Backoff, Change, WatchSettings, parse_resource
-from kubemux.cli import load_dashboard
-from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
-from kubemux.testing._workload import make_event
+from kubemux import Backoff, Change, WatchSettings, dashboard, parse_resource
+from kubemux.dashboard import streams, views
+from kubemux.testing import FakeCluster, FakeContext, make_event, make_pod, write_kubeconfig
 
 TIMEOUT = 10
 XSS = "<img src=x onerror=alert(1)>"
@@ -34,15 +32,11 @@ FAST = {
     "debounce_delay": 0.05,
 }
 
-dashboard: ModuleType = load_dashboard()
-views: ModuleType = importlib.import_module("kubemux_dashboard.views")
-streams: ModuleType = importlib.import_module("kubemux_dashboard.streams")
-
 
 def make_app(path: Path, **options: Any) -> Starlette:
     options.setdefault("registry_options", FAST)
     options.setdefault("status_period", 0.2)
-    app: Starlette = dashboard.create_app(str(path), **options)
+    app: Starlette = dashboard.create_app(kubeconfig=str(path), **options)
     return app
 
 
@@ -144,6 +138,12 @@ class EventStream:
         return {n for (c, _, n) in self.rows if context is None or c == context}
 
 
+def parse_event(raw: bytes) -> tuple[str, Any]:
+    """One encoded server-sent event as (event, data)."""
+    fields = dict(line.split(": ", 1) for line in raw.decode().split("\r\n") if line)
+    return fields["event"], orjson.loads(fields["data"])
+
+
 @contextlib.asynccontextmanager
 async def event_stream(url: str, query: str = "") -> AsyncIterator[EventStream]:
     async with (
@@ -230,7 +230,7 @@ def test_secrets_are_redacted() -> None:
 def test_server_url_loses_its_password() -> None:
     assert (
         views.safe_server("https://admin:hunter2@k8s.example:6443/x")
-        == "https://k8s.example:6443/x"
+        == "https://***@k8s.example:6443/x"
     )
     assert views.safe_server("https://k8s.example") == "https://k8s.example"
 
@@ -589,8 +589,9 @@ async def test_slow_stream_resubscribes_with_a_snapshot(tmp_path: Path) -> None:
             async def read_until(name: str) -> None:
                 with anyio.fail_after(TIMEOUT):
                     async for item in receive:
-                        seen.append((item.event, orjson.loads(item.data)))
-                        if item.event == name:
+                        event, data = parse_event(item)
+                        seen.append((event, data))
+                        if event == name:
                             return
 
             async with anyio.create_task_group() as tg, receive:
@@ -634,3 +635,94 @@ async def test_shutdown_ends_open_streams(
 async def drain(stream: EventStream) -> None:
     while True:
         await stream.next()
+
+
+# ---------------------------------------------------------------------- secrets and load
+async def test_no_password_from_a_server_url(tmp_path: Path) -> None:
+    async with FakeCluster() as dead:
+        server = dead.server.replace("http://", "http://admin:hunter2@")
+    path = write_kubeconfig(tmp_path / "config", {"dead": FakeContext(cluster=server)})
+    async with api_client(path) as client:
+        with anyio.fail_after(TIMEOUT):
+            failed = await client.get("/api/contexts/dead/pods")
+        assert failed.status_code == 503 and "hunter2" not in failed.text
+        assert "http://***@127.0.0.1:" in failed.json()["error"]
+        contexts = await client.get("/api/contexts")
+        assert "hunter2" not in contexts.text
+        assert contexts.json()["contexts"][0]["server"].startswith("http://***@127.0.0.1:")
+
+
+async def test_create_app_serves_a_registry_it_does_not_own(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    from kubemux import WatcherRegistry
+
+    a, b = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+    async with WatcherRegistry.from_kubeconfig(str(path), **FAST) as registry:
+        app = dashboard.create_app(registry)
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+                with anyio.fail_after(TIMEOUT):
+                    listed = (await c.get("/api/contexts/dev/pods")).json()["items"]
+                assert [p["metadata"]["name"] for p in listed] == ["db-1"]
+        # the app's shutdown left the registry running
+        with anyio.fail_after(TIMEOUT):
+            assert len(await registry.watch("prod", "pods")) == 2
+    with pytest.raises(TypeError, match="kubeconfig="):
+        dashboard.create_app(str(path))  # type: ignore[arg-type]
+
+
+async def test_streams_share_one_snapshot_and_the_cap_answers_503(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, b = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+    app = make_app(path, max_streams=3)
+    state = app.state.dashboard
+    async with serving(app) as url, contextlib.AsyncExitStack() as stack:
+        streams_open = [await stack.enter_async_context(event_stream(url)) for _ in range(3)]
+        for stream in streams_open:
+            await stream.until(lambda s=stream: s.names() == {"web-1", "web-2", "db-1"})
+        # one encoding per context served every stream (the first may have raced the sync)
+        assert state.snapshots.encodings <= 4
+        async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client:
+            refused = await client.get("/api/stream")
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
+            assert "too many event streams" in refused.json()["error"]
+            assert (await client.get("/api/contexts")).status_code == 200
+    assert state.streams == 0
+
+
+async def test_a_client_that_stops_reading_is_dropped(tmp_path: Path) -> None:
+    async with FakeCluster() as c:
+        for i in range(1500):  # a snapshot of some MB: more than the socket buffers hold
+            c.create("pods", make_pod(f"p-{i:04d}", labels={"blob": "x" * 4000}))
+        path = write_kubeconfig(tmp_path / "config", {"prod": c})
+        app = make_app(path, stream_send_timeout=0.5)
+        state = app.state.dashboard
+        async with serving(app) as url:
+            port = int(url.rsplit(":", 1)[1].strip("/"))
+            async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client:
+                with anyio.fail_after(TIMEOUT):
+                    await client.get("/api/contexts/prod/pods")  # synced
+                sockets = []
+                try:
+                    for _ in range(4):  # connect, ask for the stream, never read
+                        sock = socket.socket()
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                        sock.connect(("127.0.0.1", port))
+                        sock.sendall(b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                        sockets.append(sock)
+                    with anyio.fail_after(TIMEOUT):
+                        await c.wait_for(lambda: state.streams == 4)
+                        for i in range(1500, 1700):  # keep changes coming
+                            c.create("pods", make_pod(f"p-{i:04d}"))
+                        # the server stays responsive, and drops every stalled client
+                        while state.streams:
+                            assert (await client.get("/api/contexts")).status_code == 200
+                            await anyio.sleep(0.1)
+                finally:
+                    for sock in sockets:
+                        sock.close()

@@ -21,8 +21,14 @@ from typing import Any
 import anyio
 import pytest
 
-from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
-from kubemux.testing._workload import make_event, simulate_workload
+from kubemux.testing import (
+    FakeCluster,
+    FakeContext,
+    make_event,
+    make_pod,
+    simulate_workload,
+    write_kubeconfig,
+)
 
 CHROMIUM = os.environ.get("KUBEMUX_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [

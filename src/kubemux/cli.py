@@ -1,22 +1,28 @@
 """The ``kubemux`` command: ``watch``, ``status``, ``demo``, ``dashboard``.
 
-Errors are one line on stderr naming the problem, with exit status 1 (2 for usage errors).
-``demo`` and ``dashboard`` serve the web dashboard of ``examples/dashboard`` (it needs the
-``dashboard`` extra: starlette, sse-starlette, uvicorn).
+Errors are one line on stderr naming the problem, printed once, with exit status 1 (2 for
+usage errors); a closed pipe (``kubemux watch pods | head``) ends the command quietly.
+``demo`` and ``dashboard`` serve :mod:`kubemux.dashboard` (it needs the ``dashboard`` extra:
+starlette, sse-starlette, uvicorn).
+
+Everything written for a terminal (tables, log lines, errors) shows control characters as
+escapes and server URLs without their ``user:password@``: names, phases and messages come
+from clusters and kubeconfigs, which must not be able to drive the terminal. ``-o json``
+writes the objects exactly. Logging: ``-v`` (info), ``-vv`` (debug), or ``KUBEMUX_LOG``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import functools
-import importlib.util
 import ipaddress
 import logging
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
@@ -26,19 +32,20 @@ import anyio.abc
 import anyio.to_thread
 import orjson
 
+from . import __version__
 from ._errors import ContextNotFound, KubemuxError
 from ._fanout import Change
 from ._kubeconfig import load_kubeconfig
+from ._redact import redact_text, redact_url, terminal_safe
 from ._registry import WatcherRegistry
 from ._resources import parse_resource
 from ._status import RegistryStatus
 
 __all__ = ["main", "run"]
 
-# a source checkout (or an editable install) has it under examples/; a wheel carries a copy
-_SOURCE_DASHBOARD = Path(__file__).resolve().parents[2] / "examples" / "dashboard"
-_WHEEL_DASHBOARD = Path(__file__).resolve().parent / "_dashboard"
-DASHBOARD_DIR = _SOURCE_DASHBOARD if _SOURCE_DASHBOARD.is_dir() else _WHEEL_DASHBOARD
+LEVELS = ("debug", "info", "warning", "error", "critical")
+
+log = logging.getLogger(__name__)
 
 
 class CommandError(Exception):
@@ -48,6 +55,7 @@ class CommandError(Exception):
 _KUBECONFIG_HELP = (
     "kubeconfig path(s), os.pathsep-separated (default: $KUBECONFIG or ~/.kube/config)"
 )
+_VERBOSE_HELP = "log more: -v info, -vv debug (or KUBEMUX_LOG=debug|info|warning|error)"
 _EXAMPLES = """examples:
   kubemux demo                  simulated clusters in the web dashboard (no cluster needed)
   kubemux dashboard             the web dashboard for your kubeconfig, on 127.0.0.1:8000
@@ -64,10 +72,17 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"kubemux {__version__}")
+    p.add_argument("-v", "--verbose", action="count", default=0, help=_VERBOSE_HELP)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-v", "--verbose", action="count", default=argparse.SUPPRESS, help=_VERBOSE_HELP
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     w = sub.add_parser(
         "watch",
+        parents=[common],
         help="print live changes of a resource across contexts",
         description="Like `kubectl get -w`, across contexts, with a CONTEXT column: the "
         "current objects first, then every change. Contexts added to the kubeconfig while "
@@ -98,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser(
         "status",
+        parents=[common],
         help="a table of contexts and their states",
         description="Load the kubeconfig and show every context. With --probe, "
         "start a watcher for that resource in each context first.",
@@ -127,6 +143,7 @@ def _parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser(
         "demo",
+        parents=[common],
         help="simulated clusters in a live web dashboard, no cluster needed",
         description="Start FakeClusters with a simulated workload (pods created, updated and "
         "deleted, events emitted), write a temporary kubeconfig and serve the dashboard on "
@@ -163,6 +180,7 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser(
         "dashboard",
+        parents=[common],
         help="serve the live web dashboard for your clusters",
         description="Serve the web dashboard for every context of the kubeconfig: the "
         "contexts and their state, a live table of a resource across contexts, each "
@@ -189,13 +207,15 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kubemux`` command; returns the exit status."""
     args = _parser().parse_args(argv)
-    # the library logs through `logging`; the command shows warnings as one tidy line each
-    # (KUBEMUX_LOG=debug|info for more)
-    level = os.environ.get("KUBEMUX_LOG", "warning").upper()
-    logging.basicConfig(
-        level=getattr(logging, level, logging.WARNING),
-        format="kubemux: %(levelname)s: %(message)s",
-    )
+    level = os.environ.get("KUBEMUX_LOG", "").strip().lower()
+    if level and level not in LEVELS:
+        print(
+            f"kubemux: error: KUBEMUX_LOG={terminal_safe(level)!s} is not one of "
+            f"{', '.join(LEVELS)}",
+            file=sys.stderr,
+        )
+        return 2
+    configure_logging(args.verbose, level or None)
     try:
         return anyio.run(_run_parsed, args, sys.stdout, sys.stderr)
     except KeyboardInterrupt:
@@ -204,6 +224,90 @@ def main(argv: Sequence[str] | None = None) -> int:
         if all(isinstance(e, KeyboardInterrupt) for e in _leaves(group)):
             return 130
         raise
+    finally:
+        if _PIPE_CLOSED in _OUTCOME:
+            _silence_stdout()
+
+
+class SafeFormatter(logging.Formatter):
+    """``kubemux: LEVEL: message``, with URL userinfo redacted and control characters
+    escaped (in the message and in any traceback)."""
+
+    def __init__(self) -> None:
+        super().__init__("kubemux: %(levelname)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return terminal_safe(redact_text(super().formatMessage(record)))
+
+    def formatException(self, ei: Any) -> str:
+        return terminal_safe(redact_text(super().formatException(ei)), newlines=True)
+
+    def formatStack(self, stack_info: str) -> str:
+        return terminal_safe(redact_text(super().formatStack(stack_info)), newlines=True)
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is now (tests swap it)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass
+
+
+class _StartupFilter(logging.Filter):
+    """While a command starts, the library's warnings are held back: the command reports
+    the same failure itself, once (as its error, or in its status table)."""
+
+    quiet = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.quiet or record.levelno >= logging.ERROR:
+            return True
+        name = record.name
+        return name == __name__ or not (name == "kubemux" or name.startswith("kubemux."))
+
+
+_STARTUP = _StartupFilter()
+
+
+def configure_logging(verbose: int = 0, level: str | None = None) -> None:
+    """Log to stderr through :class:`SafeFormatter`: ``verbose`` 1 is info, 2 is debug;
+    ``level`` (``KUBEMUX_LOG``) applies when it says more. Idempotent."""
+    wanted = logging.WARNING
+    if level is not None:
+        wanted = getattr(logging, level.upper())
+    if verbose:
+        wanted = min(wanted, logging.INFO if verbose == 1 else logging.DEBUG)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+        root.removeHandler(old)
+    handler = _StderrHandler()
+    handler.setFormatter(SafeFormatter())
+    handler.addFilter(_STARTUP)
+    root.addHandler(handler)
+    logging.getLogger("kubemux").setLevel(wanted)
+    root.setLevel(min(logging.WARNING, wanted) if wanted <= logging.DEBUG else logging.WARNING)
+
+
+@contextlib.contextmanager
+def _startup(verbose: int) -> Iterator[None]:
+    """Hold the library's warnings back while a command starts, or while it shows a table
+    that holds the same errors (unless ``-v``)."""
+    if verbose:
+        yield
+        return
+    _STARTUP.quiet = True
+    try:
+        yield
+    finally:
+        _STARTUP.quiet = False
 
 
 async def run(
@@ -212,30 +316,55 @@ async def run(
     """Run a ``kubemux`` command in the running event loop (for tests and embedding).
 
     Usage errors raise ``SystemExit`` like the command does; other errors are printed as
-    one line on ``stderr`` and give exit status 1.
+    one line on ``stderr`` and give exit status 1. Logging is left as the caller set it.
     """
     args = _parser().parse_args(argv)
     return await _run_parsed(args, stdout or sys.stdout, stderr or sys.stderr)
 
 
 _REPORTED = (KubemuxError, ValueError, OSError, CommandError)
+_PIPE_CLOSED = "pipe closed"
+_OUTCOME: set[str] = set()
+
+
+def _is_closed_pipe(exc: BaseException) -> bool:
+    return isinstance(exc, BrokenPipeError) or (
+        isinstance(exc, OSError)
+        and exc.errno in (errno.EPIPE, errno.ECONNRESET)
+        and not isinstance(exc, KubemuxError)
+    )
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush cannot fail noisily."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # pragma: no cover - stdout without a file descriptor
+        pass
+
+
+def _report(exc: BaseException, err: TextIO) -> None:
+    print(f"kubemux: error: {terminal_safe(redact_text(_one_line(exc)))}", file=err)
 
 
 async def _run_parsed(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
-        return await _dispatch(args, out)
-    except _REPORTED as exc:
-        print(f"kubemux: error: {_one_line(exc)}", file=err)
-        return 1
-    except BaseExceptionGroup as group:  # from a task group: report its one error
-        leaves = _leaves(group)
+        return await _dispatch(args, out, err)
+    except BaseException as exc:
+        leaves = _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+        if any(_is_closed_pipe(e) for e in leaves):  # `kubemux watch pods | head`
+            _OUTCOME.add(_PIPE_CLOSED)
+            return 0
         if len(leaves) == 1 and isinstance(leaves[0], _REPORTED):
-            print(f"kubemux: error: {_one_line(leaves[0])}", file=err)
+            _report(leaves[0], err)
             return 1
         raise
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The exceptions inside ``group``, however nested."""
     out: list[BaseException] = []
     for exc in group.exceptions:
         out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
@@ -248,11 +377,11 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
+async def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.command == "watch":
         return await _watch(args, out)
     if args.command == "status":
-        return await _status(args, out)
+        return await _status(args, out, err)
     if args.command == "dashboard":
         return await _dashboard(args, out)
     return await _demo(args, out)
@@ -299,7 +428,8 @@ class _Printer:
 
 def _row(cells: list[str], output: str | None) -> str:
     widths = [14, 9, 12, 28, 10, 10, 10] if output == "wide" else [14, 9, 12, 28, 10]
-    return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=False)).rstrip() + "\n"
+    safe = [terminal_safe(c) for c in cells]
+    return "  ".join(c.ljust(w) for c, w in zip(safe, widths, strict=False)).rstrip() + "\n"
 
 
 async def _watch(args: argparse.Namespace, out: TextIO) -> int:
@@ -311,54 +441,78 @@ async def _watch(args: argparse.Namespace, out: TextIO) -> int:
     )
     printer = _Printer(out, args.output)
     async with registry:
-        if args.all_contexts:
-            contexts = None
-        else:
-            contexts = args.context or (
-                [registry.current_context] if registry.current_context else []
-            )
-            if not contexts:
-                raise ContextNotFound(
-                    "(current)",
-                    "the kubeconfig sets no current-context; use --context or --all-contexts",
-                )
-            for name in contexts:
-                if name not in registry.contexts:
-                    raise ContextNotFound(name)
+        with _startup(getattr(args, "verbose", 0)):
+            contexts = await _start_watch(registry, args, resource)
         with anyio.move_on_after(args.duration):
             async with registry.subscribe(
                 resource, contexts, namespace=args.namespace, snapshot=not args.no_snapshot
             ) as changes:
-                if contexts is not None:
-                    for name in contexts:
-                        await registry.watch(name, resource, args.namespace)
-                else:
-                    with anyio.move_on_after(10):
-                        for name in list(registry.contexts):
-                            with contextlib.suppress(KubemuxError):
-                                await registry.watch(name, resource)
                 async for change in changes:
                     printer(change)
     return 0
 
 
+async def _start_watch(
+    registry: WatcherRegistry, args: argparse.Namespace, resource: Any
+) -> list[str] | None:
+    """The contexts to follow (None: all), their watchers started: a context named on the
+    command line that fails is the command's error; with -A, a warning each."""
+    if args.all_contexts:
+        with anyio.move_on_after(10):
+            for name in list(registry.contexts):
+                try:
+                    await registry.watch(name, resource)
+                except KubemuxError as exc:
+                    log.warning("context %r: %s", name, exc)
+        return None
+    contexts: list[str] = args.context or (
+        [registry.current_context] if registry.current_context else []
+    )
+    if not contexts:
+        raise ContextNotFound(
+            "(current)",
+            "the kubeconfig sets no current-context; use --context or --all-contexts",
+        )
+    for name in contexts:
+        if name not in registry.contexts:
+            raise ContextNotFound(name)
+    for name in contexts:
+        await registry.watch(name, resource, args.namespace)
+    return contexts
+
+
 # ---------------------------------------------------------------------- status
-async def _status(args: argparse.Namespace, out: TextIO) -> int:
+async def _status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.follow:
         return await _follow_status(args, out)
     registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=False)
+    failed: list[str] = []
     async with registry:
-        if args.probe:
-            resource = parse_resource(args.probe)
+        # the table shows every context's error: the library's warnings would repeat them
+        with _startup(getattr(args, "verbose", 0)):
+            if args.probe:
+                resource = parse_resource(args.probe)
 
-            async def probe(name: str) -> None:
-                with contextlib.suppress(KubemuxError), anyio.move_on_after(args.timeout):
-                    await registry.watch(name, resource)
+                async def probe(name: str) -> None:
+                    with contextlib.suppress(KubemuxError), anyio.move_on_after(args.timeout):
+                        await registry.watch(name, resource)
+                    if registry.store(name, resource) is None:
+                        failed.append(name)
 
-            async with anyio.create_task_group() as tg:
-                for name in registry.contexts:
-                    tg.start_soon(probe, name)
-        out.write(_status_text(registry.status()))
+                async with anyio.create_task_group() as tg:
+                    for name in registry.contexts:
+                        tg.start_soon(probe, name)
+            out.write(_status_text(registry.status()))
+    if failed:
+        names = ", ".join(repr(n) for n in sorted(failed))
+        print(
+            terminal_safe(
+                f"kubemux: error: the probe of {args.probe} failed in {len(failed)} of "
+                f"{len(registry.contexts)} contexts: {names}"
+            ),
+            file=err,
+        )
+        return 1
     return 0
 
 
@@ -366,8 +520,9 @@ async def _follow_status(args: argparse.Namespace, out: TextIO) -> int:
     """Print the status table, then again each time it reads differently (Ctrl-C ends)."""
     autowatch = [parse_resource(args.probe)] if args.probe else []
     registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, autowatch=autowatch)
+    # the table shows every error, and again when it changes: no warnings beside it
     async with registry:
-        with anyio.move_on_after(args.duration):
+        with _startup(getattr(args, "verbose", 0)), anyio.move_on_after(args.duration):
             last = ""
             while True:
                 version = registry.status_version
@@ -389,26 +544,35 @@ def _status_text(st: RegistryStatus) -> str:
             [
                 "*" if c.name == cur else "",
                 c.name,
-                c.state,
-                c.server,
+                _state(c.state),
+                redact_url(c.server),
                 c.user_name,
                 c.namespace or "",
                 str(sum(i.objects for i in c.informers)) if c.informers else "",
-                c.last_error or "",
+                redact_text(c.last_error or ""),
             ]
             for c in st.contexts.values()
         ],
     )
     text += "".join(
-        f"invalid context {name!r}: {why}\n" for name, why in st.invalid_contexts.items()
+        terminal_safe(redact_text(f"invalid context {name!r}: {why}")) + "\n"
+        for name, why in st.invalid_contexts.items()
     )
     text += "".join(
-        f"kubeconfig error in {path}: {err}\n" for path, err in st.kubeconfig_errors.items()
+        terminal_safe(redact_text(f"kubeconfig error in {path}: {err}")) + "\n"
+        for path, err in st.kubeconfig_errors.items()
     )
     return text
 
 
+def _state(state: object) -> str:
+    """A state's text, whether a plain string or a ``str`` enum member."""
+    return str(getattr(state, "value", state))
+
+
 def _table(header: list[str], rows: list[list[str]]) -> str:
+    """Aligned columns; every cell shown terminal-safe (its control characters escaped)."""
+    rows = [[terminal_safe(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     return "".join(
         "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n"
@@ -418,36 +582,19 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 # ---------------------------------------------------------------------- dashboard
 def load_dashboard() -> ModuleType:
-    """Import the dashboard package of ``examples/dashboard`` (as ``kubemux_dashboard``).
+    """Import :mod:`kubemux.dashboard`.
 
     Raises:
-        CommandError: It is not there (an installed wheel has no examples) or its
-            dependencies (the ``dashboard`` extra) are missing.
+        CommandError: Its dependencies (the ``dashboard`` extra) are missing.
     """
-    name = "kubemux_dashboard"
-    loaded = sys.modules.get(name)
-    if loaded is not None:
-        return loaded
-    init = DASHBOARD_DIR / "__init__.py"
-    spec = importlib.util.spec_from_file_location(
-        name, init, submodule_search_locations=[str(DASHBOARD_DIR)]
-    )
-    if not init.is_file() or spec is None or spec.loader is None:
-        raise CommandError(
-            f"the dashboard is not installed (looked for {DASHBOARD_DIR}): it is part of a "
-            "kubemux source checkout; `kubemux demo --watch` works without it"
-        )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        import kubemux.dashboard
     except ImportError as exc:
-        del sys.modules[name]
         raise CommandError(
             f"the dashboard needs starlette, sse-starlette and uvicorn "
             f"(pip install 'kubemux[dashboard]'): {exc}"
         ) from exc
-    return module
+    return kubemux.dashboard
 
 
 def _is_loopback(host: str) -> bool:
@@ -489,7 +636,7 @@ async def _dashboard(args: argparse.Namespace, out: TextIO) -> int:
     load_kubeconfig(args.kubeconfig)  # fail now, with one line, rather than in the server
     local = _is_loopback(args.host)
     app = module.create_app(
-        args.kubeconfig,
+        kubeconfig=args.kubeconfig,
         resource=args.resource,
         allowed_hosts=module.LOCAL_HOSTS if local else None,
     )
@@ -514,8 +661,7 @@ async def _dashboard(args: argparse.Namespace, out: TextIO) -> int:
 
 # ---------------------------------------------------------------------- demo
 async def _demo(args: argparse.Namespace, out: TextIO) -> int:
-    from .testing import FakeCluster, write_kubeconfig
-    from .testing._workload import simulate_workload
+    from .testing import FakeCluster, simulate_workload, write_kubeconfig
 
     module = None if args.watch else load_dashboard()
     n = max(1, args.contexts)
@@ -547,7 +693,7 @@ async def _demo(args: argparse.Namespace, out: TextIO) -> int:
                     with anyio.move_on_after(args.duration):
                         await _watch(args, out)
                 else:
-                    app = module.create_app(str(path), title="kubemux demo")
+                    app = module.create_app(kubeconfig=str(path), title="kubemux demo")
                     server = module.DashboardServer(app, host="127.0.0.1", port=args.port)
 
                     def announce(url: str) -> None:

@@ -5,7 +5,8 @@ through its Python API and script faults (dropped watches, 5xx, stalls, compacti
 It also serves aggregated and legacy discovery, CustomResourceDefinitions created and deleted
 at runtime, the Table format (kubectl's columns) and per-token RBAC by namespace.
 ``write_kubeconfig`` points kubeconfig contexts at running clusters; ``make_pod`` builds
-realistic pod bodies.
+realistic pod bodies; ``simulate_workload`` keeps a cluster busy the way ``kubemux demo``
+does (pods through their lifecycle, with Events: ``make_event``, ``set_pod_state``).
 """
 
 from __future__ import annotations
@@ -18,14 +19,20 @@ from ._kubeconfig_writer import kubeconfig_dict as kubeconfig_dict
 from ._kubeconfig_writer import write_kubeconfig as write_kubeconfig
 from ._objects import make_pod as make_pod
 from ._reconcile import rewrite_kubeconfig as rewrite_kubeconfig
+from ._workload import make_event as make_event
+from ._workload import set_pod_state as set_pod_state
+from ._workload import simulate_workload as simulate_workload
 
 __all__ = [
     "FakeCluster",
     "FakeContext",
     "RecordedRequest",
     "kubeconfig_dict",
+    "make_event",
     "make_pod",
     "rewrite_kubeconfig",
+    "set_pod_state",
     "sign_token",
+    "simulate_workload",
     "write_kubeconfig",
 ]

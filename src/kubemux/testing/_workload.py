@@ -1,4 +1,8 @@
-"""A simulated workload for FakeClusters: pods come and go, change phase, emit events."""
+"""A simulated workload for FakeClusters: pods come and go, change state, emit events.
+
+Public as :func:`kubemux.testing.simulate_workload` and :func:`kubemux.testing.make_event`:
+``kubemux demo`` runs it, and it gives a dashboard under test something to show.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +16,17 @@ import anyio
 from ._fake_cluster import FakeCluster
 from ._objects import make_pod
 
-__all__ = ["make_event", "simulate_workload"]
+__all__ = ["make_event", "set_pod_state", "simulate_workload"]
 
-_PHASES = ("Pending", "Running", "Running", "Running", "Succeeded", "Failed")
+# what a pod in one state may become next, as a kubelet would report it
+_NEXT = {
+    "Pending": ("Running", "Running", "Running", "ImagePullBackOff"),
+    "ImagePullBackOff": ("Running", "ImagePullBackOff"),
+    "Running": ("Running", "CrashLoopBackOff", "Succeeded", "Failed"),
+    "CrashLoopBackOff": ("Running", "CrashLoopBackOff", "Failed"),
+    "Succeeded": ("Succeeded",),
+    "Failed": ("Failed",),
+}
 _REASONS = (
     ("Normal", "Scheduled", "Successfully assigned {ns}/{name} to node-1"),
     ("Normal", "Pulled", "Container image already present on machine"),
@@ -52,6 +64,45 @@ def make_event(
     }
 
 
+def set_pod_state(pod: dict[str, Any], state: str) -> None:
+    """Make ``pod``'s status say ``state`` as the kubelet would, consistently.
+
+    ``state`` is a phase (``Pending``, ``Running``, ``Succeeded``, ``Failed``) or a waiting
+    reason (``ImagePullBackOff``, ``CrashLoopBackOff``: phase Pending or Running). Phase,
+    the Ready conditions and every container's ``ready``, ``state`` and ``restartCount``
+    agree: only a Running pod whose containers run is Ready; a Failed one has a container
+    terminated with an error.
+    """
+    status = pod.setdefault("status", {})
+    ready = state == "Running"
+    phase = {"ImagePullBackOff": "Pending", "CrashLoopBackOff": "Running"}.get(state, state)
+    status["phase"] = phase
+    for cond in status.get("conditions") or []:
+        if cond.get("type") in ("Ready", "ContainersReady"):
+            cond["status"] = "True" if ready else "False"
+    for container in status.get("containerStatuses") or []:
+        container["ready"] = ready
+        container["started"] = phase == "Running"
+        if state == "Running":
+            container["state"] = {"running": {"startedAt": _now()}}
+        elif state == "Pending":
+            container["state"] = {"waiting": {"reason": "ContainerCreating"}}
+        elif state in ("ImagePullBackOff", "CrashLoopBackOff"):
+            message = "back-off pulling image" if state == "ImagePullBackOff" else "back-off"
+            container["state"] = {"waiting": {"reason": state, "message": message}}
+            if state == "CrashLoopBackOff":
+                container["restartCount"] = int(container.get("restartCount") or 0) + 1
+        else:
+            code, reason = (0, "Completed") if state == "Succeeded" else (1, "Error")
+            container["state"] = {
+                "terminated": {"exitCode": code, "reason": reason, "finishedAt": _now()}
+            }
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 async def simulate_workload(
     cluster: FakeCluster,
     *,
@@ -61,9 +112,13 @@ async def simulate_workload(
     seed: int | None = None,
     steps: int | None = None,
 ) -> None:
-    """Keep ``cluster`` busy: create pods, change their phase, delete and recreate them.
+    """Keep ``cluster`` busy: create pods, move them through their lifecycle, delete them.
 
-    Runs until cancelled (or for ``steps`` steps). Every change also emits an Event.
+    Pods start Pending and then run, crash-loop, complete or fail (see
+    :func:`set_pod_state`); every change also emits an Event. Runs until cancelled (or for
+    ``steps`` steps of about ``period`` seconds each).
+
+    Cancellation: stops at once; the cluster keeps the pods it has.
     """
     rng = random.Random(seed)
     counter = itertools.count()
@@ -86,7 +141,9 @@ async def simulate_workload(
     for _ in range(pods):
         ns = rng.choice(namespaces)
         name = f"app-{next(counter):04d}"
-        pod = cluster.create("pods", make_pod(name, ns, labels={"app": name[:6]}, size=1200))
+        pod = make_pod(name, ns, labels={"app": name[:6]}, size=1200)
+        set_pod_state(pod, rng.choice(("Running", "Running", "Running", "Pending")))
+        pod = cluster.create("pods", pod)
         live.append((ns, name))
         emit(pod)
     for step in itertools.count():
@@ -98,7 +155,7 @@ async def simulate_workload(
             ns, name = rng.choice(live)
             current = cluster.get("pods", ns, name)
             if current is not None:
-                current["status"]["phase"] = rng.choice(_PHASES)
+                set_pod_state(current, rng.choice(_NEXT[_state_of(current)]))
                 emit(cluster.update("pods", current))
         elif action < 0.75 and live:
             ns, name = live.pop(rng.randrange(len(live)))
@@ -106,5 +163,17 @@ async def simulate_workload(
         else:
             ns = rng.choice(namespaces)
             name = f"app-{next(counter):04d}"
-            emit(cluster.create("pods", make_pod(name, ns, labels={"app": "web"}, size=1200)))
+            pod = make_pod(name, ns, labels={"app": "web"}, size=1200)
+            set_pod_state(pod, "Pending")
+            emit(cluster.create("pods", pod))
             live.append((ns, name))
+
+
+def _state_of(pod: dict[str, Any]) -> str:
+    status = pod.get("status") or {}
+    for container in status.get("containerStatuses") or []:
+        reason = ((container.get("state") or {}).get("waiting") or {}).get("reason")
+        if reason in _NEXT:
+            return str(reason)
+    phase = str(status.get("phase") or "Pending")
+    return phase if phase in _NEXT else "Pending"

@@ -35,15 +35,17 @@ import functools
 import logging
 import math
 import re
+import time
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import EventSourceResponse
+from sse_starlette.sse import SendTimeoutError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
@@ -65,7 +67,8 @@ from kubemux import (
     parse_resource,
 )
 
-from .streams import Stream
+from .._redact import redact_text
+from .streams import QUEUE, SnapshotCache, Stream
 from .views import event_payload, redact, status_payload
 
 __all__ = ["LOCAL_HOSTS", "Dashboard", "Problem", "create_app"]
@@ -74,6 +77,7 @@ log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).resolve().parent / "static"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+CONTEXTS_TTL = 0.05  # seconds a contexts panel is shared before it is built again
 SECURITY_HEADERS = (
     (
         b"content-security-policy",
@@ -92,6 +96,7 @@ class Problem(Exception):
     """An API error: answered as JSON ``{"error": message, "status": status}``."""
 
     def __init__(self, status: int, message: str, *, retry_after: float | None = None) -> None:
+        message = redact_text(message)  # a server URL in an error keeps no password
         super().__init__(message)
         self.status = status
         self.message = message
@@ -109,38 +114,60 @@ class Dashboard:
     """The app's state: settings, and the registry while the app runs.
 
     Args:
-        kubeconfig: Kubeconfig path(s); ``None``: ``$KUBECONFIG`` or ``~/.kube/config``.
-        resource: The default resource; every context watches it from the start.
+        registry: A running registry to serve; the app neither opens nor closes it. ``None``:
+            the app opens its own from ``kubeconfig`` in its lifespan.
+        kubeconfig: Kubeconfig path(s) for an own registry; ``None``: ``$KUBECONFIG`` or
+            ``~/.kube/config``.
+        resource: The default resource; an own registry watches it in every context.
         registry_options: More keyword arguments for ``WatcherRegistry.from_kubeconfig``.
         sync_timeout: How long an API call waits for a first LIST before answering 503.
         status_period: Longest delay before a change of state reaches the contexts panel.
         title: Shown in the page header.
+        max_streams: Event streams served at once; one more is answered 503.
+        stream_send_timeout: A stream whose client has not taken what was sent for this
+            long is closed (a client that stopped reading holds nothing for ever).
     """
 
     def __init__(
         self,
-        kubeconfig: str | Sequence[str] | None = None,
+        registry: WatcherRegistry | None = None,
         *,
+        kubeconfig: str | Sequence[str] | None = None,
         resource: str = "pods",
         registry_options: Mapping[str, Any] | None = None,
         sync_timeout: float = 2.0,
         status_period: float = 1.0,
         title: str = "kubemux dashboard",
+        max_streams: int = 200,
+        stream_send_timeout: float = 15.0,
     ) -> None:
+        if registry is not None and not isinstance(registry, WatcherRegistry):
+            raise TypeError(
+                f"registry must be a WatcherRegistry or None, not {type(registry).__name__} "
+                "(a kubeconfig path goes in kubeconfig=...)"
+            )
+        if registry is not None and (kubeconfig is not None or registry_options):
+            raise ValueError("kubeconfig and registry_options are for an own registry only")
         self.kubeconfig = kubeconfig
         self.resource = parse_resource(resource)
         self.registry_options = dict(registry_options or {})
         self.sync_timeout = sync_timeout
         self.status_period = status_period
         self.title = title
-        self._registry: WatcherRegistry | None = None
+        self.max_streams = max_streams
+        self.stream_send_timeout = stream_send_timeout
+        self.streams = 0  # open event streams
+        self.snapshots = SnapshotCache()
+        self._contexts_cache: tuple[int, float, bytes] | None = None
+        self._external = registry
+        self._registry: WatcherRegistry | None = registry
         self._closing: anyio.Event | None = None
         self._close_requested = False
         self._listeners: list[Callable[[BaseException | None], None]] = []
 
     @property
     def registry(self) -> WatcherRegistry:
-        """The running registry (between lifespan startup and shutdown)."""
+        """The running registry (an own one between lifespan startup and shutdown)."""
         if self._registry is None:
             raise Problem(503, "the dashboard is not running", retry_after=1)
         return self._registry
@@ -157,17 +184,26 @@ class Dashboard:
 
     async def wait_closing(self) -> None:
         """Return once :meth:`close_streams` was called or the app shuts down."""
-        if self._closing is None:  # pragma: no cover - streams only exist while running
-            raise RuntimeError("the dashboard is not running")
+        if self._closing is None:
+            self._closing = anyio.Event()
+        if self._close_requested:
+            self._closing.set()
         await self._closing.wait()
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        """Open the registry for the app's lifetime."""
-        options: dict[str, Any] = {"autowatch": [self.resource], **self.registry_options}
+        """Open the registry for the app's lifetime (unless it was given one)."""
         self._closing = anyio.Event()
-        if self._close_requested:
-            self._closing.set()
+        self._close_requested = False
+        if self._external is not None:
+            for callback in self._listeners:
+                callback(None)
+            try:
+                yield
+            finally:
+                self._closing.set()
+            return
+        options: dict[str, Any] = {"autowatch": [self.resource], **self.registry_options}
         started = False
         try:
             async with WatcherRegistry.from_kubeconfig(self.kubeconfig, **options) as registry:
@@ -180,11 +216,26 @@ class Dashboard:
                 finally:
                     self._closing.set()
                     self._registry = None
+                    self.snapshots.clear()
         except BaseException as exc:
             if not started:
                 for callback in self._listeners:
                     callback(exc)
             raise
+
+    def contexts_json(self, version: int) -> bytes:
+        """``status_payload`` encoded, shared by every stream and ``/api/contexts``.
+
+        Recomputed when the registry's ``status_version`` moved, or after ``CONTEXTS_TTL``
+        (object counts change without it).
+        """
+        now = time.monotonic()
+        cached = self._contexts_cache
+        if cached is not None and cached[0] == version and now - cached[1] < CONTEXTS_TTL:
+            return cached[2]
+        raw = orjson.dumps(status_payload(self.registry.status()))
+        self._contexts_cache = (version, now, raw)
+        return raw
 
     async def ready_store(self, context: str, resource: Resource) -> Store:
         """The context's synced store of ``resource``, starting its watcher if needed.
@@ -225,30 +276,46 @@ class Dashboard:
 
 
 def create_app(
-    kubeconfig: str | Sequence[str] | None = None,
+    registry: WatcherRegistry | None = None,
     *,
+    kubeconfig: str | Sequence[str] | None = None,
     resource: str = "pods",
     registry_options: Mapping[str, Any] | None = None,
     sync_timeout: float = 2.0,
     status_period: float = 1.0,
     title: str = "kubemux dashboard",
     allowed_hosts: Sequence[str] | None = LOCAL_HOSTS,
+    max_streams: int = 200,
+    stream_send_timeout: float = 15.0,
 ) -> Starlette:
     """The dashboard as an ASGI app; ``app.state.dashboard`` is its :class:`Dashboard`.
 
+    Mount it in your own Starlette or FastAPI app with a registry you own
+    (``Mount("/dashboard", create_app(registry))``: a mounted app's lifespan does not run,
+    and it needs none then), or serve it on its own without one: it then opens a registry
+    from the kubeconfig in its lifespan and closes it on shutdown.
+
     Args:
-        kubeconfig: See :class:`Dashboard`, as are ``resource``, ``registry_options``,
-            ``sync_timeout``, ``status_period`` and ``title``.
+        registry: See :class:`Dashboard`, as are ``kubeconfig``, ``resource``,
+            ``registry_options``, ``sync_timeout``, ``status_period``, ``title``,
+            ``max_streams`` and ``stream_send_timeout``.
         allowed_hosts: Host names the app answers to (``None``: any; only sensible behind
             an authenticating proxy).
+
+    Raises:
+        TypeError: ``registry`` is not a :class:`~kubemux.WatcherRegistry`.
+        ValueError: An unknown ``resource`` name, or ``kubeconfig`` given with a registry.
     """
     dashboard = Dashboard(
-        kubeconfig,
+        registry,
+        kubeconfig=kubeconfig,
         resource=resource,
         registry_options=registry_options,
         sync_timeout=sync_timeout,
         status_period=status_period,
         title=title,
+        max_streams=max_streams,
+        stream_send_timeout=stream_send_timeout,
     )
     routes = [
         Route("/", _page),
@@ -370,7 +437,9 @@ async def _api_not_found(request: Request) -> Response:
 
 
 async def _api_contexts(request: Request) -> Response:
-    return _json(status_payload(_dashboard(request).registry.status()))
+    dashboard = _dashboard(request)
+    raw = dashboard.contexts_json(dashboard.registry.status_version)
+    return Response(raw, media_type="application/json")
 
 
 async def _api_list(request: Request) -> Response:
@@ -436,8 +505,13 @@ async def _api_events(request: Request) -> Response:
 
 async def _api_stream(request: Request) -> Response:
     dashboard = _dashboard(request)
+    if dashboard.streams >= dashboard.max_streams:
+        log.warning("refused an event stream: %d are open (max_streams)", dashboard.streams)
+        raise Problem(
+            503, f"too many event streams (at most {dashboard.max_streams})", retry_after=5
+        )
     query = request.query_params
-    stream_send, receive = anyio.create_memory_object_stream[ServerSentEvent](16)
+    stream_send, receive = anyio.create_memory_object_stream[bytes](QUEUE)
     try:
         stream = Stream(dashboard, stream_send)
     except Problem:
@@ -455,10 +529,44 @@ async def _api_stream(request: Request) -> Response:
             sender = functools.partial(stream.object, context, resource, namespace, name)
         else:
             sender = functools.partial(stream.table, resource, query.get("namespace") or None)
-    return EventSourceResponse(_relay(receive), data_sender_callable=sender)
+    return _EventStream(dashboard, _relay(receive), sender)
 
 
-async def _relay(receive: MemoryObjectReceiveStream[ServerSentEvent]) -> AsyncIterator[Any]:
+class _EventStream(EventSourceResponse):
+    """An event stream counted against ``max_streams``; a client that stops reading for
+    ``stream_send_timeout`` is disconnected (quietly: that is a client's business)."""
+
+    def __init__(
+        self,
+        dashboard: Dashboard,
+        content: AsyncIterator[bytes],
+        sender: Callable[[], Coroutine[None, None, None]],
+    ) -> None:
+        super().__init__(
+            content, data_sender_callable=sender, send_timeout=dashboard.stream_send_timeout
+        )
+        self._dashboard = dashboard
+        dashboard.streams += 1  # counted from now: the handler may not reach __call__
+        self._counted = True
+
+    def _uncount(self) -> None:
+        if self._counted:
+            self._counted = False
+            self._dashboard.streams -= 1
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except SendTimeoutError:
+            log.info(
+                "closed an event stream whose client took nothing for %.0fs",
+                self._dashboard.stream_send_timeout,
+            )
+        finally:
+            self._uncount()
+
+
+async def _relay(receive: MemoryObjectReceiveStream[bytes]) -> AsyncIterator[bytes]:
     with receive:
         async for event in receive:
             yield event

@@ -34,7 +34,7 @@
 
   function objectHref(context, resource, namespace, name) {
     const params = new URLSearchParams({ context, resource, namespace, name });
-    return "/object?" + params.toString();
+    return "object?" + params.toString();
   }
 
   // A stable colour per context name (FNV-1a, spread by the golden ratio), so rows from
@@ -462,7 +462,7 @@
       const query = new URLSearchParams({ resource });
       const ns = namespaceInput.value.trim();
       if (ns) query.set("namespace", ns);
-      stream = connect("/api/stream?" + query.toString(), handlers);
+      stream = connect("api/stream?" + query.toString(), handlers);
       updateCount();
     }
 
@@ -521,7 +521,7 @@
     text($("obj-title"), where);
     text($("crumb"), "/ " + context + " / " + resource);
     document.title = name + " · kubemux";
-    $("back").setAttribute("href", "/?" + new URLSearchParams({ resource }).toString());
+    $("back").setAttribute("href", "./?" + new URLSearchParams({ resource }).toString());
 
     function summaryRow(term, value) {
       if (value === undefined || value === null || value === "") return [];
@@ -586,9 +586,9 @@
       },
     };
     const query = new URLSearchParams({ context, resource, namespace, name });
-    connect("/api/stream?" + query.toString(), handlers);
+    connect("api/stream?" + query.toString(), handlers);
   }
 
-  if (location.pathname === "/object") objectView();
+  if (location.pathname.endsWith("/object")) objectView();
   else tableView();
 })();

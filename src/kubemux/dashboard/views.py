@@ -8,11 +8,12 @@ from a cluster is ever interpreted as HTML.
 from __future__ import annotations
 
 import math
-import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
 from kubemux import Change, RegistryStatus, Resource
+
+from .._redact import redact_text, redact_url
 
 __all__ = [
     "LAST_APPLIED",
@@ -173,24 +174,22 @@ def _count(value: object) -> int:
 
 
 def safe_server(url: str) -> str:
-    """The server URL without any ``user:password@`` part."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return ""
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    """The server URL with any ``user:password@`` part replaced by ``***@``."""
+    return redact_url(url)
+
+
+def _safe(text: str | None) -> str | None:
+    return None if text is None else redact_text(text)
 
 
 def status_payload(
     status: RegistryStatus, watch_errors: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """The registry's state for the contexts panel; never holds a secret.
+    """The registry's state as JSON for the contexts panel; never holds a secret.
+
+    The one place that turns a :class:`~kubemux.RegistryStatus` into JSON for the dashboard
+    (``GET /api/contexts`` and the ``contexts`` stream event). Server URLs and error texts
+    go through :mod:`kubemux._redact` whatever the registry already did.
 
     ``watch_errors`` are per-context failures to start the resource a page looks at (a
     resource the registry does not watch by itself).
@@ -206,7 +205,7 @@ def status_payload(
                 "synced": i.has_synced,
                 "objects": i.objects,
                 "last_sync": i.last_sync,
-                "last_error": i.last_error,
+                "last_error": _safe(i.last_error),
                 "relists": i.relists,
                 "reconnects": i.reconnects,
             }
@@ -228,7 +227,7 @@ def status_payload(
                 "user": ctx.user_name,
                 "namespace": ctx.namespace,
                 "source": ctx.source,
-                "last_error": ctx.last_error or watch_errors.get(ctx.name),
+                "last_error": _safe(ctx.last_error or watch_errors.get(ctx.name)),
                 "retry_in": math.ceil(ctx.retry_in) if ctx.retry_in is not None else None,
                 "objects": objects,
                 "last_sync": max(syncs) if syncs else None,
@@ -238,7 +237,7 @@ def status_payload(
     return {
         "current_context": status.current_context,
         "kubeconfig_syncs": status.kubeconfig_syncs,
-        "kubeconfig_errors": dict(status.kubeconfig_errors),
-        "invalid_contexts": dict(status.invalid_contexts),
+        "kubeconfig_errors": {k: redact_text(v) for k, v in status.kubeconfig_errors.items()},
+        "invalid_contexts": {k: redact_text(v) for k, v in status.invalid_contexts.items()},
         "contexts": contexts,
     }

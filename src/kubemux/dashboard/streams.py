@@ -1,10 +1,21 @@
 """Server-sent event streams: the live table and the live object page.
 
 One stream per browser tab. Each runs as sse-starlette's ``data_sender_callable``: it writes
-:class:`ServerSentEvent`s into a small memory stream that the response sends on, so a slow
-browser applies back-pressure to the stream, never to an informer (the registry's
-subscription buffer takes the slack, and a subscriber that overflows it starts again from a
-snapshot).
+encoded events into a small memory stream that the response sends on, so a slow browser
+applies back-pressure to the stream, never to an informer (the registry's subscription
+buffer takes the slack, and a subscriber that overflows it starts again from a snapshot).
+
+The work per stream is bounded, whatever the number of streams and however they read:
+
+- a table's snapshot is read from the stores, not queued per subscriber: it is encoded once
+  per (context, resource, namespace, store version) in slices of ``BATCH`` rows, yielding
+  to the event loop between slices, and every stream shares those bytes
+  (:class:`SnapshotCache`);
+- a live change is summarised and encoded once, whichever streams send it (:func:`encoded`);
+- the contexts panel is built once per state for every stream (:meth:`Stream._contexts`);
+- a stream holds at most its subscription buffer and ``QUEUE`` encoded events; the app
+  closes a stream whose client has taken nothing for ``stream_send_timeout`` and answers
+  503 beyond ``max_streams`` (see :mod:`.app`).
 
 Events (``data`` is JSON):
 
@@ -27,31 +38,33 @@ Events (``data`` is JSON):
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections import OrderedDict
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import orjson
 from anyio.streams.memory import MemoryObjectSendStream
-from sse_starlette import ServerSentEvent
 
 from kubemux import (
     Change,
     ContextNotFound,
     KubemuxError,
     Resource,
+    Store,
     SubscriberOverflow,
     Subscription,
     WatcherRegistry,
 )
 
-from .views import change_payload, event_payload, redact, status_payload
+from .views import change_payload, event_payload, redact, status_payload, summarize
 
 if TYPE_CHECKING:
     from .app import Dashboard
 
-__all__ = ["EVENT_RESOURCES", "Stream"]
+__all__ = ["EVENT_RESOURCES", "SnapshotCache", "Stream", "encode_event", "encoded"]
 
 log = logging.getLogger(__name__)
 
@@ -59,25 +72,142 @@ EVENT_RESOURCES = frozenset({"events.events.k8s.io", "events"})
 BATCH = 500  # changes per ``changes`` event
 RETRY_MS = 1000  # EventSource reconnection delay
 NEWS_DELAY = 0.1  # seconds between a row change and the contexts panel's update
+QUEUE = 4  # encoded events a stream holds for its response
+COUNTS_PERIOD = 1.0  # seconds between contexts panels sent only for new object counts
+ENCODED_CHANGES = 1024  # live changes whose encoding is kept for the other streams
+
+
+def encode_event(event: str, data: object, *, retry: int | None = None) -> bytes:
+    """One server-sent event, ``data`` as JSON (already encoded if bytes).
+
+    JSON holds no raw line break, so the data is one ``data:`` line and the bytes are
+    joined, not re-encoded (what sse-starlette's ``ServerSentEvent.encode`` gives).
+    """
+    raw = data if isinstance(data, bytes) else orjson.dumps(data)
+    tail = b"\r\n\r\n" if retry is None else b"\r\nretry: %d\r\n\r\n" % retry
+    return b"event: " + event.encode() + b"\r\ndata: " + raw + tail
+
+
+_encoded: OrderedDict[int, tuple[Change, bytes]] = OrderedDict()
+
+
+def encoded(change: Change) -> bytes:
+    """``change`` as the browser's table consumes it, JSON-encoded once for every stream.
+
+    The registry hands the same :class:`~kubemux.Change` to every subscriber, so the
+    encoding is kept (by identity, the change itself held so the key stays unique) for the
+    streams that send it after the first.
+    """
+    key = id(change)
+    hit = _encoded.get(key)
+    if hit is not None and hit[0] is change:
+        return hit[1]
+    raw = orjson.dumps(change_payload(change))
+    _encoded[key] = (change, raw)
+    if len(_encoded) > ENCODED_CHANGES:
+        _encoded.popitem(last=False)
+    return raw
+
+
+class _Snapshot:
+    __slots__ = ("events", "store", "version")
+
+    def __init__(self, store: Store, version: tuple[str, int], events: list[bytes]) -> None:
+        self.store = store
+        self.version = version
+        self.events = events
+
+
+class SnapshotCache:
+    """Encoded table snapshots, shared by every stream.
+
+    One entry per (context, resource, namespace): the ``changes`` events (``BATCH`` rows
+    each) that replay a store, valid while the store is the same object at the same
+    resourceVersion and size. Concurrent streams wanting the same snapshot wait for one
+    encoding. At most ``max_entries`` entries (least recently used go first).
+    """
+
+    def __init__(self, max_entries: int = 256) -> None:
+        self.max_entries = max_entries
+        self.encodings = 0  # snapshots encoded (for tests and benches)
+        self._entries: OrderedDict[tuple[str, str, str | None], _Snapshot] = OrderedDict()
+        self._busy: dict[tuple[str, str, str | None], anyio.Event] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    async def events(
+        self, context: str, resource: Resource, namespace: str | None, store: Store
+    ) -> list[bytes]:
+        """The ``changes`` events that replay ``store`` (filtered by ``namespace``)."""
+        key = (context, resource.name, namespace)
+        while True:
+            version = (store.resource_version, len(store))
+            entry = self._entries.get(key)
+            if entry is not None and entry.store is store and entry.version == version:
+                self._entries.move_to_end(key)
+                return entry.events
+            busy = self._busy.get(key)
+            if busy is None:
+                break
+            await busy.wait()  # somebody encodes it: theirs is likely what we need
+        done = self._busy[key] = anyio.Event()
+        try:
+            events = await _encode_snapshot(context, resource, namespace, store)
+            self.encodings += 1
+            self._entries[key] = _Snapshot(store, version, events)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+            return events
+        finally:
+            del self._busy[key]
+            done.set()
+
+
+async def _encode_snapshot(
+    context: str, resource: Resource, namespace: str | None, store: Store
+) -> list[bytes]:
+    raws = store.list_raw(namespace)  # the store at one instant; the slices follow it
+    events: list[bytes] = []
+    for start in range(0, len(raws), BATCH):
+        rows = []
+        for raw in raws[start : start + BATCH]:
+            obj = orjson.loads(raw)
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            meta = meta if isinstance(meta, dict) else {}
+            rows.append(
+                {
+                    "type": "ADDED",
+                    "context": context,
+                    "namespace": str(meta.get("namespace") or ""),
+                    "name": str(meta.get("name") or ""),
+                    "row": summarize(resource.name, obj),
+                }
+            )
+        events.append(encode_event("changes", rows))
+        await anyio.lowlevel.checkpoint()  # one slice at a time: the event loop stays responsive
+    return events
 
 
 class Stream:
     """One browser's stream. Run :meth:`table` or :meth:`object` as the data sender."""
 
-    def __init__(self, dashboard: Dashboard, send: MemoryObjectSendStream[ServerSentEvent]):
+    def __init__(self, dashboard: Dashboard, send: MemoryObjectSendStream[bytes]):
         self._dash = dashboard
         self._registry: WatcherRegistry = dashboard.registry  # raises 503 if not running
         self._send = send
         self._watch_errors: dict[str, str] = {}
         self._first = True
-        self._news = anyio.Event()  # set when rows changed: counts and states may have too
 
     async def _emit(self, event: str, data: object) -> None:
         retry = None
         if self._first:
             retry, self._first = RETRY_MS, False
-        raw = data if isinstance(data, bytes) else orjson.dumps(data)
-        await self._send.send(ServerSentEvent(data=raw.decode(), event=event, retry=retry))
+        await self._send.send(encode_event(event, data, retry=retry))
 
     async def fail(self, message: str) -> None:
         """Tell the page why there is nothing to stream; it does not reconnect."""
@@ -95,26 +225,30 @@ class Stream:
             tg.cancel_scope.cancel("the registry closed")
 
     async def _pump_table(self, resource: Resource, namespace: str | None) -> None:
+        registry = self._registry
         while True:
-            subscription = self._registry.subscribe(resource, namespace=namespace, snapshot=True)
+            subscription = registry.subscribe(resource, namespace=namespace, snapshot=False)
             async with subscription as changes:
-                expected = changes.pending  # the snapshot, queued in the same step
                 await self._emit(
                     "reset",
                     {"resource": resource.name, "namespace": namespace, "title": self._dash.title},
                 )
-                if not expected:
-                    await self._emit("synced", {})
-                seen = 0
+                # The snapshot comes from the stores, after subscribing: a change made
+                # meanwhile is both in it and queued, and applying it twice is harmless.
+                for context in list(registry.contexts):
+                    store = registry.store(context, resource)
+                    if store is None:
+                        continue  # not synced: its rows arrive as changes once it is
+                    cache = self._dash.snapshots
+                    for event in await cache.events(context, resource, namespace, store):
+                        await self._send.send(event)
+                await self._emit("synced", {})
                 try:
                     async for change in changes:
                         batch = _drain(change, changes)
-                        await self._emit("changes", [change_payload(c) for c in batch])
-                        self._news.set()
-                        if seen < expected:
-                            seen += sum(c.snapshot for c in batch)
-                            if seen >= expected:
-                                await self._emit("synced", {})
+                        await self._send.send(
+                            encode_event("changes", b"[" + b",".join(map(encoded, batch)) + b"]")
+                        )
                 except SubscriberOverflow as exc:
                     log.info("dashboard stream fell behind, resynchronising: %s", exc)
                     continue
@@ -151,32 +285,31 @@ class Stream:
     async def _contexts_loop(self) -> None:
         """Send the contexts panel whenever it changed.
 
-        It is looked at soon after a context or informer changes state (the registry's
-        ``status_version``, which also moves on kubeconfig syncs) or rows changed (for
-        object counts), at most every ``NEWS_DELAY`` for either, and every ``status_period``
-        (for backoff countdowns).
+        A state change (the registry's ``status_version``, which also moves on kubeconfig
+        syncs) goes out at once, a burst of them coalesced over ``NEWS_DELAY``; object
+        counts and backoff countdowns are looked at every ``COUNTS_PERIOD`` (or
+        ``status_period`` if shorter). The panel itself is built once for every stream, and
+        a stream waits with one timer, no task: with many streams every wakeup and every
+        send counts.
         """
         registry = self._registry
-        last: dict[str, Any] | None = None
+        last: bytes | None = None
+        period = min(COUNTS_PERIOD, self._dash.status_period)
         while True:
             version = registry.status_version
-            self._news = anyio.Event()
-            payload = status_payload(registry.status(), self._watch_errors)
+            payload = self._contexts(version)
             if payload != last:
                 await self._emit("contexts", payload)
                 last = payload
-            with anyio.move_on_after(self._dash.status_period):
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(_then_cancel, tg, self._state_change_after_delay, version)
-                    tg.start_soon(_then_cancel, tg, self._news_after_delay)
+            with anyio.move_on_after(period):
+                await registry.wait_status_change(version)
+                await anyio.sleep(NEWS_DELAY)  # coalesce: many contexts may flap at once
 
-    async def _state_change_after_delay(self, version: int) -> None:
-        await self._registry.wait_status_change(version)
-        await anyio.sleep(NEWS_DELAY)  # coalesce: many contexts may flap at once
-
-    async def _news_after_delay(self) -> None:
-        await self._news.wait()
-        await anyio.sleep(NEWS_DELAY)  # coalesce a burst of changes into one update
+    def _contexts(self, version: int) -> bytes:
+        """The contexts panel as JSON; one encoding per state serves every stream."""
+        if self._watch_errors:
+            return orjson.dumps(status_payload(self._registry.status(), self._watch_errors))
+        return self._dash.contexts_json(version)
 
     async def _wait_sync(self, after: int) -> None:
         """Wait for the next kubeconfig sync, at most one status period."""
@@ -249,13 +382,6 @@ class Stream:
             await self._emit("problem", {"message": f"events: {message}", "fatal": False})
             return []
         return [event_payload(e) for e in events]
-
-
-async def _then_cancel(
-    tg: anyio.abc.TaskGroup, wait: Callable[..., Awaitable[object]], *args: object
-) -> None:
-    await wait(*args)
-    tg.cancel_scope.cancel()
 
 
 def _drain(first: Change, changes: Subscription) -> list[Change]:

@@ -1,0 +1,153 @@
+"""SSE load on the dashboard: N clients that never read plus N that do, connecting at once.
+
+    python bench/hostile_sse.py [--pods 5000] [--seconds 10] [N ...]   (default N: 100 500)
+
+One FakeCluster (in this process) with --pods pods, the dashboard served by uvicorn in the
+same event loop. For each N: N raw connections ask for ``/api/stream`` and never read, N
+more read everything; meanwhile pods keep changing and ``/api/contexts`` is timed. Prints
+RSS growth, the worst event-loop lag, ``/api/contexts`` latency, and how many streams were
+open at the end (non-reading ones are dropped after ``stream_send_timeout``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import table
+
+from kubemux.dashboard import DashboardServer, create_app
+from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def lag_probe(worst: list[float], stop: anyio.Event) -> None:
+    while not stop.is_set():
+        start = time.perf_counter()
+        await anyio.sleep(0.01)
+        worst[0] = max(worst[0], time.perf_counter() - start - 0.01)
+
+
+async def reader(port: int, stop: anyio.Event) -> None:
+    with contextlib.suppress(OSError):
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        while not stop.is_set() and await r.read(65536):
+            pass
+        w.close()
+
+
+async def scenario(
+    url: str, n: int, seconds: float, cluster: FakeCluster, app: object
+) -> list[str]:
+    port = int(url.rsplit(":", 1)[1].strip("/"))
+    state = app.state.dashboard  # type: ignore[attr-defined]
+    before = rss_mb()
+    stop = anyio.Event()
+    worst = [0.0]
+    latencies: list[float] = []
+    stalled = []
+    peak = before
+    async with anyio.create_task_group() as tg, httpx.AsyncClient(base_url=url, timeout=60) as c:
+        tg.start_soon(lag_probe, worst, stop)
+        for _ in range(n):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                sock.connect(("127.0.0.1", port))
+            stalled.append(sock)
+        await anyio.sleep(0.05)
+        for sock in stalled:
+            with contextlib.suppress(OSError):
+                sock.send(b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            tg.start_soon(reader, port, stop)
+        end = time.monotonic() + seconds
+        i = 0
+        while time.monotonic() < end:
+            pod = make_pod(f"churn-{i % 200}")
+            pod["status"]["phase"] = ("Running", "Pending")[i % 2]
+            if cluster.get("pods", "default", pod["metadata"]["name"]) is None:
+                cluster.create("pods", pod)
+            else:
+                cluster.update("pods", pod)
+            i += 1
+            start = time.perf_counter()
+            response = await c.get("/api/contexts")
+            latencies.append(time.perf_counter() - start)
+            assert response.status_code == 200
+            peak = max(peak, rss_mb())
+            await anyio.sleep(0.1)
+        open_streams = state.streams
+        stop.set()
+        for sock in stalled:
+            sock.close()
+        tg.cancel_scope.cancel()
+    return [
+        str(n),
+        f"{before:.0f}",
+        f"+{peak - before:.0f}",
+        f"{worst[0] * 1000:.0f}",
+        f"{statistics.median(latencies) * 1000:.1f}",
+        f"{max(latencies) * 1000:.0f}",
+        str(open_streams),
+    ]
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pods", type=int, default=5000)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("n", type=int, nargs="*", default=[100, 500])
+    args = parser.parse_args()
+    rows = []
+    async with FakeCluster() as cluster:
+        for i in range(args.pods):
+            cluster.create("pods", make_pod(f"p-{i:05d}", size=1200))
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write_kubeconfig(Path(tmp) / "config", {"prod": cluster})
+            for n in args.n:
+                app = create_app(kubeconfig=str(path), max_streams=4 * n, stream_send_timeout=5)
+                server = DashboardServer(app, port=0)
+                async with anyio.create_task_group() as tg:
+                    url = await tg.start(server.serve)
+                    async with httpx.AsyncClient(base_url=url, timeout=60) as c:
+                        await c.get("/api/contexts/prod/pods")  # synced
+                    rows.append(await scenario(url, n, args.seconds, cluster, app))
+                    server.shutdown()
+    print(
+        table(
+            f"SSE load: {args.pods} pods, N stalled + N reading clients, {args.seconds:g}s",
+            [
+                "N",
+                "RSS MB",
+                "RSS peak",
+                "loop lag max ms",
+                "/api/contexts p50 ms",
+                "max ms",
+                "streams open at end",
+            ],
+            rows,
+        )
+    )
+
+
+if __name__ == "__main__":
+    anyio.run(main)
