@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import os
 import time
 from collections.abc import (
     AsyncGenerator,
@@ -28,7 +29,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ._auth import CredentialPool
+from ._auth import IN_CLUSTER_ROOT, CredentialPool, in_cluster_config
 from ._changes import Publisher
 from ._connector import Connector, HttpConnector
 from ._context import ContextGeneration, GenerationSettings
@@ -158,18 +159,31 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         follow: bool = True,
         *,
         debounce_delay: float = 0.2,
+        in_cluster_root: str = IN_CLUSTER_ROOT,
         **kwargs: Any,
     ) -> WatcherRegistry:
         """A registry following kubeconfig files.
 
         Args:
             paths: A path or paths; ``None`` means ``$KUBECONFIG`` (split on ``os.pathsep``,
-                merged with kubectl's rules), else ``~/.kube/config``.
+                merged with kubectl's rules), else ``~/.kube/config``; with neither, inside
+                a pod (``KUBERNETES_SERVICE_HOST`` and a service-account token in
+                ``in_cluster_root``), one context named ``in-cluster`` that uses the
+                service account's token file (re-read as it rotates) and CA.
+            in_cluster_root: The service-account folder (tests point it elsewhere).
             follow: Watch the files and reconcile on every change.
             debounce_delay: Quiet time after the last file event before a sync.
             **kwargs: Passed to the constructor.
         """
-        source = KubeconfigSource(paths, follow=follow, debounce_delay=debounce_delay)
+        source: KubeconfigSource | None = None
+        if paths is None and not os.environ.get("KUBECONFIG", "").strip(os.pathsep):
+            default = os.path.join(os.path.expanduser("~"), ".kube", "config")
+            if not os.path.exists(default):  # no kubeconfig at all: inside a pod?
+                in_cluster = in_cluster_config(in_cluster_root)
+                if in_cluster is not None:
+                    source = KubeconfigSource.static({in_cluster.name: in_cluster}, in_cluster.name)
+        if source is None:
+            source = KubeconfigSource(paths, follow=follow, debounce_delay=debounce_delay)
         return cls(source, **kwargs)
 
     # ------------------------------------------------------------------ lifecycle
