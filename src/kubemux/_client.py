@@ -200,6 +200,46 @@ class ContextClient:
                 raise _unreachable(self.server, exc) from exc
             return resp.headers.get("Content-Type", ""), body
 
+    async def post_json(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        request_timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+    ) -> bytes:
+        """POST a JSON body to any path (a ``SelfSubjectReview``); returns the response body.
+
+        Raises:
+            ApiError: the server answered with an error status.
+            ClusterUnreachable: the server could not be reached or the response broke off.
+
+        Cancellation abandons the request and releases its connection.
+        """
+        t = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
+        try:
+            resp: aiohttp.ClientResponse = await self._api.call_api(
+                path,
+                "POST",
+                header_params={**_ACCEPT, "Content-Type": "application/json"},
+                body=dict(body),
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=t,
+            )
+        except (TimeoutError, aiohttp.ClientError, OSError, ssl.SSLError) as exc:
+            raise _unreachable(self.server, exc) from exc
+        try:
+            try:
+                data: bytes = await resp.read()
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                raise _unreachable(self.server, exc) from exc
+            if resp.status >= 400:
+                raise api_error_from_status(resp.status, data)
+            return data
+        finally:
+            resp.release()
+
     @contextlib.asynccontextmanager
     async def watch_raw(
         self,

@@ -140,6 +140,10 @@ class FakeCluster:
         table_format: Answer Table requests with Tables; False: plain objects, like an
             aggregated API server without Table support.
         name: A label for ``repr`` and logs.
+        self_subject_review: Answer ``POST /apis/authentication.k8s.io/v1/
+            selfsubjectreviews`` with the token's user (its :meth:`restrict` user, else
+            ``token-<first 8 hex digits of its sha256>``); False: 404, like a server older
+            than Kubernetes 1.28.
     """
 
     def __init__(
@@ -156,6 +160,7 @@ class FakeCluster:
         aggregated_discovery: bool = True,
         table_format: bool = True,
         name: str = "fake",
+        self_subject_review: bool = True,
     ) -> None:
         self.name = name
         self._port = port
@@ -170,6 +175,7 @@ class FakeCluster:
             aggregated_discovery=aggregated_discovery,
             table_format=table_format,
         )
+        self._api.self_subject_review = self_subject_review
         self._runner: web.ServerRunner | None = None
         self._server: _TrackingServer | None = None
         self._ssl: ssl.SSLContext | None = None
