@@ -385,3 +385,62 @@ async def test_relay_command_leads_and_a_follow_only_registry_follows(
                 relay.kill()
             await relay.wait()
             await relay.aclose()
+
+
+async def test_shared_watches_example(
+    redis_server: RedisServer, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    import importlib.util
+
+    path = HERE.parent / "examples" / "shared_watches.py"
+    spec = importlib.util.spec_from_file_location("shared_watches_example", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    kubeconfig = write_kubeconfig(tmp_path / "config", {"fake": cluster})
+    lead = WatcherRegistry.from_kubeconfig(
+        str(kubeconfig), share=Redis(redis_server.url), autowatch=["pods"]
+    )
+    async with lead:
+        await lead.watch("fake", "pods")  # this one leads: the example's replica follows
+        assert await example.main(redis_server.url, str(kubeconfig), once=True) == {
+            "fake": "follower"
+        }
+    await cluster.wait_for(lambda: cluster.open_watches == 0)
+
+
+async def test_fake_cluster_self_subject_review_and_the_identity(tmp_path: Path) -> None:
+    from kubemux._client import open_client
+    from kubemux._errors import ResourceNotFound
+    from kubemux._kubeconfig import load_kubeconfig
+    from kubemux.share._connector import _identity
+
+    async with (
+        FakeCluster(tokens={"plain"}) as c,
+        FakeCluster(tokens={"plain"}, self_subject_review=False) as old,
+    ):
+        c.restrict("tok-a", user="alice")
+        path = write_kubeconfig(
+            tmp_path / "config",
+            {
+                "a": FakeContext(cluster=c, token="tok-a"),
+                "p": FakeContext(cluster=c, token="plain"),
+                "old": FakeContext(cluster=old, token="plain"),
+                "old-renamed": FakeContext(cluster=old, token="plain"),
+            },
+        )
+        contexts = load_kubeconfig(str(path)).contexts
+        found = {}
+        for name, cfg in contexts.items():
+            async with open_client(cfg) as client:
+                found[name] = await _identity(client, cfg)
+                if name == "old":
+                    with pytest.raises(ResourceNotFound):
+                        await client.post_json(
+                            "/apis/authentication.k8s.io/v1/selfsubjectreviews", {}
+                        )
+        assert found["a"] == 'user:{"user":"alice","groups":["system:authenticated"]}'
+        assert found["p"].startswith('user:{"user":"token-')
+        assert "plain" not in found["p"]
+        assert found["old"].startswith("entries:")
+        assert found["old"] == found["old-renamed"]  # context and entry names do not count
