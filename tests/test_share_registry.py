@@ -139,7 +139,8 @@ async def test_roles_lag_and_stale_in_status_and_follow_only(
         async with follow:
             fstore = await follow.watch("fake", "pods")
             assert informer(follow, "fake").share_role == "follower"
-            assert cluster.open_watches == 1 and lists(cluster) == 1
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
+            assert lists(cluster) == 1
             cluster.create("pods", make_pod("late"))
             await wait_status(follow, lambda: fstore.get("default", "late") is not None)
             fst = informer(follow, "fake")
