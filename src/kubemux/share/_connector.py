@@ -187,6 +187,7 @@ class SharedSource:
             task_status=task_status,
             can_lead=self.conn.can_lead,
             kind=self.resource.kind,
+            on_status=self.on_state,
         )
 
     def _leading(self) -> bool:
