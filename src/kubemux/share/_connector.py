@@ -50,7 +50,7 @@ class ShareConnector:
 
     __slots__ = ("can_lead", "engine", "http", "session")
 
-    def __init__(self, http: HttpConnector, engine: ShareEngine, *, can_lead: bool = True):
+    def __init__(self, http: HttpConnector, engine: ShareEngine, *, can_lead: bool = True) -> None:
         self.http = http
         self.engine = engine
         self.can_lead = can_lead
