@@ -23,7 +23,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -48,6 +48,10 @@ from ._slots import ResourceSpec, Starter, informer_key
 from ._status import ContextStatus, RegistryStatus
 from ._store import Indexer, Store, Transform, drop_managed_fields
 from ._table import TableStore
+
+if TYPE_CHECKING:
+    from .share import ShareEngine
+    from .share._connector import ShareConnector
 
 __all__ = ["WatcherRegistry"]
 
@@ -87,6 +91,12 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         namespaces: The namespaces a context's user may read (context -> names), for users
             who may not list across all namespaces (Lens's "accessible namespaces"): a
             forbidden cluster-wide LIST falls back to them (else to the context's namespace).
+        share: Share watches between replicas (``kubemux.share.Redis(url)``): per (cluster,
+            identity, resource, scope) one replica runs the watch and the others follow it;
+            ``status()`` shows each informer's role. None (the default) shares nothing and
+            imports no engine. See ``docs/sharing.md``.
+        share_lead: False: this replica only follows (a dashboard), never runs a shared
+            watch itself; its data goes stale while no replica leads.
     """
 
     def __init__(
@@ -106,6 +116,8 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         idle_timeout: float | None = None,
         connector: Connector | None = None,
         namespaces: Mapping[str, Sequence[str]] | None = None,
+        share: ShareEngine | None = None,
+        share_lead: bool = True,
     ) -> None:
         if idle_timeout is not None and not idle_timeout > 0:
             raise ValueError(f"idle_timeout must be positive or None, not {idle_timeout!r}")
@@ -123,8 +135,19 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         self._transforms = {_full_name(k): v for k, v in (transforms or {}).items()}
         self._idle_timeout = idle_timeout
         self._namespaces = {k: tuple(v) for k, v in (namespaces or {}).items()}
+        self._share = share
+        connector = connector or HttpConnector(self.settings, CredentialPool())
+        self._share_connector: ShareConnector | None = None
+        if share is not None:
+            if not isinstance(connector, HttpConnector):
+                raise ValueError("share= works with the built-in HTTP connector only")
+            from .share._connector import ShareConnector
+
+            connector = self._share_connector = ShareConnector(
+                connector, share, can_lead=share_lead
+            )
         settings_ = GenerationSettings(
-            connector=connector or HttpConnector(self.settings, CredentialPool()),
+            connector=connector,
             start_backoff=start_backoff or Backoff(initial_delay=1.0, max_delay=60.0),
             start_timeout=start_timeout,
             make_store=self._make_store,
@@ -197,7 +220,11 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         require_asyncio("WatcherRegistry")
         self._state = "opening"
         try:
-            async with self._source as source, anyio.create_task_group() as tg:
+            async with (
+                self._source as source,
+                self._share_session(),
+                anyio.create_task_group() as tg,
+            ):
                 self._tg = self._table.tg = tg
                 self._state = self._table.state = "open"
                 tg.start_soon(self._follow, source, name="kubemux kubeconfig follower")
@@ -229,6 +256,19 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         finally:
             self._state = self._table.state = "closed"
             self._tg = self._table.tg = None
+
+    @contextlib.asynccontextmanager
+    async def _share_session(self) -> AsyncGenerator[None]:
+        """The share engine's session for the registry's lifetime (nothing without one)."""
+        if self._share is None or self._share_connector is None:
+            yield
+            return
+        async with self._share.open() as session:
+            self._share_connector.session = session
+            try:
+                yield
+            finally:
+                self._share_connector.session = None
 
     # ------------------------------------------------------------------ generations
     async def stop_watcher(self, context: str) -> bool:
