@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import orjson
 from aiohttp import hdrs, web
+from aiohttp.web_protocol import RequestHandler
 
 from ._auth import AuthState
 from ._discovery import (
@@ -27,6 +28,7 @@ from ._discovery import (
 )
 from ._protocol import BadRequest, Selector
 from ._rbac import Access, bearer, forbidden, peercert
+from ._resource_state import Watch
 from ._responses import (
     JSON,
     abort,
@@ -38,11 +40,11 @@ from ._responses import (
     status_response,
 )
 from ._rest import create_object, delete_object, get_object, list_objects
-from ._state import ObjectStore, Watch
+from ._state import ObjectStore
 from ._table_http import table_printer
 from ._watch_stream import StreamingList, serve_watch
 
-__all__ = ["Access", "ApiServer", "RecordedRequest", "StreamingList"]
+__all__ = ["Access", "ApiServer", "Fault", "RecordedRequest", "StreamingList", "TrackingServer"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,7 +67,7 @@ class RecordedRequest:
 
 
 @dataclasses.dataclass(slots=True)
-class _Fault:
+class Fault:
     remaining: int
     status: int
     reason: str
@@ -112,7 +114,7 @@ class ApiServer:
         self.access: dict[str, Access] = {}  # token -> its limits (absent: everything)
         self.requests: list[RecordedRequest] = []
         self.watches: set[Watch] = set()
-        self.faults: list[_Fault] = []
+        self.faults: list[Fault] = []
         self.stalled = False
         self.stopping = False
         self._gate = asyncio.Event()
@@ -177,7 +179,7 @@ class ApiServer:
             watch.wake.set()
         self.notify()
 
-    def _take_fault(self, path: str, is_watch: bool, query: Mapping[str, str]) -> _Fault | None:
+    def _take_fault(self, path: str, is_watch: bool, query: Mapping[str, str]) -> Fault | None:
         for fault in self.faults:
             if fault.matches(path, is_watch, query):
                 fault.remaining -= 1
@@ -328,3 +330,27 @@ class ApiServer:
                     406, "NotAcceptable", f"only the following media types are accepted: {JSON}"
                 )
         return json_response(api_versions(request.host) if core else group_list(self.store))
+
+
+class TrackingServer(web.Server):
+    """aiohttp's low-level server, counting live connections and their handler tasks."""
+
+    def __init__(self, api: ApiServer) -> None:
+        super().__init__(api.handle, handler_cancellation=True, access_log=None)
+        self._api = api
+        self.live: dict[RequestHandler, asyncio.Transport] = {}
+        self.finishing: set[asyncio.Task[None]] = set()
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        self.live[handler] = transport
+        self._api.notify()
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        task = handler._task_handler  # aiohttp's per-connection task, still winding down
+        if task is not None and not task.done():
+            self.finishing.add(task)
+            task.add_done_callback(self.finishing.discard)
+        super().connection_lost(handler, exc)
+        self.live.pop(handler, None)
+        self._api.notify()

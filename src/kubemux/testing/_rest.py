@@ -10,8 +10,9 @@ from aiohttp import hdrs, web
 
 from ._printers import Printer
 from ._protocol import BadRequest, Selector, decode_continue, encode_continue
+from ._resource_state import ResourceState
 from ._responses import JSON, int_param, invalid, json_response, status_response
-from ._state import ObjectStore, ResourceState
+from ._state import ObjectStore
 from ._table_http import TABLE_TYPE, table_doc
 
 __all__ = ["create_object", "delete_object", "get_object", "list_objects"]

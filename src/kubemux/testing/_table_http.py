@@ -13,8 +13,9 @@ from aiohttp import hdrs, web
 
 from ._printers import Printer, crd_printer, printer_for, row_object
 from ._protocol import BadRequest
+from ._resource_state import ResourceState
 from ._responses import is_json, media_types
-from ._state import ObjectStore, ResourceState
+from ._state import ObjectStore
 
 __all__ = ["TABLE_TYPE", "table_doc", "table_event", "table_printer"]
 

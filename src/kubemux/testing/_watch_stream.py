@@ -14,8 +14,7 @@ from aiohttp import hdrs, web
 from ._chunked import GoChunkedBody
 from ._printers import Printer
 from ._protocol import BadRequest, Selector, status_body
-from ._responses import JSON, abort, int_param, invalid, status_response
-from ._state import (
+from ._resource_state import (
     ADDED,
     DELETED,
     INITIAL_END,
@@ -26,6 +25,7 @@ from ._state import (
     Stored,
     Watch,
 )
+from ._responses import JSON, abort, int_param, invalid, status_response
 from ._table_http import TABLE_TYPE, table_event
 
 if TYPE_CHECKING:
