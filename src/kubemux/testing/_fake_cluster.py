@@ -117,6 +117,10 @@ class FakeCluster(AuthControls, FaultControls):
         signing_key: Also accept signed tokens (:meth:`sign_token`, or minted out of process
             with :func:`kubemux.testing.sign_token`), each until its expiry.
         newest_only: Refuse a signed token once a newer one for the same user was used.
+        self_subject_review: Answer ``POST /apis/authentication.k8s.io/v1/
+            selfsubjectreviews`` with the token's user (its :meth:`restrict` user, else
+            ``token-<first 8 hex digits of its sha256>``); False: 404, like a server older
+            than Kubernetes 1.28.
     """
 
     def __init__(
@@ -135,6 +139,7 @@ class FakeCluster(AuthControls, FaultControls):
         name: str = "fake",
         signing_key: str | None = None,
         newest_only: bool = False,
+        self_subject_review: bool = True,
     ) -> None:
         self.name = name
         self._auth = AuthState(
@@ -155,6 +160,7 @@ class FakeCluster(AuthControls, FaultControls):
             aggregated_discovery=aggregated_discovery,
             table_format=table_format,
         )
+        self._api.self_subject_review = self_subject_review
         self._runner: web.ServerRunner | None = None
         self._server: TrackingServer | None = None
         self._ssl: ssl.SSLContext | None = None

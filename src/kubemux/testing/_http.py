@@ -27,7 +27,7 @@ from ._discovery import (
     resource_list,
 )
 from ._protocol import BadRequest, Selector
-from ._rbac import Access, bearer, forbidden, peercert
+from ._rbac import Access, bearer, forbidden, peercert, self_subject_review
 from ._resource_state import Watch
 from ._responses import (
     JSON,
@@ -45,6 +45,8 @@ from ._table_http import table_printer
 from ._watch_stream import StreamingList, serve_watch
 
 __all__ = ["Access", "ApiServer", "Fault", "RecordedRequest", "StreamingList", "TrackingServer"]
+
+_SELF_SUBJECT_REVIEWS = ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,6 +114,7 @@ class ApiServer:
         self.aggregated_discovery = aggregated_discovery
         self.table_format = table_format
         self.access: dict[str, Access] = {}  # token -> its limits (absent: everything)
+        self.self_subject_review = True  # serve POST .../selfsubjectreviews (else 404)
         self.requests: list[RecordedRequest] = []
         self.watches: set[Watch] = set()
         self.faults: list[Fault] = []
@@ -239,6 +242,9 @@ class ApiServer:
             return method_not_allowed()
         if not parts:
             return json_response({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/version"]})
+        if method == "POST" and parts == _SELF_SUBJECT_REVIEWS and self.self_subject_review:
+            access = self.access.get(token) if token is not None else None
+            return json_response(self_subject_review(access, token), status=201)
         head = parts[0]
         if len(parts) == 1 and head in ("healthz", "livez", "readyz"):
             return web.Response(text="ok")

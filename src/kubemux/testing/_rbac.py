@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any
 
 from aiohttp import web
@@ -10,7 +11,7 @@ from aiohttp import web
 from .._resources import Resource
 from ._responses import status_response
 
-__all__ = ["Access", "bearer", "forbidden", "peercert"]
+__all__ = ["Access", "bearer", "forbidden", "peercert", "self_subject_review"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,3 +78,21 @@ def forbidden(
         f'in API group "{resource.group}" {where}',
         details=details,
     )
+
+
+def self_subject_review(access: Access | None, token: str | None) -> dict[str, Any]:
+    """Who the token is: its :meth:`FakeCluster.restrict` user, else ``token-<sha8>``
+    (``system:anonymous`` without a token)."""
+    if access is not None:
+        user = access.user
+    elif token is not None:
+        user = "token-" + hashlib.sha256(token.encode()).hexdigest()[:8]
+    else:
+        user = "system:anonymous"
+    groups = ["system:unauthenticated"] if token is None else ["system:authenticated"]
+    return {
+        "kind": "SelfSubjectReview",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"creationTimestamp": None},
+        "status": {"userInfo": {"username": user, "groups": groups}},
+    }
