@@ -583,7 +583,7 @@ async def test_slow_stream_resubscribes_with_a_snapshot(tmp_path: Path) -> None:
             with anyio.fail_after(TIMEOUT):
                 store = await registry.watch("prod", "pods")
             send, receive = anyio.create_memory_object_stream[Any](0)
-            stream = streams.Stream(app.state.dashboard, send)
+            stream = streams.Stream(app.state.dashboard, send.send)
             seen: list[tuple[str, Any]] = []
 
             async def read_until(name: str) -> None:
@@ -594,7 +594,7 @@ async def test_slow_stream_resubscribes_with_a_snapshot(tmp_path: Path) -> None:
                         if event == name:
                             return
 
-            async with anyio.create_task_group() as tg, receive:
+            async with anyio.create_task_group() as tg, send, receive:
                 tg.start_soon(stream.table, resource, None)
                 await read_until("synced")
                 # stop reading: the stream blocks, its subscription overflows

@@ -43,9 +43,6 @@ from typing import Any
 
 import anyio
 import orjson
-from anyio.streams.memory import MemoryObjectReceiveStream
-from sse_starlette import EventSourceResponse
-from sse_starlette.sse import SendTimeoutError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
@@ -68,7 +65,7 @@ from kubemux import (
 )
 
 from .._redact import redact_text
-from .streams import QUEUE, SnapshotCache, Stream
+from .streams import SnapshotCache, Stream
 from .views import event_payload, redact, status_payload
 
 __all__ = ["LOCAL_HOSTS", "Dashboard", "Problem", "create_app"]
@@ -78,6 +75,8 @@ log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 CONTEXTS_TTL = 0.05  # seconds a contexts panel is shared before it is built again
+ADMISSION_RATE = 200.0  # event streams started per second, at most, after a burst of
+ADMISSION_BURST = 20
 SECURITY_HEADERS = (
     (
         b"content-security-policy",
@@ -157,6 +156,8 @@ class Dashboard:
         self.max_streams = max_streams
         self.stream_send_timeout = stream_send_timeout
         self.streams = 0  # open event streams
+        self.stream_scopes: set[anyio.CancelScope] = set()  # cancelled by close_streams()
+        self._next_admission = 0.0
         self.snapshots = SnapshotCache()
         self._contexts_cache: tuple[int, float, bytes] | None = None
         self._external = registry
@@ -179,8 +180,28 @@ class Dashboard:
     def close_streams(self) -> None:
         """End every open event stream (before a server shutdown: they would hold it up)."""
         self._close_requested = True
+        self._end_streams()
+
+    def _end_streams(self) -> None:
         if self._closing is not None:
             self._closing.set()
+        for scope in list(self.stream_scopes):
+            scope.cancel("dashboard shutting down")
+
+    async def admit(self) -> None:
+        """Wait for a new event stream's turn to start.
+
+        Streams start at most ``ADMISSION_RATE`` a second after a burst of
+        ``ADMISSION_BURST``: a thousand browsers connecting at once are spread over a few
+        seconds, and the event loop keeps turning meanwhile (a queue of timers, no task).
+        """
+        now = time.monotonic()
+        turn = max(self._next_admission, now - ADMISSION_BURST / ADMISSION_RATE)
+        self._next_admission = turn + 1 / ADMISSION_RATE
+        if turn > now:
+            await anyio.sleep(turn - now)
+        if self._close_requested:
+            raise Problem(503, "the dashboard is shutting down", retry_after=1)
 
     async def wait_closing(self) -> None:
         """Return once :meth:`close_streams` was called or the app shuts down."""
@@ -201,7 +222,7 @@ class Dashboard:
             try:
                 yield
             finally:
-                self._closing.set()
+                self._end_streams()
             return
         options: dict[str, Any] = {"autowatch": [self.resource], **self.registry_options}
         started = False
@@ -214,7 +235,7 @@ class Dashboard:
                 try:
                     yield
                 finally:
-                    self._closing.set()
+                    self._end_streams()
                     self._registry = None
                     self.snapshots.clear()
         except BaseException as exc:
@@ -510,42 +531,52 @@ async def _api_stream(request: Request) -> Response:
         raise Problem(
             503, f"too many event streams (at most {dashboard.max_streams})", retry_after=5
         )
+    dashboard.registry  # noqa: B018 - 503 now if the dashboard is not running
     query = request.query_params
-    stream_send, receive = anyio.create_memory_object_stream[bytes](QUEUE)
-    try:
-        stream = Stream(dashboard, stream_send)
-    except Problem:
-        stream_send.close()
-        receive.close()
-        raise
     try:
         resource = parse_resource(query.get("resource") or dashboard.resource)
     except ValueError as exc:
-        sender = functools.partial(stream.fail, str(exc))
-    else:
-        context, name = query.get("context"), query.get("name")
-        if context and name:
-            namespace = query.get("namespace") or ""
-            sender = functools.partial(stream.object, context, resource, namespace, name)
-        else:
-            sender = functools.partial(stream.table, resource, query.get("namespace") or None)
-    return _EventStream(dashboard, _relay(receive), sender)
+        return _EventStream(dashboard, functools.partial(_fail, str(exc)))
+    context, name = query.get("context"), query.get("name")
+    if context and name:
+        ns = query.get("namespace") or ""
+        return _EventStream(dashboard, lambda stream: stream.object(context, resource, ns, name))
+    namespace = query.get("namespace") or None
+    return _EventStream(dashboard, lambda stream: stream.table(resource, namespace))
 
 
-class _EventStream(EventSourceResponse):
-    """An event stream counted against ``max_streams``; a client that stops reading for
-    ``stream_send_timeout`` is disconnected (quietly: that is a client's business)."""
+async def _fail(message: str, stream: Stream) -> None:
+    await stream.fail(message)
+
+
+class _SendTimeout(Exception):
+    pass
+
+
+class _EventStream(Response):
+    """An event stream, counted against ``max_streams``: a plain ASGI response.
+
+    No helper task per stream but one that notices the client leaving: the
+    :class:`~.streams.Stream` writes straight into the connection, each write bounded by
+    ``stream_send_timeout`` (a client that stopped reading is disconnected, quietly: that is
+    a client's business), and :meth:`Dashboard.close_streams` cancels every stream at once.
+    At most ``ADMIT_PER_TICK`` streams start per turn of the event loop; the others wait
+    their turn (a burst of connections is spread over a few turns, never one long one).
+    """
+
+    media_type = "text/event-stream"
 
     def __init__(
-        self,
-        dashboard: Dashboard,
-        content: AsyncIterator[bytes],
-        sender: Callable[[], Coroutine[None, None, None]],
+        self, dashboard: Dashboard, run: Callable[[Stream], Coroutine[None, None, None]]
     ) -> None:
-        super().__init__(
-            content, data_sender_callable=sender, send_timeout=dashboard.stream_send_timeout
-        )
+        super().__init__()
+        self.raw_headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-store"),
+            (b"x-accel-buffering", b"no"),
+        ]
         self._dashboard = dashboard
+        self._run = run
         dashboard.streams += 1  # counted from now: the handler may not reach __call__
         self._counted = True
 
@@ -555,18 +586,47 @@ class _EventStream(EventSourceResponse):
             self._dashboard.streams -= 1
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        dashboard = self._dashboard
         try:
-            await super().__call__(scope, receive, send)
-        except SendTimeoutError:
+            await dashboard.admit()
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            lock = anyio.Lock()
+            gone: list[bool] = []  # the client went away
+            timeout = dashboard.stream_send_timeout
+
+            async def write(data: bytes) -> None:
+                async with lock:
+                    with anyio.move_on_after(timeout) as waited:
+                        await send({"type": "http.response.body", "body": data, "more_body": True})
+                    if waited.cancelled_caught:
+                        raise _SendTimeout
+
+            async with anyio.create_task_group() as tg:
+                dashboard.stream_scopes.add(tg.cancel_scope)
+                try:
+                    tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope, gone)
+                    await self._run(Stream(dashboard, write))
+                    tg.cancel_scope.cancel()
+                finally:
+                    dashboard.stream_scopes.discard(tg.cancel_scope)
+            if not gone:
+                with anyio.move_on_after(1):
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except _SendTimeout:
             log.info(
                 "closed an event stream whose client took nothing for %.0fs",
-                self._dashboard.stream_send_timeout,
+                dashboard.stream_send_timeout,
             )
+        except OSError:  # the client went away mid-write
+            pass
         finally:
             self._uncount()
 
 
-async def _relay(receive: MemoryObjectReceiveStream[bytes]) -> AsyncIterator[bytes]:
-    with receive:
-        async for event in receive:
-            yield event
+async def _cancel_on_disconnect(
+    receive: Receive, scope: anyio.CancelScope, gone: list[bool]
+) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone.append(True)
+    scope.cancel("the client went away")
