@@ -69,6 +69,7 @@ log = logging.getLogger(__name__)
 
 EVENT_RESOURCES = frozenset({"events.events.k8s.io", "events"})
 BATCH = 500  # changes per ``changes`` event
+SLICE = 100  # objects summarised between two checkpoints
 RETRY_MS = 1000  # EventSource reconnection delay
 NEWS_DELAY = 0.1  # seconds between a row change and the contexts panel's update
 COUNTS_PERIOD = 1.0  # seconds between contexts panels sent only for new object counts
@@ -108,12 +109,15 @@ def encoded(change: Change) -> bytes:
 
 
 class _Snapshot:
-    __slots__ = ("events", "store", "version")
+    __slots__ = ("events", "rows", "store", "version")
 
-    def __init__(self, store: Store, version: tuple[str, int], events: list[bytes]) -> None:
+    def __init__(
+        self, store: Store, version: tuple[str, int], events: list[bytes], rows: dict[bytes, bytes]
+    ) -> None:
         self.store = store
         self.version = version
         self.events = events
+        self.rows = rows
 
 
 class SnapshotCache:
@@ -122,12 +126,15 @@ class SnapshotCache:
     One entry per (context, resource, namespace): the ``changes`` events (``BATCH`` rows
     each) that replay a store, valid while the store is the same object at the same
     resourceVersion and size. Concurrent streams wanting the same snapshot wait for one
-    encoding. At most ``max_entries`` entries (least recently used go first).
+    encoding. An entry also keeps each object's encoded row (by the object's bytes), so the
+    next encoding, after a few changes, summarises only the objects that changed. At most
+    ``max_entries`` entries (least recently used go first).
     """
 
     def __init__(self, max_entries: int = 256) -> None:
         self.max_entries = max_entries
         self.encodings = 0  # snapshots encoded (for tests and benches)
+        self.summarized = 0  # objects summarised for snapshots (for tests and benches)
         self._entries: OrderedDict[tuple[str, str, str | None], _Snapshot] = OrderedDict()
         self._busy: dict[tuple[str, str, str | None], anyio.Event] = {}
 
@@ -154,9 +161,26 @@ class SnapshotCache:
             await busy.wait()  # somebody encodes it: theirs is likely what we need
         done = self._busy[key] = anyio.Event()
         try:
-            events = await _encode_snapshot(context, resource, namespace, store)
+            known = entry.rows if entry is not None else {}
+            raws = store.list_raw(namespace)  # the store at one instant; slices follow it
+            rows: dict[bytes, bytes] = {}
+            events: list[bytes] = []
+            fresh = 0
+            for start in range(0, len(raws), BATCH):
+                batch = []
+                for raw in raws[start : start + BATCH]:
+                    row = known.get(raw)
+                    if row is None:
+                        row = _row(context, resource, raw)
+                        fresh += 1
+                        if fresh % SLICE == 0:
+                            await anyio.lowlevel.checkpoint()  # the event loop stays responsive
+                    rows[raw] = row
+                    batch.append(row)
+                events.append(encode_event("changes", b"[" + b",".join(batch) + b"]"))
             self.encodings += 1
-            self._entries[key] = _Snapshot(store, version, events)
+            self.summarized += fresh
+            self._entries[key] = _Snapshot(store, version, events, rows)
             self._entries.move_to_end(key)
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
@@ -166,29 +190,19 @@ class SnapshotCache:
             done.set()
 
 
-async def _encode_snapshot(
-    context: str, resource: Resource, namespace: str | None, store: Store
-) -> list[bytes]:
-    raws = store.list_raw(namespace)  # the store at one instant; the slices follow it
-    events: list[bytes] = []
-    for start in range(0, len(raws), BATCH):
-        rows = []
-        for raw in raws[start : start + BATCH]:
-            obj = orjson.loads(raw)
-            meta = obj.get("metadata") if isinstance(obj, dict) else None
-            meta = meta if isinstance(meta, dict) else {}
-            rows.append(
-                {
-                    "type": "ADDED",
-                    "context": context,
-                    "namespace": str(meta.get("namespace") or ""),
-                    "name": str(meta.get("name") or ""),
-                    "row": summarize(resource.name, obj),
-                }
-            )
-        events.append(encode_event("changes", rows))
-        await anyio.lowlevel.checkpoint()  # one slice at a time: the event loop stays responsive
-    return events
+def _row(context: str, resource: Resource, raw: bytes) -> bytes:
+    obj = orjson.loads(raw)
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    return orjson.dumps(
+        {
+            "type": "ADDED",
+            "context": context,
+            "namespace": str(meta.get("namespace") or ""),
+            "name": str(meta.get("name") or ""),
+            "row": summarize(resource.name, obj),
+        }
+    )
 
 
 class Stream:
