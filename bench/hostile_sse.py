@@ -25,6 +25,7 @@ import anyio
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import anyio.lowlevel
 from _common import table
 
 from kubemux.dashboard import DashboardServer, create_app
@@ -69,7 +70,9 @@ async def scenario(
         tg.start_soon(lag_probe, worst, stop)
         for i in range(n):
             if i % 50 == 0:
-                await anyio.sleep(0)  # the clients' own work, spread: it is not the server's
+                await (
+                    anyio.lowlevel.checkpoint()
+                )  # the clients' own work, spread: it is not the server's
             sock = socket.socket()
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             sock.setblocking(False)

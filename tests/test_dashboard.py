@@ -726,3 +726,59 @@ async def test_a_client_that_stops_reading_is_dropped(tmp_path: Path) -> None:
                 finally:
                     for sock in sockets:
                         sock.close()
+
+
+async def test_many_streams_at_once_leave_the_api_answering(tmp_path: Path) -> None:
+    """A burst of streams (half never read) is admitted and fed; /api/contexts still answers."""
+    n = 40
+    async with FakeCluster() as c:
+        for i in range(600):
+            c.create("pods", make_pod(f"p-{i:04d}", size=1200))
+        path = write_kubeconfig(tmp_path / "config", {"prod": c})
+        app = make_app(path, max_streams=4 * n, stream_send_timeout=TIMEOUT)
+        state = app.state.dashboard
+        synced = [anyio.Event() for _ in range(n)]
+        fed = [anyio.Event() for _ in range(n)]
+
+        async def read(port: int, index: int) -> None:
+            stream = await anyio.connect_tcp("127.0.0.1", port)
+            async with stream:
+                await stream.send(b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                seen = b""
+                while not fed[index].is_set():
+                    seen = seen[-64:] + await stream.receive()
+                    if b"event: synced" in seen:
+                        synced[index].set()
+                    if synced[index].is_set() and b'"name":"live-' in seen:
+                        fed[index].set()
+
+        async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client:
+            port = int(url.rsplit(":", 1)[1].strip("/"))
+            with anyio.fail_after(TIMEOUT):
+                await client.get("/api/contexts/prod/pods")  # synced
+            stalled = []
+            try:
+                async with anyio.create_task_group() as tg:
+                    for i in range(n):  # all at once: n that never read, n that do
+                        sock = socket.socket()
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                        sock.connect(("127.0.0.1", port))  # the backlog takes it at once
+                        sock.sendall(b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                        stalled.append(sock)
+                        tg.start_soon(read, port, i)
+                    # while the streams start and are fed, the API answers, each time
+                    i = 0
+                    while not all(event.is_set() for event in fed):
+                        c.create("pods", make_pod(f"live-{i}"))
+                        i += 1
+                        with anyio.fail_after(2):
+                            answer = await client.get("/api/contexts")
+                        assert answer.status_code == 200
+                        assert answer.json()["contexts"][0]["name"] == "prod"
+                        assert i < 500, "the streams were not fed"
+                # the readers left (their streams ended), the stalled ones are still open
+                with anyio.fail_after(TIMEOUT):
+                    await c.wait_for(lambda: state.streams == n)
+            finally:
+                for sock in stalled:
+                    sock.close()
