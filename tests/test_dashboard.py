@@ -782,3 +782,48 @@ async def test_many_streams_at_once_leave_the_api_answering(tmp_path: Path) -> N
             finally:
                 for sock in stalled:
                     sock.close()
+
+
+# ---------------------------------------------------------------------- metrics
+async def test_metrics_are_served_and_parse(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    a, b = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+    async with api_client(path) as client:
+        with anyio.fail_after(TIMEOUT):
+            await client.get("/api/contexts/prod/pods")  # synced
+        response = await client.get("/metrics")
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/plain")
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(response.text)
+            for s in family.samples
+        }
+        assert samples[("kubemux_contexts", ())] == 2
+        assert any(
+            name.startswith("kubemux_") and ("context", "prod") in labels
+            for name, labels in samples
+        )
+        assert "tok-a" not in response.text
+
+
+async def test_metrics_of_a_mounted_app(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    """Mounted, the app has no lifespan: a scrape reports the registry all the same."""
+    from kubemux import WatcherRegistry
+
+    a, _ = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a})
+    async with WatcherRegistry.from_kubeconfig(str(path), **FAST) as registry:
+        app = dashboard.create_app(registry)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+            first = await c.get("/metrics")
+            second = await c.get("/metrics")  # registered for the scrape only: again fine
+        assert first.status_code == second.status_code == 200
+        assert "kubemux_contexts 1.0" in second.text

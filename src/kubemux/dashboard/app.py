@@ -20,6 +20,9 @@ JSON API (errors are ``{"error": message, "status": code}``):
     The Kubernetes Events about one object, newest first.
 ``GET /api/stream``
     Server-sent events, see :mod:`.streams`.
+``GET /metrics``
+    The registry's Prometheus metrics (:mod:`kubemux.metrics`), when ``prometheus-client``
+    is installed (the ``metrics`` extra).
 
 Safety: the server binds 127.0.0.1 unless told otherwise and only answers requests whose
 ``Host`` is one of ``allowed_hosts`` (so a web page cannot reach it by DNS rebinding); a
@@ -38,9 +41,10 @@ import math
 import re
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import orjson
@@ -69,9 +73,22 @@ from .._redact import redact_text
 from .streams import SnapshotCache, Stream
 from .views import event_payload, redact, status_payload
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
 __all__ = ["LOCAL_HOSTS", "Dashboard", "Problem", "create_app"]
 
 log = logging.getLogger(__name__)
+
+
+def _metrics_module() -> ModuleType | None:
+    """:mod:`kubemux.metrics` if ``prometheus-client`` is installed."""
+    try:
+        import kubemux.metrics
+    except ImportError:
+        return None
+    return kubemux.metrics
+
 
 STATIC = Path(__file__).resolve().parent / "static"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -159,6 +176,14 @@ class Dashboard:
         self.streams = 0  # open event streams
         self.stream_scopes: set[anyio.CancelScope] = set()  # cancelled by close_streams()
         self._next_admission = 0.0
+        self.metrics = _metrics_module()
+        # /metrics: the registry's collector is registered here for the lifespan
+        self.prom: CollectorRegistry | None = None
+        if self.metrics is not None:
+            import prometheus_client
+
+            self.prom = prometheus_client.CollectorRegistry()
+        self._metrics_registered = False
         self.snapshots = SnapshotCache()
         self._contexts_cache: tuple[int, float, bytes] | None = None
         self._external = registry
@@ -221,7 +246,8 @@ class Dashboard:
             for callback in self._listeners:
                 callback(None)
             try:
-                yield
+                with self._registered(self._external):
+                    yield
             finally:
                 self._end_streams()
             return
@@ -234,7 +260,8 @@ class Dashboard:
                 for callback in self._listeners:
                     callback(None)
                 try:
-                    yield
+                    with self._registered(registry):
+                        yield
                 finally:
                     self._end_streams()
                     self._registry = None
@@ -244,6 +271,32 @@ class Dashboard:
                 for callback in self._listeners:
                     callback(exc)
             raise
+
+    @contextlib.contextmanager
+    def _registered(self, registry: WatcherRegistry) -> Iterator[None]:
+        """Report ``registry`` in :attr:`prom` (if ``prometheus-client`` is installed)."""
+        if self.metrics is None or self.prom is None:
+            yield
+            return
+        with self.metrics.registered(registry, self.prom):
+            self._metrics_registered = True
+            try:
+                yield
+            finally:
+                self._metrics_registered = False
+
+    def scrape(self) -> bytes:
+        """The Prometheus text exposition of the registry's metrics.
+
+        A mounted app has no lifespan: the registry is then registered for the scrape.
+        """
+        from prometheus_client import generate_latest as generate
+
+        assert self.prom is not None
+        if self._metrics_registered:
+            return bytes(generate(self.prom))
+        with self._registered(self.registry):
+            return bytes(generate(self.prom))
 
     def contexts_json(self, version: int) -> bytes:
         """``status_payload`` encoded, shared by every stream and ``/api/contexts``.
@@ -350,6 +403,8 @@ def create_app(
         Route("/api/stream", _api_stream),
         Route("/api/{rest:path}", _api_not_found),
     ]
+    if dashboard.metrics is not None:
+        routes.append(Route("/metrics", _metrics))
     app = Starlette(
         routes=routes,
         lifespan=dashboard.lifespan,
@@ -452,6 +507,11 @@ def _namespace(segment: str) -> str:
 
 async def _page(request: Request) -> Response:
     return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+async def _metrics(request: Request) -> Response:
+    body = _dashboard(request).scrape()
+    return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 async def _api_not_found(request: Request) -> Response:
