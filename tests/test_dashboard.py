@@ -827,3 +827,31 @@ async def test_metrics_of_a_mounted_app(
             second = await c.get("/metrics")  # registered for the scrape only: again fine
         assert first.status_code == second.status_code == 200
         assert "kubemux_contexts 1.0" in second.text
+
+
+async def test_api_contexts_is_the_shared_status_json(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    """/api/contexts is RegistryStatus.to_json() (the CLI's -o json) plus derived fields."""
+    a, b = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+    app = make_app(path)
+    async with app.router.lifespan_context(app):
+        registry = app.state.dashboard.registry
+        with anyio.fail_after(TIMEOUT):
+            await registry.watch("prod", "pods")
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+            body = (await c.get("/api/contexts")).json()
+        shared = orjson.loads(orjson.dumps(registry.status().to_json()))
+    assert set(body) == set(shared)
+    assert [ctx["name"] for ctx in body["contexts"]] == [ctx["name"] for ctx in shared["contexts"]]
+    for mine, theirs in zip(body["contexts"], shared["contexts"], strict=True):
+        assert set(mine) == set(theirs) | {"current", "objects", "last_sync"}
+        for key in ("state", "generation", "cluster_name", "user_name", "namespace", "source"):
+            assert mine[key] == theirs[key], key
+        assert [i["resource"] for i in mine["informers"]] == [
+            i["resource"] for i in theirs["informers"]
+        ]
+    prod = body["contexts"][0]
+    assert prod["current"] and prod["objects"] == {"pods": 2} and prod["last_sync"]

@@ -231,7 +231,7 @@
     p.current.hidden = !c.current;
     text(p.state, c.state);
     p.state.className = "badge state state-" + c.state.replace(/\s+/g, "-");
-    const where = [c.server, c.user && "user " + c.user, c.namespace && "ns " + c.namespace];
+    const where = [c.server, c.user_name && "user " + c.user_name, c.namespace && "ns " + c.namespace];
     text(p.where, where.filter(Boolean).join(" · "));
     p.where.title = c.source ? "from " + c.source : "";
     const parts = [];
@@ -243,7 +243,7 @@
     p.counts.dataset.text = parts.join(" · ") || "no watchers yet";
     renderCounts(p.counts);
     let err = c.last_error || "";
-    if (err && c.retry_in) err += " (retry in " + c.retry_in + "s)";
+    if (err && c.retry_in) err += " (retry in " + Math.ceil(c.retry_in) + "s)";
     text(p.error, err);
     p.error.hidden = !err;
     card.classList.toggle("card-bad", Boolean(err));
