@@ -855,3 +855,52 @@ async def test_api_contexts_is_the_shared_status_json(
         ]
     prod = body["contexts"][0]
     assert prod["current"] and prod["objects"] == {"pods": 2} and prod["last_sync"]
+
+
+# ---------------------------------------------------------------------- server columns
+async def test_table_api_has_the_servers_columns(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, b = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+    async with api_client(path) as client:
+        with anyio.fail_after(TIMEOUT):
+            table = await client.get("/api/contexts/prod/pods/table")
+        assert table.status_code == 200, table.text
+        body = table.json()
+        names = [c["name"] for c in body["columns"]]
+        assert names[:2] == ["Name", "Ready"] and "Status" in names
+        assert [(r["namespace"], r["name"]) for r in body["rows"]] == [
+            ("default", "web-1"),
+            ("default", "web-2"),
+        ]
+        assert all(len(r["cells"]) == len(names) for r in body["rows"])
+        assert body["rows"][0]["cells"][0] == "web-1"
+        with anyio.fail_after(TIMEOUT):  # a short name, resolved by discovery
+            deploys = await client.get("/api/contexts/prod/deploy/table")
+        assert deploys.status_code == 200 and deploys.json()["resource"] == "deployments.apps"
+        with anyio.fail_after(TIMEOUT):
+            data = await client.get("/api/contexts/dev/pods/table?namespace=data")
+        assert [r["name"] for r in data.json()["rows"]] == ["db-1"]
+
+
+async def test_table_api_typo_and_resource_picker(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, _ = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a})
+    async with api_client(path) as client:
+        with anyio.fail_after(TIMEOUT):
+            typo = await client.get("/api/contexts/prod/podz/table")
+        assert typo.status_code == 404
+        assert "podz" in typo.json()["error"] and "pods" in typo.json()["suggestions"]
+        with anyio.fail_after(TIMEOUT):
+            served = await client.get("/api/contexts/prod/resources")
+        assert served.status_code == 200
+        by_name = {r["name"]: r for r in served.json()["resources"]}
+        assert by_name["pods"]["kind"] == "Pod" and by_name["pods"]["namespaced"]
+        assert "po" in by_name["pods"]["short_names"]
+        assert not by_name["namespaces"]["namespaced"]
+        with anyio.fail_after(TIMEOUT):
+            unknown = await client.get("/api/contexts/nope/resources")
+        assert unknown.status_code == 404

@@ -16,6 +16,11 @@ JSON API (errors are ``{"error": message, "status": code}``):
     The cached objects. Unknown context: 404. Not synced yet: 503 with ``Retry-After``.
 ``GET /api/contexts/{context}/{resource}/{namespace}/{name}``
     One object (``_`` as namespace for cluster-scoped objects).
+``GET /api/contexts/{context}/resources``
+    What the context's cluster serves (discovery), for a resource picker.
+``GET /api/contexts/{context}/{resource}/table?namespace=``
+    The server's columns for the resource (``kubectl get``'s) and one row of cells per
+    object. A name the cluster does not serve: 404 with ``suggestions``.
 ``GET /api/contexts/{context}/events/{kind}/{namespace}/{name}``
     The Kubernetes Events about one object, newest first.
 ``GET /api/stream``
@@ -65,6 +70,7 @@ from kubemux import (
     Resource,
     ResourceNotFound,
     Store,
+    UnknownResource,
     WatcherRegistry,
     parse_resource,
 )
@@ -397,6 +403,8 @@ def create_app(
         Route("/object", _page),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
         Route("/api/contexts", _api_contexts),
+        Route("/api/contexts/{context}/resources", _api_resources),
+        Route("/api/contexts/{context}/{resource}/table", _api_table),
         Route("/api/contexts/{context}/events/{kind}/{namespace}/{name}", _api_events),
         Route("/api/contexts/{context}/{resource}", _api_list),
         Route("/api/contexts/{context}/{resource}/{namespace}/{name}", _api_object),
@@ -543,6 +551,69 @@ async def _api_list(request: Request) -> Response:
     )
     body = head[:-1] + b',"items":[' + b",".join(raws) + b"]}"  # no decode, no re-encode
     return Response(body, media_type="application/json")
+
+
+async def _api_resources(request: Request) -> Response:
+    dashboard = _dashboard(request)
+    context = _param(request, "context")
+    with anyio.move_on_after(dashboard.sync_timeout):
+        try:
+            served = await dashboard.registry.resources(context)
+        except KubemuxError as exc:
+            raise dashboard.problem(exc, context) from exc
+        resources = [
+            {
+                "name": r.name,
+                "kind": r.kind,
+                "namespaced": r.namespaced,
+                "short_names": list(r.short_names),
+            }
+            for r in served
+        ]
+        return _json({"context": context, "resources": resources})
+    raise Problem(503, f"discovery of context {context!r} is not done yet", retry_after=1)
+
+
+async def _api_table(request: Request) -> Response:
+    dashboard = _dashboard(request)
+    context = _param(request, "context")
+    name = _param(request, "resource")  # as typed: discovery resolves it, as kubectl does
+    namespace = request.query_params.get("namespace") or None
+    with anyio.move_on_after(dashboard.sync_timeout):
+        try:
+            table = await dashboard.registry.table(context, name, namespace)
+        except UnknownResource as exc:
+            problem = dashboard.problem(exc, context)
+            body = {"error": problem.message, "status": 404, "suggestions": list(exc.suggestions)}
+            return _json(body, status=404)
+        except KubemuxError as exc:
+            raise dashboard.problem(exc, context) from exc
+        except ValueError as exc:
+            raise Problem(400, str(exc)) from exc
+        columns = [
+            {
+                "name": c.name,
+                "type": c.type,
+                "format": c.format,
+                "description": c.description,
+                "priority": c.priority,
+            }
+            for c in table.columns
+        ]
+        rows = [
+            {"namespace": r.namespace, "name": r.name, "cells": list(r.cells)}
+            for r in table.rows(namespace)
+        ]
+        return _json(
+            {
+                "context": context,
+                "resource": table.resource.name,
+                "namespace": namespace,
+                "columns": columns,
+                "rows": rows,
+            }
+        )
+    raise Problem(503, f"{name} in context {context!r} is not synced yet", retry_after=1)
 
 
 async def _api_object(request: Request) -> Response:
