@@ -12,6 +12,7 @@ from typing import Any
 
 from kubemux import Change, RegistryStatus, Resource
 
+from .._event_index import event_timestamp
 from .._redact import redact_text, redact_url
 
 __all__ = [
@@ -128,27 +129,10 @@ def redact(resource: Resource | None, obj: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-_EVENT_TIMES = (
-    ("series", "lastObservedTime"),
-    ("eventTime",),
-    ("lastTimestamp",),
-    ("deprecatedLastTimestamp",),
-    ("firstTimestamp",),
-    ("deprecatedFirstTimestamp",),
-    ("metadata", "creationTimestamp"),
-)
-
-
 def event_payload(event: Mapping[str, Any]) -> dict[str, Any]:
-    """A Kubernetes Event (``events.k8s.io/v1`` or core ``v1``) in one shape."""
-    when = ""
-    for path in _EVENT_TIMES:
-        value: object = event
-        for part in path:
-            value = _dict(value).get(part)
-        if value:
-            when = _text(value)
-            break
+    """A Kubernetes Event (``events.k8s.io/v1`` or core ``v1``) in one shape, dated as the
+    event index dates it (:func:`kubemux._event_index.event_timestamp`)."""
+    when = _text(event_timestamp(event) or "")
     series = _dict(event.get("series"))
     count = series.get("count") or event.get("count") or event.get("deprecatedCount") or 1
     source = _text(event.get("reportingController")) or _text(
