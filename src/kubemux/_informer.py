@@ -123,6 +123,10 @@ class InformerStatus:
     skipped_lines: int  # lines and objects skipped: malformed, undecodable, refused by a transform
     last_error: str | None
     last_sync: float | None  # wall-clock time of the last completed LIST
+    # shared watches (kubemux.share): None when the registry shares nothing
+    share_role: str | None = None  # "leader", "follower", "local" or "starting"
+    share_lag: float | None = None  # seconds behind the leader (followers)
+    stale_since: float | None = None  # wall clock since when a follower may be stale
 
 
 class Informer:
