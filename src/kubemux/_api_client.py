@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._errors import KubeconfigError
+from ._redact import redact_text
 
 if TYPE_CHECKING:
     from ._kubeconfig import ContextConfig
@@ -238,5 +239,7 @@ def _remove_private_folder(folder: str) -> None:
 
 
 def _shorten(text: str) -> str:
-    # kubernetes-asyncio error messages can quote config values; keep them short and plain.
+    # kubernetes-asyncio error messages can quote config values (a server URL with a
+    # password): redact URL userinfo and keep them short.
+    text = redact_text(text)
     return text if len(text) < 300 else text[:300] + "..."
