@@ -33,8 +33,6 @@ from ._codec import (
     DecodeError,
     Entry,
     decode_block,
-    decode_list,
-    deeper_recursion,
     split_block,
     split_event,
 )
@@ -47,6 +45,7 @@ from ._errors import (
     ResourceExpired,
     ResponseTooLarge,
 )
+from ._listing import page_slices
 from ._resources import Resource
 from ._settings import WatchSettings
 from ._store import Replacement, Store
@@ -356,28 +355,31 @@ class Informer:
                 throttle = True
                 continue
             try:
-                with deeper_recursion():  # one deep item is refused alone, below
-                    page = decode_list(body)
+                # the page is decoded a slice at a time, and each slice's items prepared in
+                # slices (by count and by size): the loop never stalls long
+                meta, slices = page_slices(body, _PAGE_SLICE_BYTES)
+                del body  # only the slices' iterator keeps the page
+                budget = _SLICE_BYTES
+                count = 0
+                for items in slices:
+                    await anyio.lowlevel.checkpoint()  # after decoding a slice
+                    for raw in items:
+                        data = bytes(raw)
+                        try:
+                            replacement.add(store._prepare(data, from_list=True))
+                        except DecodeError as exc:
+                            self._skip(f"undecodable LIST item ({_why(exc)})")
+                        budget -= len(data)
+                        count += 1
+                        if count % s.relist_slice == 0 or budget < 0:
+                            budget = _SLICE_BYTES
+                            await anyio.lowlevel.checkpoint()
             except DecodeError as exc:
                 raise ProtocolError(
                     server, f"LIST {self.resource.name} returned invalid JSON: {exc}"
                 ) from exc
-            del body
-            # decode in slices (by count and by size) so the event loop never stalls long
-            budget = _SLICE_BYTES
-            items = page.items or ()
-            for i, raw in enumerate(items):
-                data = bytes(raw)
-                try:
-                    replacement.add(store._prepare(data, from_list=True))
-                except DecodeError as exc:
-                    self._skip(f"undecodable LIST item ({_why(exc)})")
-                budget -= len(data)
-                if i % s.relist_slice == s.relist_slice - 1 or budget < 0:
-                    budget = _SLICE_BYTES
-                    await anyio.lowlevel.checkpoint()
-            list_rv = page.metadata.resourceVersion or list_rv
-            token = page.metadata.continue_
+            list_rv = meta.resource_version or list_rv
+            token = meta.continue_
             if not token:
                 break
             key = hash(token)
@@ -389,7 +391,7 @@ class Informer:
                 )
             tokens.add(key)
             params["continue"] = token
-            throttle = not items  # a page that brought nothing is a request like any other
+            throttle = not count  # a page that brought nothing is a request like any other
             await anyio.lowlevel.checkpoint()
         await self._commit(replacement, list_rv)
         return list_rv
@@ -734,6 +736,7 @@ class Informer:
 
 _INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 _SLICE_BYTES = 8 * 1024 * 1024  # LIST items copied and decoded between two yields, at most
+_PAGE_SLICE_BYTES = 4 * 1024 * 1024  # a LIST page is decoded this much at a time (~4 ms)
 _MAX_BUSY = 0.02  # seconds of buffered watch lines handled before yielding to the loop
 _MAX_JUNK_LINES = 1000  # a watch skipping more lines than this, and than it delivered, is dropped
 _OBJECT_EVENTS = frozenset({"ADDED", "MODIFIED", "DELETED"})
