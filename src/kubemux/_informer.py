@@ -43,6 +43,7 @@ from ._errors import (
     KubemuxError,
     ProtocolError,
     ResourceExpired,
+    ResourceNotFound,
     ResponseTooLarge,
 )
 from ._listing import page_slices
@@ -548,6 +549,9 @@ class Informer:
                 try:
                     self._rv = await self._sync()
                     relist = False
+                except ResourceNotFound as exc:
+                    await self._gone(exc)
+                    continue
                 except Exception as exc:  # noqa: BLE001 - contained: recorded, backed off
                     self._note_failure(self._as_kubemux(exc))
                     await self._backoff()
@@ -573,6 +577,9 @@ class Informer:
             except ResourceExpired as exc:
                 log.info("%s: %s; relisting", self, exc)
                 relist = True
+            except ResourceNotFound as exc:
+                await self._gone(exc)
+                relist = True  # what comes back (a CRD created again) starts from a LIST
             except (ClusterUnreachable, ApiError) as exc:
                 self._note_failure(exc)
                 await self._backoff()
@@ -728,6 +735,19 @@ class Informer:
         self._failures += 1
         self._set_state(BACKING_OFF, str(exc))
         log.warning("%s/%s: %s (failure %d)", self.client.context, self.key, exc, self._failures)
+
+    async def _gone(self, exc: ResourceNotFound) -> None:
+        """The server answers 404 for the resource itself (its CRD was deleted): say so, and
+        look again only every ``gone_retry`` seconds, not in a backoff loop. The cache is kept
+        until a LIST succeeds again."""
+        period = self.settings.gone_retry
+        error = (
+            f"the server no longer serves {self.resource.name} (looking again every {period:g} s)"
+        )
+        if self._last_error != error:
+            log.warning("%s/%s: %s: %s", self.client.context, self.key, error, exc)
+        self._set_state(ERROR, error)
+        await anyio.sleep(period)
 
     async def _backoff(self) -> None:
         await anyio.sleep(self.settings.backoff.delay(max(1, self._failures)))
