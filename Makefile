@@ -37,6 +37,12 @@ bench: $(STAMP)
 	$(BIN)/python bench/context_churn.py
 	$(BIN)/python bench/scale_contexts.py
 	$(BIN)/python bench/soak_informer.py
+	$(BIN)/python bench/storm.py
+	$(BIN)/python bench/hostile.py
+	$(BIN)/python bench/hostile_sse.py
+	$(BIN)/python bench/credentials.py
+	$(BIN)/python bench/table.py
+	$(BIN)/python bench/share.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache site

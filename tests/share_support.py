@@ -100,9 +100,10 @@ def _changed() -> None:
 class Replica:
     """A replica process; its JSON lines are kept in :attr:`events`."""
 
-    def __init__(self, name: str, args: list[str]) -> None:
+    def __init__(self, name: str, args: list[str], *, script: Path = REPLICA) -> None:
         self.name = name
         self.args = args
+        self.script = script
         self.proc: anyio.abc.Process | None = None
         self.events: list[dict[str, Any]] = []
         self.stopped = False
@@ -111,7 +112,7 @@ class Replica:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         self.proc = await anyio.open_process(
-            [sys.executable, str(REPLICA), *self.args],
+            [sys.executable, str(self.script), *self.args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=None,

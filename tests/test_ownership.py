@@ -382,3 +382,86 @@ async def test_a_failing_context_leaves_others_alone(
                 assert (await changes.__anext__()).name == "late"
         assert good.get("default", "late") is not None
         assert registry.status().contexts["good"].state == "running"
+
+
+def _deep(name: str, depth: int = 1000) -> bytes:
+    """A watch line whose object nests ``depth`` levels deep (msgspec: RecursionError)."""
+    inner = "[" * depth + "]" * depth
+    return (
+        b'{"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"'
+        + name.encode()
+        + b'","namespace":"default","resourceVersion":"999999"},"spec":{"x":'
+        + inner.encode()
+        + b"}}}"
+    )
+
+
+async def test_a_hostile_object_or_transform_leaves_the_context_and_its_siblings_alone(
+    tmp_path: Path, fake_cluster: FakeCluster
+) -> None:
+    """One object nested 1,000 deep, and a transform raising on one object, used to tear
+    down the whole context (other resources' synced stores included)."""
+    fake_cluster.create(
+        "configmaps", {"metadata": {"name": "cm-0", "namespace": "default"}, "data": {}}
+    )
+
+    def picky(obj: dict[str, Any]) -> dict[str, Any]:
+        if obj["metadata"]["name"] == "boom":
+            raise ValueError("the user's transform fails on this one")
+        return obj
+
+    path = write_kubeconfig(tmp_path / "config", {"c": fake_cluster})
+    async with WatcherRegistry.from_kubeconfig(str(path), transforms={"pods": picky}) as reg:
+        with anyio.fail_after(TIMEOUT):
+            pods = await reg.watch("c", "pods")
+            configmaps = await reg.watch("c", "configmaps")
+        async with reg.subscribe(snapshot=False) as changes:
+            assert fake_cluster.inject_watch_line("pods", _deep("deep")) >= 1
+            fake_cluster.create("pods", make_pod("boom"))
+            fake_cluster.create("pods", make_pod("fine"))
+            fake_cluster.create(
+                "configmaps", {"metadata": {"name": "cm-1", "namespace": "default"}, "data": {}}
+            )
+            seen: set[str] = set()
+            with anyio.fail_after(TIMEOUT):
+                while not {"fine", "cm-1"} <= seen:
+                    seen.add((await changes.__anext__()).name)
+        assert "deep" not in seen and "boom" not in seen
+        assert pods.get("default", "fine") is not None and pods.get("default", "boom") is None
+        assert configmaps.get("default", "cm-1") is not None
+        status = reg.status().contexts["c"]
+        assert status.state == "running"
+        by_resource = {i.resource: i for i in status.informers}
+        assert by_resource["pods"].skipped_lines >= 2 and by_resource["pods"].state == "watching"
+        with anyio.fail_after(TIMEOUT):
+            assert await reg.watch("c", "pods") is pods  # the same generation, still live
+
+
+async def test_a_wrong_typed_field_is_a_load_error_that_keeps_the_last_good_contexts(
+    tmp_path: Path, fake_cluster: FakeCluster
+) -> None:
+    """exec.args: 5 used to bite only when the client was built (tearing the context down
+    with a TypeError); now the file is refused at load as kubectl refuses it."""
+    path = write_kubeconfig(tmp_path / "config", {"good": fake_cluster, "x": fake_cluster})
+    async with WatcherRegistry.from_kubeconfig(str(path), debounce_delay=0.01) as registry:
+        with anyio.fail_after(TIMEOUT):
+            store = await registry.watch("good", "pods")
+        doc = yaml.safe_load(path.read_text())
+        for user in doc["users"]:
+            if user["name"].startswith("x"):
+                user["user"] = {
+                    "exec": {
+                        "apiVersion": "client.authentication.k8s.io/v1",
+                        "command": "aws",
+                        "args": 5,
+                    }
+                }
+        before = registry.kubeconfig_syncs
+        path.write_text(yaml.safe_dump(doc))
+        with anyio.fail_after(TIMEOUT):
+            while not registry.status().kubeconfig_errors:
+                before = await registry.wait_kubeconfig_sync(before)
+        (error,) = registry.status().kubeconfig_errors.values()
+        assert "args" in error and "'x'" in error
+        assert set(registry.contexts) == {"good", "x"}  # the last good contexts stay
+        assert registry.store("good", "pods") is store

@@ -50,9 +50,12 @@ from ._settings import WatchSettings as WatchSettings
 from ._status import ContextState as ContextState
 from ._status import ContextStatus as ContextStatus
 from ._status import RegistryStatus as RegistryStatus
+from ._store import Indexer as Indexer
 from ._store import Store as Store
+from ._store import Transform as Transform
 from ._store import by_label as by_label
 from ._store import by_owner as by_owner
+from ._store import drop_managed_fields as drop_managed_fields
 from ._table import TableColumn as TableColumn
 from ._table import TableRow as TableRow
 from ._table import TableStore as TableStore
@@ -76,6 +79,7 @@ __all__ = [
     "EventIndex",
     "EventIndexStatistics",
     "Forbidden",
+    "Indexer",
     "InformerState",
     "InformerStatus",
     "InternalError",
@@ -101,12 +105,14 @@ __all__ = [
     "TableColumn",
     "TableRow",
     "TableStore",
+    "Transform",
     "Unauthorized",
     "UnknownResource",
     "WatchSettings",
     "WatcherRegistry",
     "by_label",
     "by_owner",
+    "drop_managed_fields",
     "load_kubeconfig",
     "parse_resource",
     "register_resource",

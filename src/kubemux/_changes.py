@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 
 from ._codec import Entry
 from ._context import ContextGeneration, Slot, iter_synced
 from ._fanout import Change, Fanout
 from ._informer import InformerKey
+from ._resources import Resource
 
-__all__ = ["Publisher"]
+__all__ = ["Publisher", "ResourceNames"]
 
 
 class Publisher:
@@ -80,3 +81,58 @@ class Publisher:
                         )
                     )
         return initial
+
+
+class ResourceNames:
+    """Every name each watched resource goes by, for subscriptions made by a kubectl name.
+
+    A name is resolved where a running context (or the built-in table) knows it; otherwise
+    it is matched against the names of every resource an informer runs for, so a
+    subscription made before its context starts still gets its changes.
+    """
+
+    __slots__ = ("_aliases",)
+
+    def __init__(self) -> None:
+        self._aliases: dict[str, frozenset[str]] = {}  # resource -> every name it goes by
+
+    def learn(self, res: Resource) -> None:
+        if res.name not in self._aliases:
+            self._aliases[res.name] = _alias_names(res)
+
+    def matcher(self, name: str, resolved: Iterable[str]) -> Container[str]:
+        return _Names(frozenset(resolved), name.strip().lower(), self._aliases)
+
+
+class _Names:
+    """The resources a subscription's name means (a container of full names)."""
+
+    __slots__ = ("_aliases", "_name", "_resolved")
+
+    def __init__(
+        self, resolved: frozenset[str], name: str, aliases: Mapping[str, frozenset[str]]
+    ) -> None:
+        self._resolved = resolved
+        self._name = name
+        self._aliases = aliases
+
+    def __contains__(self, resource: object) -> bool:
+        if resource in self._resolved:
+            return True
+        return isinstance(resource, str) and self._name in self._aliases.get(resource, ())
+
+    def __iter__(self) -> Iterator[str]:  # for snapshots: what is known now
+        yield from self._resolved
+        for resource, names in list(self._aliases.items()):
+            if self._name in names and resource not in self._resolved:
+                yield resource
+
+
+def _alias_names(res: Resource) -> frozenset[str]:
+    """Every kubectl name of ``res`` (plural, singular, kind, short names, with group)."""
+    base = {res.plural, res.singular, res.kind.lower(), *res.short_names}
+    names = {n.lower() for n in base if n}
+    if res.group:
+        names |= {f"{n}.{res.group}" for n in list(names)}
+        names.add(f"{res.plural}.{res.version}.{res.group}")
+    return frozenset(names)

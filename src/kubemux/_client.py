@@ -212,6 +212,9 @@ class ContextClient:
         params: Mapping[str, str],
         client_timeout: aiohttp.ClientTimeout,
         accept: str = _JSON,
+        *,
+        method: str = "GET",
+        body: Any = None,
     ) -> aiohttp.ClientResponse:
         # The credential: kubernetes-asyncio's (static) or a refreshing one, sent by us;
         # after a 401 the provider refreshes (single-flight) and the request is retried once.
@@ -220,13 +223,16 @@ class ContextClient:
         retried = False
         while True:
             headers = {"Accept": accept}
+            if body is not None:
+                headers["Content-Type"] = "application/json"
             if credential is not None and credential.token:
                 headers["Authorization"] = f"Bearer {credential.token}"
             resp: aiohttp.ClientResponse = await self._api.call_api(
                 path,
-                "GET",
+                method,
                 query_params=list(params.items()),
                 header_params=headers,
+                body=body,
                 auth_settings=["BearerToken"] if auth is None else [],
                 _preload_content=False,
                 _request_timeout=client_timeout,
@@ -349,6 +355,36 @@ class ContextClient:
         async with self._request(what, path, params or {}, s, t, Progress(), True, accept) as resp:
             body = await _read_body(resp, self.server, what, s, s.max_response_size)
             return resp.headers.get("Content-Type", ""), bytes(body)
+
+    async def post_json(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        request_timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+    ) -> bytes:
+        """POST a JSON body to any path (a ``SelfSubjectReview``); returns the response body.
+
+        Sent with the context's credentials (refreshed after a 401, as every request).
+
+        Raises:
+            ApiError: the server answered with an error status.
+            ClusterUnreachable: the server could not be reached or the response broke off.
+
+        Cancellation abandons the request and releases its connection.
+        """
+        t = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
+        what = f"POST {path}"
+        with map_exceptions(self.server, what):
+            resp = await self._call(path, {}, t, _JSON, method="POST", body=dict(body))
+            try:
+                data: bytes = await resp.read()
+                if resp.status >= 400:
+                    raise api_error_from_status(resp.status, data)
+                return data
+            finally:
+                resp.release()
 
 
 class _LineWatchdog:

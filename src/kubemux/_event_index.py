@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from ._codec import Entry
 
-__all__ = ["EventIndex", "EventIndexStatistics", "ObjectRef", "event_time"]
+__all__ = ["EventIndex", "EventIndexStatistics", "ObjectRef", "event_time", "event_timestamp"]
 
 ObjectRef = tuple[str, str, str]
 """``(kind, namespace, name)`` of the object an Event is about; namespace ``""`` when cluster-scoped."""
@@ -132,20 +132,30 @@ def event_time(event: Mapping[str, Any]) -> float | None:
     The first present and parseable of ``series.lastObservedTime``, ``eventTime``,
     ``lastTimestamp``, ``deprecatedLastTimestamp``, ``firstTimestamp``,
     ``deprecatedFirstTimestamp``, ``metadata.creationTimestamp`` (both Event shapes). The
-    one place kubemux dates an Event: the index orders by it and the dashboard shows it.
+    one place kubemux dates an Event: the index orders by it and the dashboard shows it
+    (:func:`event_timestamp` gives the text it came from).
     """
+    found = _event_stamp(event)
+    return None if found is None else found[1]
+
+
+def event_timestamp(event: Mapping[str, Any]) -> str | None:
+    """The RFC 3339 text :func:`event_time` read, or ``None``."""
+    found = _event_stamp(event)
+    return None if found is None else found[0]
+
+
+def _event_stamp(event: Mapping[str, Any]) -> tuple[str, float] | None:
     series = _mapping(event.get("series"))
-    if series is not None:
-        parsed = _parse_time(series.get("lastObservedTime"))
-        if parsed is not None:
-            return parsed
-    for field in _TIME_FIELDS:
-        parsed = _parse_time(event.get(field))
-        if parsed is not None:
-            return parsed
+    candidates: list[object] = [series.get("lastObservedTime") if series is not None else None]
+    candidates += [event.get(field) for field in _TIME_FIELDS]
     metadata = _mapping(event.get("metadata"))
-    if metadata is not None:
-        return _parse_time(metadata.get("creationTimestamp"))
+    candidates.append(metadata.get("creationTimestamp") if metadata is not None else None)
+    for value in candidates:
+        parsed = _parse_time(value)
+        if parsed is not None:
+            assert isinstance(value, str)
+            return value, parsed
     return None
 
 

@@ -68,7 +68,7 @@ class InformerStatus:
     namespace: str | None
     label_selector: str | None
     field_selector: str | None
-    state: InformerState
+    state: str  # an InformerState (a str); kubemux.share builds some from plain strings
     has_synced: bool
     objects: int
     resource_version: str
@@ -77,3 +77,7 @@ class InformerStatus:
     skipped_lines: int  # lines and objects skipped: malformed, undecodable, refused by a transform
     last_error: str | None
     last_sync: float | None  # wall-clock time of the last completed LIST
+    # shared watches (kubemux.share): None when the registry shares nothing
+    share_role: str | None = None  # "leader", "follower", "local" or "starting"
+    share_lag: float | None = None  # seconds behind the leader (followers)
+    stale_since: float | None = None  # wall clock since when a follower may be stale

@@ -14,48 +14,53 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import os
 import time
 from collections.abc import (
     AsyncGenerator,
     Container,
     Iterable,
-    Iterator,
     Mapping,
     Sequence,
 )
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
-from ._auth import CredentialPool
-from ._changes import Publisher
+from ._auth import IN_CLUSTER_ROOT, CredentialPool, in_cluster_config
+from ._changes import Publisher, ResourceNames
 from ._connector import Connector, HttpConnector
 from ._context import ContextGeneration, GenerationSettings
-from ._errors import ContextRemoved, Forbidden, ResourceNotFound
+from ._errors import ContextRemoved, ResourceNotFound
 from ._event_index import EventIndex
 from ._fanout import Change, Fanout, Subscription
+from ._following import KubeconfigFollower
 from ._generations import Generations
 from ._informer import InformerKey
 from ._kubeconfig import ContextConfig
-from ._kubeconfig_watch import ContextDiff, KubeconfigSource
-from ._multistore import MultiStore, MultiTableStore
-from ._resources import Resource, known_resource, parse_resource
+from ._kubeconfig_watch import KubeconfigSource
+from ._multistore import MultiTableStore
+from ._resources import Resource, parse_resource
 from ._runtime import require_asyncio
 from ._settings import Backoff, WatchSettings
-from ._status import ContextState, ContextStatus, RegistryStatus
+from ._slots import ResourceSpec, Starter, informer_key
+from ._status import ContextStatus, RegistryStatus
 from ._store import Indexer, Store, Transform, drop_managed_fields
 from ._table import TableStore
+
+if TYPE_CHECKING:
+    from .share import ShareEngine
+    from .share._connector import ShareConnector
 
 __all__ = ["WatcherRegistry"]
 
 log = logging.getLogger(__name__)
 
-ResourceSpec = str | Resource
 Specs = list[tuple[InformerKey, Resource]]
 
 
-class WatcherRegistry(anyio.AsyncContextManagerMixin):
+class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
     """Live, cached views of Kubernetes resources across every context of a kubeconfig.
 
     Build it with :meth:`from_kubeconfig`, or from a :class:`KubeconfigSource` or a mapping
@@ -86,6 +91,12 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         namespaces: The namespaces a context's user may read (context -> names), for users
             who may not list across all namespaces (Lens's "accessible namespaces"): a
             forbidden cluster-wide LIST falls back to them (else to the context's namespace).
+        share: Share watches between replicas (``kubemux.share.Redis(url)``): per (cluster,
+            identity, resource, scope) one replica runs the watch and the others follow it;
+            ``status()`` shows each informer's role. None (the default) shares nothing and
+            imports no engine. See ``docs/sharing.md``.
+        share_lead: False: this replica only follows (a dashboard), never runs a shared
+            watch itself; its data goes stale while no replica leads.
     """
 
     def __init__(
@@ -105,6 +116,8 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         idle_timeout: float | None = None,
         connector: Connector | None = None,
         namespaces: Mapping[str, Sequence[str]] | None = None,
+        share: ShareEngine | None = None,
+        share_lead: bool = True,
     ) -> None:
         if idle_timeout is not None and not idle_timeout > 0:
             raise ValueError(f"idle_timeout must be positive or None, not {idle_timeout!r}")
@@ -112,7 +125,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             raise ValueError(f"start_timeout must be positive, not {start_timeout!r}")
         if not isinstance(source, KubeconfigSource):
             source = KubeconfigSource.static(source)
-        self._source = source
+        KubeconfigFollower.__init__(self, source)
         self.settings = settings or WatchSettings()
         self._autowatch = tuple(parse_resource(r) for r in autowatch)
         self._autowatch_keys = frozenset(InformerKey(r.name) for r in self._autowatch)
@@ -122,8 +135,19 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         self._transforms = {_full_name(k): v for k, v in (transforms or {}).items()}
         self._idle_timeout = idle_timeout
         self._namespaces = {k: tuple(v) for k, v in (namespaces or {}).items()}
+        self._share = share
+        connector = connector or HttpConnector(self.settings, CredentialPool())
+        self._share_connector: ShareConnector | None = None
+        if share is not None:
+            if not isinstance(connector, HttpConnector):
+                raise ValueError("share= works with the built-in HTTP connector only")
+            from .share._connector import ShareConnector
+
+            connector = self._share_connector = ShareConnector(
+                connector, share, can_lead=share_lead
+            )
         settings_ = GenerationSettings(
-            connector=connector or HttpConnector(self.settings, CredentialPool()),
+            connector=connector,
             start_backoff=start_backoff or Backoff(initial_delay=1.0, max_delay=60.0),
             start_timeout=start_timeout,
             make_store=self._make_store,
@@ -132,7 +156,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             event_max_age=event_max_age,
         )
         self._fanout = Fanout()
-        self._aliases: dict[str, frozenset[str]] = {}  # resource -> every name it goes by
+        self._names = ResourceNames()
         publisher = Publisher(self._fanout, _EVENT_KEYS)
         self._table = Generations(
             source,
@@ -143,13 +167,16 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             autowatch=self._autowatch,
             stop_timeout=stop_timeout,
         )
+        self._starter = Starter(
+            self._table,
+            contexts=lambda: self.contexts,
+            namespaces=self._namespaces,
+            stop_timeout=stop_timeout,
+            learn_names=self._names.learn,
+            status_changed=self._status_changed,
+        )
         self._tg: anyio.abc.TaskGroup | None = None
         self._state = "unopened"
-        self._reconcile_lock = anyio.Lock()
-        self._syncs = 0
-        self._sync_event = anyio.Event()
-        self._status_version = 0
-        self._status_event = anyio.Event()
 
     @classmethod
     def from_kubeconfig(
@@ -158,18 +185,31 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         follow: bool = True,
         *,
         debounce_delay: float = 0.2,
+        in_cluster_root: str = IN_CLUSTER_ROOT,
         **kwargs: Any,
     ) -> WatcherRegistry:
         """A registry following kubeconfig files.
 
         Args:
             paths: A path or paths; ``None`` means ``$KUBECONFIG`` (split on ``os.pathsep``,
-                merged with kubectl's rules), else ``~/.kube/config``.
+                merged with kubectl's rules), else ``~/.kube/config``; with neither, inside
+                a pod (``KUBERNETES_SERVICE_HOST`` and a service-account token in
+                ``in_cluster_root``), one context named ``in-cluster`` that uses the
+                service account's token file (re-read as it rotates) and CA.
+            in_cluster_root: The service-account folder (tests point it elsewhere).
             follow: Watch the files and reconcile on every change.
             debounce_delay: Quiet time after the last file event before a sync.
             **kwargs: Passed to the constructor.
         """
-        source = KubeconfigSource(paths, follow=follow, debounce_delay=debounce_delay)
+        source: KubeconfigSource | None = None
+        if paths is None and not os.environ.get("KUBECONFIG", "").strip(os.pathsep):
+            default = os.path.join(os.path.expanduser("~"), ".kube", "config")
+            if not os.path.exists(default):  # no kubeconfig at all: inside a pod?
+                in_cluster = in_cluster_config(in_cluster_root)
+                if in_cluster is not None:
+                    source = KubeconfigSource.static({in_cluster.name: in_cluster}, in_cluster.name)
+        if source is None:
+            source = KubeconfigSource(paths, follow=follow, debounce_delay=debounce_delay)
         return cls(source, **kwargs)
 
     # ------------------------------------------------------------------ lifecycle
@@ -180,7 +220,11 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         require_asyncio("WatcherRegistry")
         self._state = "opening"
         try:
-            async with self._source as source, anyio.create_task_group() as tg:
+            async with (
+                self._source as source,
+                self._share_session(),
+                anyio.create_task_group() as tg,
+            ):
                 self._tg = self._table.tg = tg
                 self._state = self._table.state = "open"
                 tg.start_soon(self._follow, source, name="kubemux kubeconfig follower")
@@ -213,76 +257,18 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             self._state = self._table.state = "closed"
             self._tg = self._table.tg = None
 
-    # ------------------------------------------------------------------ kubeconfig
-    @property
-    def contexts(self) -> Mapping[str, ContextConfig]:
-        """What the kubeconfig says now: context name -> :class:`ContextConfig`."""
-        return self._source.contexts
-
-    @property
-    def current_context(self) -> str | None:
-        """The kubeconfig's current-context, by kubectl's merge rules."""
-        return self._source.current_context
-
-    @property
-    def kubeconfig_syncs(self) -> int:
-        """How many kubeconfig syncs have been reconciled (including ones that changed nothing)."""
-        return self._syncs
-
-    async def wait_kubeconfig_sync(self, after: int) -> int:
-        """Wait until more than ``after`` syncs were reconciled; returns the new count.
-
-        Take ``after = registry.kubeconfig_syncs`` *before* editing the file. Cancelling
-        only stops the wait.
-        """
-        while self._syncs <= after:
-            await self._sync_event.wait()
-        return self._syncs
-
-    async def sync_kubeconfig(self) -> None:
-        """Re-read the kubeconfig now and reconcile (also works with ``follow=False``)."""
-        before = self._syncs
-        await self._source.sync_now()  # its diff reaches _follow like any other
-        await self.wait_kubeconfig_sync(before)
-
-    @property
-    def status_version(self) -> int:
-        """A number that grows whenever what :meth:`status` shows may have changed state
-        (context and informer states, errors recorded or cleared, kubeconfig syncs), not
-        on every object."""
-        return self._status_version
-
-    async def wait_status_change(self, after: int) -> int:
-        """Wait until :attr:`status_version` exceeds ``after``; returns the new value.
-        Cancelling only stops the wait."""
-        while self._status_version <= after:
-            await self._status_event.wait()
-        return self._status_version
-
-    def _status_changed(self) -> None:
-        self._status_version += 1
-        event, self._status_event = self._status_event, anyio.Event()
-        event.set()
-
-    async def _follow(self, source: KubeconfigSource) -> None:
-        async for diff in source.diffs:
+    @contextlib.asynccontextmanager
+    async def _share_session(self) -> AsyncGenerator[None]:
+        """The share engine's session for the registry's lifetime (nothing without one)."""
+        if self._share is None or self._share_connector is None:
+            yield
+            return
+        async with self._share.open() as session:
+            self._share_connector.session = session
             try:
-                await self._reconcile(diff)
-            except Exception:  # never lose the follower to one bad sync
-                log.exception("kubeconfig reconcile failed")
-
-    async def _reconcile(self, diff: ContextDiff) -> None:
-        async with self._reconcile_lock:
-            if diff.removed:
-                log.info("kubeconfig: removing %s", ", ".join(diff.removed))
-            table = self._table
-            await table.for_each(diff.removed, table.remove)
-            await table.for_each([c.name for c in diff.changed], table.reload)
-            await table.for_each([c.name for c in diff.added], table.add)
-            self._syncs += 1
-            event, self._sync_event = self._sync_event, anyio.Event()
-            event.set()
-            self._status_changed()
+                yield
+            finally:
+                self._share_connector.session = None
 
     # ------------------------------------------------------------------ generations
     async def stop_watcher(self, context: str) -> bool:
@@ -348,7 +334,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         accessible namespaces (the registry's ``namespaces`` option), else its default
         namespace; the store's ``scope`` and ``reason`` and :meth:`status` say so.
         """
-        store = await self._scoped_store(
+        store = await self._starter.scoped_store(
             context, resource, namespace, namespaces, label_selector, field_selector, "objects"
         )
         for name, fn in (indexers or {}).items():
@@ -373,82 +359,11 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         Subscribe with ``view="table"`` for row changes. It raises what :meth:`watch`
         raises; cancelling the caller does not cancel the shared start.
         """
-        store = await self._scoped_store(
+        store = await self._starter.scoped_store(
             context, resource, namespace, namespaces, label_selector, field_selector, "table"
         )
         assert isinstance(store, TableStore | MultiTableStore)
         return store
-
-    async def _scoped_store(
-        self,
-        context: str,
-        resource: ResourceSpec,
-        namespace: str | None,
-        namespaces: Sequence[str] | None,
-        label_selector: str | None,
-        field_selector: str | None,
-        view: str,
-    ) -> Store:
-        if namespaces is not None:
-            if namespace is not None:
-                raise ValueError("give namespace or namespaces, not both")
-            if isinstance(namespaces, str) or not namespaces:
-                raise ValueError("namespaces must be a non-empty list of names")
-            return await self._union(
-                context, resource, namespaces, label_selector, field_selector, view, ""
-            )
-        try:
-            return await self._synced_store(
-                context, resource, namespace, label_selector, field_selector, view
-            )
-        except Forbidden as exc:
-            cfg = self.contexts.get(context)
-            if namespace is not None or cfg is None:
-                raise
-            configured = self._namespaces.get(context)
-            scope = list(configured or [cfg.namespace or "default"])
-            origin = "configured for the context" if configured else "the context's namespace"
-            reason = (
-                f"listing across all namespaces is forbidden ({exc.message or exc.reason}); "
-                f"watching {', '.join(scope)} ({origin})"
-            )
-            store = await self._union(
-                context, resource, scope, label_selector, field_selector, view, reason
-            )
-            if not store.resource.namespaced:
-                raise
-            gen = self._table.gens.get(context)
-            if gen is not None:
-                gen.notes[store.resource.name] = reason
-                self._status_changed()
-            log.info("context %r: %s: %s", context, store.resource.name, reason)
-            return store
-
-    async def _union(
-        self,
-        context: str,
-        resource: ResourceSpec,
-        scope: Sequence[str],
-        label_selector: str | None,
-        field_selector: str | None,
-        view: str,
-        reason: str,
-    ) -> MultiStore:
-        parts: dict[str, Store] = {}
-
-        async def one(ns: str) -> None:
-            parts[ns] = await self._synced_store(
-                context, resource, ns, label_selector, field_selector, view
-            )
-
-        try:
-            async with anyio.create_task_group() as tg:
-                for ns in dict.fromkeys(scope):
-                    tg.start_soon(one, ns)
-        except BaseExceptionGroup as group:  # the first failure, as watch() raises it
-            raise _first(group) from None
-        kind = MultiTableStore if view == "table" else MultiStore
-        return kind(parts, reason=reason)
 
     async def resources(self, context: str) -> tuple[Resource, ...]:
         """What the context's cluster serves (discovery: aggregated, else legacy), in
@@ -473,76 +388,6 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
                 if gen.stop_if_unused():
                     with anyio.move_on_after(self._stop_timeout, shield=True):
                         await gen.wait_done()
-
-    async def _synced_store(
-        self,
-        context: str,
-        resource: ResourceSpec,
-        namespace: str | None,
-        label_selector: str | None,
-        field_selector: str | None,
-        view: str,
-    ) -> Store:
-        stops_seen = self._table.stops.get(context)
-        fixed = resource if isinstance(resource, Resource) else known_resource(resource)
-        while True:
-            if fixed is not None:  # nothing to resolve: check, create and use in one step
-                key = _informer_key(fixed, namespace, label_selector, field_selector, view)
-                self._learn_names(fixed)
-                self._raise_pending_failure(context, key)
-            async with self._table.lock(context):
-                gen = await self._table.current(context, stops_seen)
-                if fixed is not None:
-                    slot = gen.ensure_slot(key, fixed, persistent=False)
-                else:
-                    gen.pending += 1
-            if fixed is None:
-                try:
-                    connection = await gen.connection()
-                    res = await connection.resolve(str(resource))
-                    key = _informer_key(res, namespace, label_selector, field_selector, view)
-                    self._learn_names(res)
-                    self._raise_pending_failure(context, key)
-                    slot = gen.ensure_slot(key, res, persistent=False)
-                except ContextRemoved:
-                    if self._table.stops.get(context) != stops_seen or not gen.is_stopping:
-                        raise
-                    continue  # reloaded meanwhile: the new generation
-                finally:
-                    gen.pending -= 1
-                    if gen.stop_if_unused():  # nothing to run: no idle session outlives us
-                        with anyio.move_on_after(self._stop_timeout, shield=True):
-                            await gen.wait_done()
-            gen.last_used = time.monotonic()
-            if gen.state is ContextState.BACKING_OFF and gen.failure is not None:
-                gen.failure.reraise()
-            await slot.ready.wait()
-            own = slot.failure
-            if own is not None and not isinstance(own.error, ContextRemoved):
-                if gen.is_stopping:  # let it finish first: no session outlives the call
-                    with anyio.move_on_after(self._stop_timeout, shield=True):
-                        await gen.wait_done()
-                own.reraise()  # this call's own failure: it gets the error
-            if gen.is_stopping:
-                if (gen.final_change not in ("RESET", None) and not gen.reaped) or (
-                    self._table.stops.get(context) != stops_seen
-                ):
-                    raise ContextRemoved(context, gen.stop_reason or "stopped")
-                # reloaded (a new generation takes over) or closing as idle after a failed
-                # start: let this generation finish (no session outlives the call), then go
-                # round again: the new generation, or the failure inside its backoff window
-                with anyio.move_on_after(self._stop_timeout, shield=True):
-                    await gen.wait_done()
-                continue
-            gen.last_used = time.monotonic()
-            return slot.store
-
-    def _raise_pending_failure(self, context: str, key: InformerKey) -> None:
-        """Inside the backoff window of this informer's failed start: its error, no request."""
-        failure = self._table.slot_failures.get(context, {}).get(key)
-        gen = self._table.gens.get(context)
-        if failure is not None and failure.pending and (gen is None or key not in gen.slots):
-            failure.reraise()
 
     async def event_index(self, context: str) -> EventIndex:
         """The live :class:`EventIndex` of ``context``, starting its event informer if needed.
@@ -600,7 +445,7 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
             res = connection.resolve_cached(resource) if connection is not None else None
         if res is None:
             return None
-        slot = gen.slots.get(_informer_key(res, namespace, label_selector, field_selector))
+        slot = gen.slots.get(informer_key(res, namespace, label_selector, field_selector))
         if slot is None or not slot.store.has_synced:
             return None
         gen.last_used = time.monotonic()
@@ -656,26 +501,17 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         )
 
     def _subscription_names(self, resource: ResourceSpec) -> Container[str]:
-        """The full resource names ``resource`` means: resolved now where a running
-        context or the built-in table knows it, else matched against the names of every
-        resource an informer runs for (so a subscription made before its context runs
-        still gets its changes)."""
+        """The full resource names ``resource`` means (see :class:`ResourceNames`)."""
         if isinstance(resource, Resource):
             return frozenset((resource.name,))
-        names = set()
+        resolved = set()
         for gen in self._table.gens.values():
             connection = gen.cached_connection()
             if connection is not None and (res := connection.resolve_cached(resource)):
-                names.add(res.name)
-        try:
-            names.add(parse_resource(resource).name)
-        except ValueError:
-            pass
-        return _Names(frozenset(names), resource.strip().lower(), self._aliases)
-
-    def _learn_names(self, res: Resource) -> None:
-        if res.name not in self._aliases:
-            self._aliases[res.name] = _alias_names(res)
+                resolved.add(res.name)
+        with contextlib.suppress(ValueError):
+            resolved.add(parse_resource(resource).name)
+        return self._names.matcher(resource, resolved)
 
     def status(self) -> RegistryStatus:
         """A frozen snapshot of every context's state for a UI. Never holds a secret."""
@@ -728,40 +564,6 @@ class WatcherRegistry(anyio.AsyncContextManagerMixin):
         return self._table.gens
 
 
-class _Names:
-    """The resources a subscription's name means (a container of full names)."""
-
-    __slots__ = ("_aliases", "_name", "_resolved")
-
-    def __init__(
-        self, resolved: frozenset[str], name: str, aliases: Mapping[str, frozenset[str]]
-    ) -> None:
-        self._resolved = resolved
-        self._name = name
-        self._aliases = aliases
-
-    def __contains__(self, resource: object) -> bool:
-        if resource in self._resolved:
-            return True
-        return isinstance(resource, str) and self._name in self._aliases.get(resource, ())
-
-    def __iter__(self) -> Iterator[str]:  # for snapshots: what is known now
-        yield from self._resolved
-        for resource, names in list(self._aliases.items()):
-            if self._name in names and resource not in self._resolved:
-                yield resource
-
-
-def _alias_names(res: Resource) -> frozenset[str]:
-    """Every kubectl name of ``res`` (plural, singular, kind, short names, with group)."""
-    base = {res.plural, res.singular, res.kind.lower(), *res.short_names}
-    names = {n.lower() for n in base if n}
-    if res.group:
-        names |= {f"{n}.{res.group}" for n in list(names)}
-        names.add(f"{res.plural}.{res.version}.{res.group}")
-    return frozenset(names)
-
-
 def _full_name(name: str) -> str:
     """A built-in's full name (``po`` -> ``pods``), else the name as given (a CRD's
     ``plural.group``)."""
@@ -771,33 +573,9 @@ def _full_name(name: str) -> str:
         return name
 
 
-def _informer_key(
-    res: Resource,
-    namespace: str | None,
-    label_selector: str | None,
-    field_selector: str | None,
-    view: str = "objects",
-) -> InformerKey:
-    """What names one informer of a context: a namespace only for namespaced resources."""
-    return InformerKey(
-        res.name,
-        namespace if res.namespaced else None,
-        label_selector or None,
-        field_selector or None,
-        view,
-    )
-
-
 _EVENTS_V1 = parse_resource("events.events.k8s.io")
 _EVENTS_CORE = parse_resource("events")
 _EVENT_KEYS = frozenset({InformerKey(_EVENTS_V1.name), InformerKey(_EVENTS_CORE.name)})
-
-
-def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
 
 
 def _single(group: BaseExceptionGroup[BaseException]) -> BaseException | None:

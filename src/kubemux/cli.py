@@ -201,6 +201,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--open", action="store_true", help="open the dashboard in a web browser")
     b.add_argument("--duration", type=float, default=None, help=argparse.SUPPRESS)
+    _relay_parser(sub)
     return p
 
 
@@ -378,6 +379,8 @@ def _one_line(exc: BaseException) -> str:
 
 
 async def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.command == "relay":
+        return await _relay(args, out)
     if args.command == "watch":
         return await _watch(args, out)
     if args.command == "status":
@@ -744,6 +747,59 @@ async def _edit_kubeconfig(
         write_kubeconfig(path, contexts)
         out.write(f"--- kubeconfig edited: {note}\n")
         out.flush()
+
+
+# ---------------------------------------------------------------------- relay (shared watches)
+def _relay_parser(sub: Any) -> None:
+    r = sub.add_parser(
+        "relay",
+        help="lead shared watches for other replicas (headless)",
+        description="Run a headless registry that leads the shared watches of every context "
+        "of the kubeconfig (kubemux.share, docs/sharing.md), so that replicas started with "
+        "share_lead=False (dashboards) can follow them. Runs until interrupted.",
+    )
+    r.add_argument("--share", required=True, metavar="URL", help="the Redis URL (redis://...)")
+    r.add_argument("--kubeconfig", default=None, help=_KUBECONFIG_HELP)
+    r.add_argument(
+        "--resource",
+        nargs="+",
+        default=["pods"],
+        help="resources every context watches (default: pods)",
+    )
+    r.add_argument("--prefix", default="kubemux", help="Redis key prefix (default kubemux)")
+    r.add_argument("--duration", type=float, default=None, help=argparse.SUPPRESS)
+
+
+async def _relay(args: argparse.Namespace, out: TextIO) -> int:
+    import signal
+
+    from ._redact import redact_url
+    from .share import Redis
+
+    for name in args.resource:
+        parse_resource(name)  # a usage error before anything starts
+    paths = args.kubeconfig.split(os.pathsep) if args.kubeconfig else None
+    share = Redis(args.share, prefix=args.prefix)
+    registry = WatcherRegistry.from_kubeconfig(paths, autowatch=args.resource, share=share)
+    async with registry, anyio.create_task_group() as tg:
+        print(
+            f"kubemux relay: leading {', '.join(args.resource)} for "
+            f"{len(registry.contexts)} contexts through {redact_url(args.share)}",
+            file=out,
+        )
+        out.flush()
+
+        async def stop_on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    tg.cancel_scope.cancel("kubemux relay: interrupted")
+
+        tg.start_soon(stop_on_signal)
+        if args.duration is not None:
+            await anyio.sleep(args.duration)
+            tg.cancel_scope.cancel("kubemux relay: duration over")
+    print("kubemux relay: stopped", file=out)
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -98,8 +98,12 @@ class ShareSession(Protocol):
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
         can_lead: bool = True,
         kind: str = "",
+        on_status: Callable[[], None] | None = None,
     ) -> None:
         """Keep ``store`` filled for ``key`` until cancelled, leading or following.
+
+        ``on_status()`` (synchronous) is called when the slot's role changes or it turns
+        stale or fresh again (not on every lag change).
 
         ``task_status.started()`` once the store is synced in either role. ``on_change`` sees
         every change the engine applies to the store (as a follower, a rehydration, a

@@ -24,7 +24,7 @@ import math
 import secrets
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -203,12 +203,14 @@ class RedisSession:
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
         can_lead: bool = True,
         kind: str = "",
+        on_status: Callable[[], None] | None = None,
     ) -> None:
         """See :meth:`kubemux.share.ShareSession.run_slot`."""
         digest = _digest(key)
         if digest in self._slots:
             raise ShareError("kubemux.share: this share key is already running in this session")
         slot = _Slot(self, digest, store, on_change, lead, task_status, can_lead)
+        slot.on_status = on_status
         self._slots[digest] = slot
         try:
             if kind == "Secret" and not self.engine.share_secrets:
@@ -285,13 +287,14 @@ class _Slot:
         self.lead = lead
         self.task_status = task_status
         self.can_lead = can_lead
-        self.role = "starting"
+        self.on_status: Callable[[], None] | None = None
+        self._role = "starting"
+        self._stale_since: float | None = None
         self.token: str | None = None
         self.epoch: str | None = None
         self.seq = 0
         self.last_id: bytes = b"0-0"
         self.lag: float | None = None
-        self.stale_since: float | None = None
         self.last_error: str | None = None
         self.fenced = 0
         self.rehydrations = 0
@@ -305,6 +308,28 @@ class _Slot:
         self.lead_synced = False
         self.scope: anyio.CancelScope | None = None
         self.pending: dict[str, dict[str, Change3]] = {}  # rehydration changes not announced
+
+    @property
+    def role(self) -> str:
+        return self._role
+
+    @role.setter
+    def role(self, role: str) -> None:
+        changed = role != self._role
+        self._role = role
+        if changed and self.on_status is not None:
+            self.on_status()
+
+    @property
+    def stale_since(self) -> float | None:
+        return self._stale_since
+
+    @stale_since.setter
+    def stale_since(self, when: float | None) -> None:
+        changed = (when is None) != (self._stale_since is None)
+        self._stale_since = when
+        if changed and self.on_status is not None:
+            self.on_status()
 
     def status(self) -> SlotStatus:
         return SlotStatus(

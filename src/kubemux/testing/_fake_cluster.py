@@ -145,6 +145,10 @@ class FakeCluster:
         signing_key: Also accept signed tokens (:meth:`sign_token`, or minted out of process
             with :func:`kubemux.testing.sign_token`), each until its expiry.
         newest_only: Refuse a signed token once a newer one for the same user was used.
+        self_subject_review: Answer ``POST /apis/authentication.k8s.io/v1/
+            selfsubjectreviews`` with the token's user (its :meth:`restrict` user, else
+            ``token-<first 8 hex digits of its sha256>``); False: 404, like a server older
+            than Kubernetes 1.28.
     """
 
     def __init__(
@@ -163,6 +167,7 @@ class FakeCluster:
         name: str = "fake",
         signing_key: str | None = None,
         newest_only: bool = False,
+        self_subject_review: bool = True,
     ) -> None:
         self.name = name
         self._auth = AuthState(
@@ -183,6 +188,7 @@ class FakeCluster:
             aggregated_discovery=aggregated_discovery,
             table_format=table_format,
         )
+        self._api.self_subject_review = self_subject_review
         self._runner: web.ServerRunner | None = None
         self._server: _TrackingServer | None = None
         self._ssl: ssl.SSLContext | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import math
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -149,6 +150,9 @@ class _Fault:
         if any(key not in query for key in self.query_has):
             return False
         return self.watch is None or self.watch == is_watch
+
+
+_SELF_SUBJECT_REVIEWS = ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -341,6 +345,7 @@ class ApiServer:
         self.aggregated_discovery = aggregated_discovery
         self.table_format = table_format
         self.access: dict[str, Access] = {}  # token -> its limits (absent: everything)
+        self.self_subject_review = True  # serve POST .../selfsubjectreviews (else 404)
         self.requests: list[RecordedRequest] = []
         self.watches: set[Watch] = set()
         self.faults: list[_Fault] = []
@@ -468,6 +473,8 @@ class ApiServer:
             return _method_not_allowed()
         if not parts:
             return _json({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/version"]})
+        if method == "POST" and parts == _SELF_SUBJECT_REVIEWS and self.self_subject_review:
+            return _json(self._self_subject_review(token), status=201)
         head = parts[0]
         if len(parts) == 1 and head in ("healthz", "livez", "readyz"):
             return web.Response(text="ok")
@@ -528,6 +535,24 @@ class ApiServer:
         if is_watch:
             return await self._watch(request, state, selector, query, token, table)
         return self._list(state, selector, query, table)
+
+    def _self_subject_review(self, token: str | None) -> dict[str, Any]:
+        """Who the token is: its :meth:`FakeCluster.restrict` user, else ``token-<sha8>``
+        (``system:anonymous`` without a token)."""
+        access = self.access.get(token) if token is not None else None
+        if access is not None:
+            user = access.user
+        elif token is not None:
+            user = "token-" + hashlib.sha256(token.encode()).hexdigest()[:8]
+        else:
+            user = "system:anonymous"
+        groups = ["system:unauthenticated"] if token is None else ["system:authenticated"]
+        return {
+            "kind": "SelfSubjectReview",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"creationTimestamp": None},
+            "status": {"userInfo": {"username": user, "groups": groups}},
+        }
 
     # ------------------------------------------------------------------ discovery
     def _discovery(self, request: web.BaseRequest, *, core: bool) -> web.Response:

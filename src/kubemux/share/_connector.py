@@ -1,0 +1,290 @@
+"""The registry side of shared watches: a connector that runs every slot through a share
+session (``WatcherRegistry(..., share=kubemux.share.Redis(url))``).
+
+:class:`ShareConnector` wraps the HTTP connector. Per generation it asks the API server once
+who the context's credentials are (a ``SelfSubjectReview``), and per slot it builds the
+share key (server, CA, that identity, resource, scope, selectors, store transform) and a
+:class:`SharedSource` that runs :meth:`ShareSession.run_slot` with a real informer as
+``lead``. Context names and credentials never enter the key, so replicas whose kubeconfigs
+name a context differently, or hold a rotated token for the same user, share one watch.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import hashlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+import orjson
+
+from .._client import ContextClient
+from .._codec import Entry
+from .._connector import Connection, HttpConnection, HttpConnector, SlotSource
+from .._errors import ApiError, KubeconfigError
+from .._informer import Informer, InformerKey, InformerStatus, OnChange
+from .._kubeconfig import ContextConfig
+from .._resources import Resource
+from .._store import Store, Transform, drop_managed_fields
+from ._base import ShareEngine, ShareSession, informer_lead, share_key
+
+__all__ = ["ShareConnection", "ShareConnector", "SharedSource"]
+
+log = logging.getLogger(__name__)
+
+_SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+_REVIEW = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+
+
+class ShareConnector:
+    """Connects a generation over HTTP and shares its slots through a share session.
+
+    The session is the registry's (opened in its lifespan); :attr:`session` is None outside
+    it, and connecting then fails.
+    """
+
+    __slots__ = ("can_lead", "engine", "http", "session")
+
+    def __init__(self, http: HttpConnector, engine: ShareEngine, *, can_lead: bool = True) -> None:
+        self.http = http
+        self.engine = engine
+        self.can_lead = can_lead
+        self.session: ShareSession | None = None
+
+    @contextlib.asynccontextmanager
+    async def connect(self, config: ContextConfig) -> AsyncIterator[Connection]:
+        session = self.session
+        if session is None:
+            raise RuntimeError("ShareConnector used outside its registry's lifespan")
+        async with self.http.connect(config) as conn:
+            assert isinstance(conn, HttpConnection)
+            yield ShareConnection(conn, config, session, can_lead=self.can_lead)
+
+
+class ShareConnection(HttpConnection):
+    """An HTTP connection whose object slots are shared (table views stay local)."""
+
+    __slots__ = ("_cluster", "_identity", "_lock", "can_lead", "config", "session")
+
+    def __init__(
+        self,
+        http: HttpConnection,
+        config: ContextConfig,
+        session: ShareSession,
+        *,
+        can_lead: bool,
+    ) -> None:
+        super().__init__(http.client, http.settings)
+        self.discovery = http.discovery
+        self.config = config
+        self.session = session
+        self.can_lead = can_lead
+        self._identity: tuple[str, bytes | None] | None = None
+        self._lock = anyio.Lock()
+
+    async def cluster_identity(self) -> tuple[str, bytes | None]:
+        """(identity as the API server sees it, CA bytes): asked once per generation.
+
+        Raises:
+            ApiError, ClusterUnreachable: the review failed (other than a 404).
+            KubeconfigError: the CA file cannot be read.
+        """
+        async with self._lock:
+            if self._identity is None:
+                identity = await _identity(self.client, self.config)
+                self._identity = (identity, await _ca_bytes(self.config))
+            return self._identity
+
+    def source(
+        self,
+        resource: Resource,
+        key: InformerKey,
+        *,
+        store: Store,
+        on_change: OnChange,
+        on_state: Callable[[], None],
+    ) -> SlotSource:
+        if key.view != "objects":
+            return super().source(
+                resource, key, store=store, on_change=on_change, on_state=on_state
+            )
+        return SharedSource(
+            self, resource, key, store=store, on_change=on_change, on_state=on_state
+        )
+
+
+class SharedSource:
+    """One slot run through the share session: leads (a real informer) or follows."""
+
+    def __init__(
+        self,
+        conn: ShareConnection,
+        resource: Resource,
+        key: InformerKey,
+        *,
+        store: Store,
+        on_change: OnChange,
+        on_state: Callable[[], None],
+    ) -> None:
+        self.conn = conn
+        self.resource = resource
+        self.key = key
+        self.store = store
+        self.on_change = on_change
+        self.on_state = on_state
+        self.share_key: str | None = None
+        self.informer: Informer | None = None
+
+    def __repr__(self) -> str:
+        st = self.conn.session.slot_status(self.share_key) if self.share_key else None
+        role = st.role if st is not None else "starting"
+        return f"<SharedSource {self.conn.client.context!r} {self.key} {role}>"
+
+    @property
+    def has_synced(self) -> bool:
+        return self.store.has_synced
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Lead or follow the slot's share key until cancelled; ``started()`` once the
+        store is synced in either role. Cancelling releases the lease (bounded)."""
+        identity, ca = await self.conn.cluster_identity()
+        key = self.key
+        self.share_key = share_key(
+            server=self.conn.config.display_server,
+            ca=ca,
+            identity=identity,
+            resource=self.resource,
+            namespace=key.namespace,
+            label_selector=key.label_selector,
+            field_selector=key.field_selector,
+            transform=_transform_name(self.store),
+        )
+
+        def on_informer(informer: Informer) -> None:
+            self.informer = informer
+            self.on_state()
+
+        lead = informer_lead(
+            self.conn.client,
+            self.resource,
+            key,
+            settings=self.conn.settings,
+            store=self.store,
+            on_change=self.on_change,
+            on_state=self.on_state,
+            on_informer=on_informer,
+        )
+        await self.conn.session.run_slot(
+            key=self.share_key,
+            store=self.store,
+            on_change=self.on_change,
+            lead=lead,
+            task_status=task_status,
+            can_lead=self.conn.can_lead,
+            kind=self.resource.kind,
+            on_status=self.on_state,
+        )
+
+    def _leading(self) -> bool:
+        st = self.conn.session.slot_status(self.share_key) if self.share_key else None
+        return self.informer is not None and st is not None and st.role in ("leader", "local")
+
+    def status(self) -> InformerStatus:
+        st = self.conn.session.slot_status(self.share_key) if self.share_key else None
+        if self._leading():
+            assert self.informer is not None
+            base = self.informer.status()
+        else:
+            store, key = self.store, self.key
+            base = InformerStatus(
+                resource=key.resource,
+                namespace=key.namespace,
+                label_selector=key.label_selector,
+                field_selector=key.field_selector,
+                state="watching" if store.has_synced else "listing",
+                has_synced=store.has_synced,
+                objects=len(store),
+                resource_version=store.resource_version,
+                relists=0,
+                reconnects=0,
+                skipped_lines=0,
+                last_error=st.last_error if st is not None else None,
+                last_sync=None,
+            )
+        if st is None:
+            return dataclasses.replace(base, share_role="starting")
+        return dataclasses.replace(
+            base,
+            share_role=st.role,
+            share_lag=st.lag if st.role == "follower" else None,
+            stale_since=st.stale_since,
+            last_error=base.last_error or st.last_error,
+        )
+
+    def snapshot_entries(self, namespace: str | None = None) -> list[Entry]:
+        if self._leading():
+            assert self.informer is not None
+            return self.informer.snapshot_entries(namespace)
+        if self.share_key is None:
+            return self.store._entries(namespace)
+        return self.conn.session.snapshot_entries(self.share_key, namespace)
+
+
+def _transform_name(store: Store) -> str:
+    """The store transform's identity for the share key ("" for none)."""
+    fn: Transform | None = drop_managed_fields if store._drop_mf else store._transform
+    if fn is None:
+        return ""
+    return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+async def _identity(client: ContextClient, config: ContextConfig) -> str:
+    """Who the API server says the context's credentials are: user and groups from a
+    ``SelfSubjectReview``; where that API is missing (404, before Kubernetes 1.28), a hash
+    of the resolved cluster and user entries (never the context's name)."""
+    try:
+        body = await client.post_json(_SELF_SUBJECT_REVIEWS, _REVIEW)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        log.info("context %r: no SelfSubjectReview API; sharing by credentials", config.name)
+        return "entries:" + _entries_digest(config)
+    try:
+        info = orjson.loads(body)["status"]["userInfo"]
+        user = info["username"]
+        groups = sorted(info.get("groups") or ())
+    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        log.warning("context %r: unreadable SelfSubjectReview (%s)", config.name, exc)
+        return "entries:" + _entries_digest(config)
+    return "user:" + orjson.dumps({"user": user, "groups": groups}).decode()
+
+
+def _entries_digest(config: ContextConfig) -> str:
+    """sha256 of the resolved cluster and user entries without their names."""
+    cfg: Any = config.config
+    document = {"cluster": cfg["clusters"][0]["cluster"], "user": cfg["users"][0]["user"]}
+    return hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+async def _ca_bytes(config: ContextConfig) -> bytes | None:
+    cluster: Any = config.config["clusters"][0]["cluster"]
+    data = cluster.get("certificate-authority-data")
+    if data:
+        try:
+            return base64.b64decode(data)
+        except ValueError:
+            return str(data).encode()
+    path = cluster.get("certificate-authority")
+    if not path:
+        return None
+    try:
+        return await anyio.Path(path).read_bytes()
+    except OSError as exc:
+        raise KubeconfigError(
+            f"context {config.name!r}: cannot read its CA file: {exc.strerror}", path=config.source
+        ) from exc
