@@ -29,9 +29,9 @@ import orjson
 
 __all__ = [
     "Block",
-    "Change3",
     "Entry",
     "ListPage",
+    "StoreChange",
     "UndecodableObject",
     "decode_block",
     "decode_entry",
@@ -59,13 +59,18 @@ class Entry(msgspec.Struct, gc=False, frozen=True):
         return obj
 
 
-class Change3(msgspec.Struct, gc=False, frozen=True):
-    """What one applied event changed: (type, entry, old entry). Not tracked by the collector,
-    so a 50k-object relist allocates nothing the cyclic collector has to count or scan."""
+class StoreChange(msgspec.Struct, gc=False, frozen=True):
+    """What one applied event changed in a store: (type, entry, old entry), the cache's own
+    form (the public :class:`~kubemux.Change` is built from it for subscribers). Not tracked by
+    the collector, so a 50k-object relist allocates nothing the cyclic collector has to count
+    or scan."""
 
     type: str
     entry: Entry
     old: Entry | None
+
+
+Change3 = StoreChange  # the old name, until kubemux.share (its last user) is updated
 
 
 class _HeadMeta(msgspec.Struct, gc=False):
