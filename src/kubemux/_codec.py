@@ -70,9 +70,6 @@ class StoreChange(msgspec.Struct, gc=False, frozen=True):
     old: Entry | None
 
 
-Change3 = StoreChange  # the old name, until kubemux.share (its last user) is updated
-
-
 class _HeadMeta(msgspec.Struct, gc=False):
     name: str = ""
     namespace: str = ""
@@ -178,6 +175,7 @@ def deeper_recursion(limit: int = 5000) -> Iterator[None]:
 
 
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
+"""A function applied to every object before it is cached (returns the object to keep)."""
 
 
 _FAST = tuple(

@@ -68,7 +68,7 @@ class InformerStatus:
     namespace: str | None
     label_selector: str | None
     field_selector: str | None
-    state: str  # an InformerState (a str); kubemux.share builds some from plain strings
+    state: InformerState
     has_synced: bool
     objects: int
     resource_version: str

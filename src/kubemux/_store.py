@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from . import _codec
 from ._codec import Entry, StoreChange, decode_entry
 from ._resources import Resource
 
@@ -40,7 +41,7 @@ __all__ = [
 Key = tuple[str, str]
 """(namespace, name); namespace is ``""`` for cluster-scoped objects."""
 
-Transform = Callable[[dict[str, Any]], dict[str, Any]]
+Transform = _codec.Transform  # one definition: a function from an object to an object
 Indexer = Callable[[Mapping[str, Any]], Iterable[str]]
 _Items = dict[str, dict[str, Entry]]  # namespace -> name -> entry (no empty inner dicts)
 _COMPACT_MIN = 64  # below this many objects, tables are small enough to keep

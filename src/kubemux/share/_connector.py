@@ -27,7 +27,7 @@ from .._client import ContextClient
 from .._codec import Entry
 from .._connector import Connection, HttpConnection, HttpConnector, SlotSource
 from .._errors import ApiError, KubeconfigError
-from .._informer import Informer, InformerKey, InformerStatus, OnChange
+from .._informer import Informer, InformerKey, InformerState, InformerStatus, OnChange
 from .._kubeconfig import ContextConfig
 from .._resources import Resource
 from .._store import Store, Transform, drop_managed_fields
@@ -206,7 +206,7 @@ class SharedSource:
                 namespace=key.namespace,
                 label_selector=key.label_selector,
                 field_selector=key.field_selector,
-                state="watching" if store.has_synced else "listing",
+                state=InformerState.WATCHING if store.has_synced else InformerState.LISTING,
                 has_synced=store.has_synced,
                 objects=len(store),
                 resource_version=store.resource_version,

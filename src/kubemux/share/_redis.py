@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from .._codec import Change3, Entry
+from .._codec import Entry, StoreChange
 from .._informer import OnChange
 from .._redact import redact_text, redact_url
 from .._store import Replacement, Store
@@ -307,7 +307,7 @@ class _Slot:
         self.needs_snapshot = True
         self.lead_synced = False
         self.scope: anyio.CancelScope | None = None
-        self.pending: dict[str, dict[str, Change3]] = {}  # rehydration changes not announced
+        self.pending: dict[str, dict[str, StoreChange]] = {}  # rehydration changes not announced
 
     @property
     def role(self) -> str:
@@ -745,7 +745,7 @@ class _Slot:
             return True
         # announced in slices, like an informer's relist: until a change is announced,
         # snapshot_entries() reports the object as it was
-        pending: dict[str, dict[str, Change3]] = {}
+        pending: dict[str, dict[str, StoreChange]] = {}
         for c in changes:
             pending.setdefault(c.entry.namespace, {})[c.entry.name] = c
         self.pending = pending
