@@ -253,7 +253,17 @@ def _print_once(
                         + "\n"
                     )
                     code = 1
-    if args.output in ("json", "yaml"):
+    if objects and args.watch:  # the current objects as -w prints changes
+        for src in sources:
+            for obj in src.store.list():
+                if _wanted(args, _name_of(obj)):
+                    _print_change(
+                        Change(src.context, src.resource.name, "ADDED", obj, 0, snapshot=True),
+                        args.output,
+                        out,
+                    )
+        return code
+    if objects:
         items = [o for s in sources for o in s.store.list() if _wanted(args, _name_of(o))]
         doc: Any = {
             "apiVersion": "v1",
