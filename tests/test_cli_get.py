@@ -21,6 +21,7 @@ import pytest
 from kubemux.cli import run
 from kubemux.cli._output import TabWriter, cell_text, human_duration
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from test_cli import Output
 from test_fake_cluster_kubectl import KUBECTL, kubectl_process, kubectl_result
 
 pytestmark = pytest.mark.skipif(KUBECTL == "kubectl", reason="kubectl 1.32 not found")
@@ -177,7 +178,7 @@ async def test_get_watch_prints_rows_as_kubectl_does(
 ) -> None:
     """The first lines (current rows), then the row of each change, aligned as kubectl's
     remembered widths align them; the AGE of a new row is compared loosely."""
-    out = io.StringIO()
+    out = Output()
 
     async with kubectl_process(kubeconfig, "get", "pods", "-w") as proc:
         assert proc.stdout is not None
@@ -189,16 +190,14 @@ async def test_get_watch_prints_rows_as_kubectl_does(
             with anyio.fail_after(TIMEOUT):
                 while kubectl_out.count(b"\n") < 3:
                     kubectl_out += await proc.stdout.read(4096)
-                while out.getvalue().count("\n") < 3:
-                    await anyio.sleep(0.05)
+                await out.wait_for(r"^(.*\n){3}")
             assert out.getvalue() == kubectl_out.decode()  # header and current rows
             cluster.create("pods", make_pod("an-even-longer-name-for-a-new-pod", phase="Pending"))
             cluster.delete("pods", "default", "web-1")
             with anyio.fail_after(TIMEOUT):
                 while kubectl_out.count(b"\n") < 5:
                     kubectl_out += await proc.stdout.read(4096)
-                while out.getvalue().count("\n") < 5:
-                    await anyio.sleep(0.05)
+                await out.wait_for(r"^(.*\n){5}")
             tg.cancel_scope.cancel()
     want = kubectl_out.decode().splitlines()[:5]
     got = out.getvalue().splitlines()[:5]
