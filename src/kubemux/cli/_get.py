@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 import anyio
@@ -218,14 +218,13 @@ async def get(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         objects = args.output in ("json", "yaml")
         with startup(getattr(args, "verbose", 0)):
             sources = await _open_all(registry, args, contexts, objects)
-        view = _View(
-            len(contexts) > 1 or args.all_contexts, args.all_namespaces, args.output == "wide"
-        )
-        code = _print_once(sources, args, view, out, err) if not args.no_snapshot else 0
-        if args.watch:
-            with anyio.move_on_after(args.duration):
-                await _follow(registry, args, contexts, sources, view, out)
-    return code
+        multi = len(contexts) > 1 or args.all_contexts
+        view = _View(multi, args.all_namespaces, args.output == "wide")
+        if not args.watch:
+            return _print_once(sources, args, view, out, err)
+        with anyio.move_on_after(args.duration):
+            return await _follow(registry, args, contexts, sources, view, out, err)
+    return 0
 
 
 def _wanted(args: argparse.Namespace, name: str) -> bool:
@@ -329,57 +328,97 @@ async def _follow(
     sources: list[_Source],
     view: _View,
     out: TextIO,
-) -> None:
-    """Print the row of every change; with --all-contexts, start contexts added later."""
+    err: TextIO,
+) -> int:
+    """The current rows, then the row of every change (subscribed before the rows are read:
+    nothing is missed, and a change already shown is skipped by its resourceVersion); with
+    --all-contexts, contexts added to the kubeconfig are opened and shown too."""
     objects = args.output in ("json", "yaml")
     by_context = {s.context: s for s in sources}
     writer = TabWriter(out)
-    current = (
-        []
-        if objects or args.no_snapshot
-        else [
+    shown: dict[tuple[str, str, str], str] = {}
+    header = [False]
+
+    def show_current(batch: list[_Source]) -> None:
+        for src in batch:
+            items = src.store.list() if objects else [r.metadata for r in src.store.rows()]
+            for item in items:
+                meta = item.get("metadata", item) if objects else item
+                key = (src.context, str(meta.get("namespace") or ""), str(meta.get("name")))
+                shown[key] = str(meta.get("resourceVersion") or "")
+        if args.no_snapshot:
+            return
+        if objects or args.output == "name":
+            _print_once(batch, args, view, out, err)
+            return
+        for src in batch:
+            view.learn(src.store.columns)
+        lines = [
             view.cells(s.context, s.store.columns, r.cells, r.namespace)
-            for s in sources
+            for s in batch
             for r in s.store.rows()
             if _wanted(args, r.name)
         ]
-    )
-    printed_header = bool(current) and args.output != "name"
-    if printed_header:  # the current rows set the widths, as kubectl's tabwriter remembers
-        writer.remember([view.header(), *current])
+        if lines:
+            writer.write(lines if header[0] else [view.header(), *lines])
+            header[0] = True
+
+    def opened(src: _Source) -> None:
+        by_context[src.context] = src
+        show_current([src])
+
     namespace = None if args.all_namespaces else args.namespace
-    async with anyio.create_task_group() as tg:
-        if args.all_contexts:
-            tg.start_soon(_start_new_contexts, registry, args, by_context, objects, view)
-        async with registry.subscribe(
+    async with (
+        anyio.create_task_group() as tg,
+        registry.subscribe(
             args.resource,
             None if args.all_contexts else contexts,
             namespace=namespace,
             snapshot=False,
             view="objects" if objects else "table",
-        ) as changes:
-            async for change in changes:
-                src = by_context.get(change.context)
-                if src is None or change.type not in ("ADDED", "MODIFIED", "DELETED"):
-                    continue
-                if src.namespace is not None and change.namespace != src.namespace:
-                    continue
-                if not _wanted(args, change.name):
-                    continue
-                if objects:
-                    _print_change(change, args.output, out)
-                    continue
-                if args.output == "name":
-                    writer.write([[_object_name(src.resource, change.name)]])
-                    continue
+        ) as changes,
+    ):
+        show_current(sources)
+        if args.all_contexts:
+            tg.start_soon(_start_new_contexts, registry, args, by_context, objects, opened)
+        async for change in changes:
+            src = by_context.get(change.context)
+            if src is None or change.type not in ("ADDED", "MODIFIED", "DELETED"):
+                continue
+            if src.namespace is not None and change.namespace != src.namespace:
+                continue
+            if not _wanted(args, change.name) or _already_shown(change, shown):
+                continue
+            if objects:
+                _print_change(change, args.output, out)
+            elif args.output == "name":
+                writer.write([[_object_name(src.resource, change.name)]])
+            else:
                 obj: dict[str, Any] = dict(change.object or {})
                 view.learn(src.store.columns)
-                line = view.cells(
-                    change.context, src.store.columns, obj.get("cells") or (), change.namespace
-                )
-                writer.write([line] if printed_header else [view.header(), line])
-                printed_header = True
+                cells = obj.get("cells") or ()
+                line = view.cells(change.context, src.store.columns, cells, change.namespace)
+                writer.write([line] if header[0] else [view.header(), line])
+                header[0] = True
         tg.cancel_scope.cancel("the subscription ended")
+    return 0
+
+
+def _already_shown(change: Change, shown: dict[tuple[str, str, str], str]) -> bool:
+    """Whether the row printed from the store already showed this change (or a later one)."""
+    key = (change.context, change.namespace, change.name)
+    printed = shown.get(key)
+    if printed is None:
+        return False
+    meta = (change.object or {}).get("metadata") or {}
+    version = str(meta.get("resourceVersion") or "")
+    if change.type != "DELETED" and (
+        version == printed
+        or (version.isdigit() and printed.isdigit() and int(version) < int(printed))
+    ):
+        return True
+    del shown[key]
+    return False
 
 
 def _print_change(change: Change, output: str, out: TextIO) -> None:
@@ -404,7 +443,7 @@ async def _start_new_contexts(
     args: argparse.Namespace,
     by_context: dict[str, _Source],
     objects: bool,
-    view: _View,
+    opened: Callable[[_Source], None],
 ) -> None:
     """With --all-contexts: open the view in every context the kubeconfig gains."""
     tried: set[str] = set(by_context)
@@ -417,7 +456,7 @@ async def _start_new_contexts(
             except KubemuxError as exc:
                 log.warning("context %r: %s", context, exc)
                 continue
-            by_context[context] = src
+            opened(src)
         tried &= set(registry.contexts) | set(by_context)
         for gone in set(tried) - set(registry.contexts):
             tried.discard(gone)
