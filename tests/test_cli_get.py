@@ -235,3 +235,57 @@ def test_cells_are_terminal_safe_and_dates_become_ages() -> None:
     assert cell_text("ok\x1b[2J") == "ok\\x1b[2J"
     assert cell_text(None) == "<none>" and cell_text(True) == "true" and cell_text(3.0) == "3"
     assert cell_text(CREATED, "date") == "5h"
+
+
+async def test_watch_all_contexts_follows_a_context_added_later(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """``watch --all-contexts``: a CONTEXT column; a context the kubeconfig gains shows its
+    rows; a deletion prints the object's last row, as ``kubectl get -w`` does."""
+    out, err = Output(), io.StringIO()
+    async with FakeCluster(tokens={TOKEN}, tls=True, name="later") as later:
+        later.create("pods", aged(make_pod("later-pod")))
+        path = write_kubeconfig(tmp_path / "config", {"fake": cluster})
+        argv = ["watch", "pods", "--all-contexts", "--kubeconfig", str(path)]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: run(argv, stdout=out, stderr=err))
+            await out.wait_for(r"^CONTEXT +NAME +READY +STATUS +RESTARTS +AGE\n")
+            await out.wait_for(r"\nfake +web-1 +1/1 +Running +0 +5h\n")
+            write_kubeconfig(path, {"fake": cluster, "later": later})
+            await out.wait_for(r"\nlater +later-pod +1/1 +Running +0 +5h\n")
+            later.delete("pods", "default", "later-pod")
+            await out.wait_for(r"\nlater +later-pod +1/1 +Running +0 +5h\n(.*\n)*later +later-pod ")
+            tg.cancel_scope.cancel()
+    lines = out.getvalue().splitlines()
+    assert (
+        len(
+            {
+                line.index("NAME") if i == 0 else len(line.split()[0])
+                for i, line in enumerate(lines[:1])
+            }
+        )
+        == 1
+    )
+    assert lines.count("fake" + lines[1][4:]) == 1  # each current row once
+    assert err.getvalue() == ""
+
+
+async def test_get_watch_names_json_lines(cluster: FakeCluster, kubeconfig: Path) -> None:
+    """``get -w NAME -o json``: that object's changes only, one JSON record a line."""
+    out = Output()
+    argv = ["get", "pods", "web-1", "-w", "-o", "json", "--kubeconfig", str(kubeconfig)]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: run(argv, stdout=out))
+        await out.wait_for(r'"name":"web-1"')
+        cluster.create("pods", aged(make_pod("web-2")))
+        pod = cluster.get("pods", "default", "web-1")
+        assert pod is not None
+        pod["metadata"]["labels"]["touched"] = "yes"
+        cluster.update("pods", pod)
+        await out.wait_for(r'"touched":"yes"')
+        tg.cancel_scope.cancel()
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(r["type"], r["object"]["metadata"]["name"]) for r in records] == [
+        ("ADDED", "web-1"),
+        ("MODIFIED", "web-1"),
+    ]
