@@ -1,4 +1,7 @@
-"""The ``kubemux`` command: ``watch``, ``status``, ``demo``, ``dashboard``.
+"""The ``kubemux`` command: ``get``, ``watch``, ``status``, ``demo``, ``dashboard``, ``relay``.
+
+One module per command (``_get``: get and watch, ``_status``, ``_dashboard``: dashboard and
+demo, ``_relay``) and ``_output`` for what they share (logging, one-line errors, tables).
 
 Errors are one line on stderr naming the problem, printed once, with exit status 1 (2 for
 usage errors); a closed pipe (``kubemux watch pods | head``) ends the command quietly.
