@@ -26,7 +26,7 @@ import anyio
 
 from .. import __version__
 from .._redact import terminal_safe
-from . import _get
+from . import _get, _watch
 from ._dashboard import _dashboard, _demo
 from ._output import (
     _OUTCOME,
@@ -223,10 +223,10 @@ async def _run_parsed(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
 async def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.command == "relay":
         return await _relay(args, out)
-    if args.command == "get":
+    if args.command == "get" and not args.watch:
         return await _get.get(args, out, err)
-    if args.command == "watch":
-        return await _get.watch(args, out, err)
+    if args.command in ("get", "watch"):
+        return await _watch.watch(args, out, err)
     if args.command == "status":
         return await _status(args, out, err)
     if args.command == "dashboard":

@@ -19,8 +19,8 @@ import anyio.to_thread
 
 from .._kubeconfig import load_kubeconfig
 from .._resources import parse_resource
-from ._get import watch as _watch_command
 from ._output import CommandError
+from ._watch import watch as _watch_command
 
 
 # ---------------------------------------------------------------------- dashboard

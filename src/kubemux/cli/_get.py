@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 import anyio
@@ -20,7 +20,6 @@ import yaml
 
 from .._discovery import resolve
 from .._errors import ContextNotFound, KubemuxError
-from .._fanout import Change
 from .._registry import WatcherRegistry
 from .._resources import Resource
 from .._table import TableColumn
@@ -29,6 +28,8 @@ from ._output import KUBECONFIG_HELP, TabWriter, cell_text, startup
 log = logging.getLogger(__name__)
 
 _OUTPUTS = ("wide", "json", "yaml", "name")
+ALL_CONTEXTS_WAIT = 10.0
+"""With --all-contexts, how long a context may take to show its rows (then a warning)."""
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -91,7 +92,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 # ---------------------------------------------------------------------- columns
-class _View:
+class View:
     """The columns shown and how each context's rows fill them."""
 
     def __init__(self, multi: bool, all_namespaces: bool, wide: bool) -> None:
@@ -131,7 +132,7 @@ class _View:
         return line
 
 
-def _object_name(resource: Resource, name: str) -> str:
+def object_name(resource: Resource, name: str) -> str:
     kind = resource.kind.lower() or resource.name
     return f"{kind}.{resource.group}/{name}" if resource.group else f"{kind}/{name}"
 
@@ -164,7 +165,7 @@ def _namespace(registry: WatcherRegistry, args: argparse.Namespace, context: str
     return (cfg.namespace if cfg is not None else None) or "default"
 
 
-class _Source:
+class Source:
     """One context's table view (or full-object store, for ``-o json|yaml``)."""
 
     def __init__(self, context: str, resource: Resource, namespace: str | None, store: Any):
@@ -174,9 +175,9 @@ class _Source:
         self.store = store
 
 
-async def _open(
+async def open_view(
     registry: WatcherRegistry, args: argparse.Namespace, context: str, objects: bool
-) -> _Source:
+) -> Source:
     resource = resolve(args.resource, await registry.resources(context), context=context)
     namespace = _namespace(registry, args, context) if resource.namespaced else None
     kwargs = {"label_selector": args.selector, "field_selector": args.field_selector}
@@ -184,22 +185,26 @@ async def _open(
         store: Any = await registry.watch(context, resource, namespace, **kwargs)
     else:
         store = await registry.table(context, resource, namespace, **kwargs)
-    return _Source(context, resource, namespace, store)
+    return Source(context, resource, namespace, store)
 
 
 async def _open_all(
     registry: WatcherRegistry, args: argparse.Namespace, contexts: list[str], objects: bool
-) -> list[_Source]:
+) -> list[Source]:
     """Each context's view, in order; with --all-contexts a failing context is a warning."""
-    found: dict[str, _Source] = {}
+    found: dict[str, Source] = {}
 
     async def one(context: str) -> None:
-        try:
-            found[context] = await _open(registry, args, context, objects)
-        except KubemuxError as exc:
-            if not args.all_contexts:
-                raise
-            log.warning("context %r: %s", context, exc)
+        if not args.all_contexts:
+            found[context] = await open_view(registry, args, context, objects)
+            return
+        with anyio.move_on_after(ALL_CONTEXTS_WAIT) as scope:
+            try:
+                found[context] = await open_view(registry, args, context, objects)
+            except KubemuxError as exc:
+                log.warning("context %r: %s", context, exc)
+        if scope.cancelled_caught:
+            log.warning("context %r: no answer within %gs", context, ALL_CONTEXTS_WAIT)
 
     try:
         async with anyio.create_task_group() as tg:
@@ -212,34 +217,37 @@ async def _open_all(
 
 # ---------------------------------------------------------------------- get
 async def get(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=bool(args.watch))
+    """``kubemux get`` without ``-w``: each context's rows, once."""
+    registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=False)
     async with registry:
-        contexts = _contexts(registry, args)
-        objects = args.output in ("json", "yaml")
-        with startup(getattr(args, "verbose", 0)):
-            sources = await _open_all(registry, args, contexts, objects)
-        multi = len(contexts) > 1 or args.all_contexts
-        view = _View(multi, args.all_namespaces, args.output == "wide")
-        if not args.watch:
-            return _print_once(sources, args, view, out, err)
-        with anyio.move_on_after(args.duration):
-            return await _follow(registry, args, contexts, sources, view, out, err)
-    return 0
+        _, sources, view = await open_views(registry, args)
+        return print_once(sources, args, view, out, err)
 
 
-def _wanted(args: argparse.Namespace, name: str) -> bool:
+async def open_views(
+    registry: WatcherRegistry, args: argparse.Namespace
+) -> tuple[list[str], list[Source], View]:
+    """The contexts asked for, each one's view (opened, synced), and the columns shown."""
+    contexts = _contexts(registry, args)
+    with startup(getattr(args, "verbose", 0)):
+        sources = await _open_all(registry, args, contexts, args.output in ("json", "yaml"))
+    multi = len(contexts) > 1 or args.all_contexts
+    return contexts, sources, View(multi, args.all_namespaces, args.output == "wide")
+
+
+def wanted(args: argparse.Namespace, name: str) -> bool:
     return not args.names or name in args.names
 
 
-def _print_once(
-    sources: list[_Source], args: argparse.Namespace, view: _View, out: TextIO, err: TextIO
+def print_once(
+    sources: list[Source], args: argparse.Namespace, view: View, out: TextIO, err: TextIO
 ) -> int:
     code = 0
     objects = args.output in ("json", "yaml")
     if args.names:  # kubectl's error for each missing name, per context
         for src in sources:
             have = (
-                {_name_of(o) for o in src.store.list()}
+                {name_of(o) for o in src.store.list()}
                 if objects
                 else {r.name for r in src.store.rows()}
             )
@@ -252,18 +260,8 @@ def _print_once(
                         + "\n"
                     )
                     code = 1
-    if objects and args.watch:  # the current objects as -w prints changes
-        for src in sources:
-            for obj in src.store.list():
-                if _wanted(args, _name_of(obj)):
-                    _print_change(
-                        Change(src.context, src.resource.name, "ADDED", obj, 0, snapshot=True),
-                        args.output,
-                        out,
-                    )
-        return code
     if objects:
-        items = [o for s in sources for o in s.store.list() if _wanted(args, _name_of(o))]
+        items = [o for s in sources for o in s.store.list() if wanted(args, name_of(o))]
         doc: Any = {
             "apiVersion": "v1",
             "items": items,
@@ -273,21 +271,21 @@ def _print_once(
         if len(items) == 1 and len(args.names) == 1:
             doc = items[0]
         if items or not args.names:
-            _dump(doc, args.output, out)
+            dump(doc, args.output, out)
         return code
     lines: list[list[str]] = []
     for src in sources:
         view.learn(src.store.columns)
     for src in sources:
         for row in src.store.rows():
-            if not _wanted(args, row.name):
+            if not wanted(args, row.name):
                 continue
             if args.output == "name":
-                lines.append([_object_name(src.resource, row.name)])
+                lines.append([object_name(src.resource, row.name)])
             else:
                 lines.append(view.cells(src.context, src.store.columns, row.cells, row.namespace))
     if not lines:
-        if not args.names and not args.watch:
+        if not args.names and not getattr(args, "watch", False):
             err.write(_no_resources(sources, args) + "\n")
         return code
     writer = TabWriter(out)
@@ -295,12 +293,12 @@ def _print_once(
     return code
 
 
-def _name_of(obj: Any) -> str:
+def name_of(obj: Any) -> str:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     return str((meta or {}).get("name") or "")
 
 
-def _dump(doc: Any, output: str, out: TextIO) -> None:
+def dump(doc: Any, output: str, out: TextIO) -> None:
     if output == "json":
         out.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
@@ -308,157 +306,8 @@ def _dump(doc: Any, output: str, out: TextIO) -> None:
     out.flush()
 
 
-def _no_resources(sources: list[_Source], args: argparse.Namespace) -> str:
+def _no_resources(sources: list[Source], args: argparse.Namespace) -> str:
     spaces = {s.namespace for s in sources}
     if args.all_namespaces or not sources or len(spaces) != 1 or None in spaces:
         return "No resources found"
     return cell_text(f"No resources found in {spaces.pop()} namespace.")
-
-
-# ---------------------------------------------------------------------- watch
-async def watch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    args.watch = True
-    return await get(args, out, err)
-
-
-async def _follow(
-    registry: WatcherRegistry,
-    args: argparse.Namespace,
-    contexts: list[str],
-    sources: list[_Source],
-    view: _View,
-    out: TextIO,
-    err: TextIO,
-) -> int:
-    """The current rows, then the row of every change (subscribed before the rows are read:
-    nothing is missed, and a change already shown is skipped by its resourceVersion); with
-    --all-contexts, contexts added to the kubeconfig are opened and shown too."""
-    objects = args.output in ("json", "yaml")
-    by_context = {s.context: s for s in sources}
-    writer = TabWriter(out)
-    shown: dict[tuple[str, str, str], str] = {}
-    header = [False]
-
-    def show_current(batch: list[_Source]) -> None:
-        for src in batch:
-            items = src.store.list() if objects else [r.metadata for r in src.store.rows()]
-            for item in items:
-                meta = item.get("metadata", item) if objects else item
-                key = (src.context, str(meta.get("namespace") or ""), str(meta.get("name")))
-                shown[key] = str(meta.get("resourceVersion") or "")
-        if args.no_snapshot:
-            return
-        if objects or args.output == "name":
-            _print_once(batch, args, view, out, err)
-            return
-        for src in batch:
-            view.learn(src.store.columns)
-        lines = [
-            view.cells(s.context, s.store.columns, r.cells, r.namespace)
-            for s in batch
-            for r in s.store.rows()
-            if _wanted(args, r.name)
-        ]
-        if lines:
-            writer.write(lines if header[0] else [view.header(), *lines])
-            header[0] = True
-
-    def opened(src: _Source) -> None:
-        by_context[src.context] = src
-        show_current([src])
-
-    namespace = None if args.all_namespaces else args.namespace
-    async with (
-        anyio.create_task_group() as tg,
-        registry.subscribe(
-            args.resource,
-            None if args.all_contexts else contexts,
-            namespace=namespace,
-            snapshot=False,
-            view="objects" if objects else "table",
-        ) as changes,
-    ):
-        show_current(sources)
-        if args.all_contexts:
-            tg.start_soon(_start_new_contexts, registry, args, by_context, objects, opened)
-        async for change in changes:
-            src = by_context.get(change.context)
-            if src is None or change.type not in ("ADDED", "MODIFIED", "DELETED"):
-                continue
-            if src.namespace is not None and change.namespace != src.namespace:
-                continue
-            if not _wanted(args, change.name) or _already_shown(change, shown):
-                continue
-            if objects:
-                _print_change(change, args.output, out)
-            elif args.output == "name":
-                writer.write([[_object_name(src.resource, change.name)]])
-            else:
-                obj: dict[str, Any] = dict(change.object or {})
-                view.learn(src.store.columns)
-                cells = obj.get("cells") or ()
-                line = view.cells(change.context, src.store.columns, cells, change.namespace)
-                writer.write([line] if header[0] else [view.header(), line])
-                header[0] = True
-        tg.cancel_scope.cancel("the subscription ended")
-    return 0
-
-
-def _already_shown(change: Change, shown: dict[tuple[str, str, str], str]) -> bool:
-    """Whether the row printed from the store already showed this change (or a later one)."""
-    key = (change.context, change.namespace, change.name)
-    printed = shown.get(key)
-    if printed is None:
-        return False
-    meta = (change.object or {}).get("metadata") or {}
-    version = str(meta.get("resourceVersion") or "")
-    if change.type != "DELETED" and (
-        version == printed
-        or (version.isdigit() and printed.isdigit() and int(version) < int(printed))
-    ):
-        return True
-    del shown[key]
-    return False
-
-
-def _print_change(change: Change, output: str, out: TextIO) -> None:
-    if output == "json":
-        record = {
-            "context": change.context,
-            "resource": change.resource,
-            "type": change.type,
-            "object": change.object,
-        }
-        out.write(orjson.dumps(record).decode() + "\n")
-        out.flush()
-    else:
-        out.write("---\n")
-        _dump(
-            {"context": change.context, "type": change.type, "object": change.object}, "yaml", out
-        )
-
-
-async def _start_new_contexts(
-    registry: WatcherRegistry,
-    args: argparse.Namespace,
-    by_context: dict[str, _Source],
-    objects: bool,
-    opened: Callable[[_Source], None],
-) -> None:
-    """With --all-contexts: open the view in every context the kubeconfig gains."""
-    tried: set[str] = set(by_context)
-    while True:
-        version = registry.status_version
-        for context in sorted(set(registry.contexts) - tried):
-            tried.add(context)
-            try:
-                src = await _open(registry, args, context, objects)
-            except KubemuxError as exc:
-                log.warning("context %r: %s", context, exc)
-                continue
-            opened(src)
-        tried &= set(registry.contexts) | set(by_context)
-        for gone in set(tried) - set(registry.contexts):
-            tried.discard(gone)
-            by_context.pop(gone, None)
-        await registry.wait_status_change(version)

@@ -70,7 +70,9 @@ class _StartupFilter(logging.Filter):
         if not self.quiet or record.levelno >= logging.ERROR:
             return True
         name = record.name
-        return name == __name__ or not (name == "kubemux" or name.startswith("kubemux."))
+        if name == "kubemux.cli" or name.startswith("kubemux.cli."):  # the command's own
+            return True
+        return not (name == "kubemux" or name.startswith("kubemux."))
 
 
 _STARTUP = _StartupFilter()
