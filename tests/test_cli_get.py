@@ -1,6 +1,6 @@
 """``kubemux get`` and ``get -w`` against kubectl 1.32, line by line, on the same FakeCluster.
 
-Objects are created five hours ago (fixed timestamps), so the server's AGE cells read "5h"
+Objects are created two days ago (fixed timestamps), so the server's AGE cells read "2d"
 for both; a row created during a test is compared with its AGE loosely. kubectl sends
 credentials only to https servers: the cluster is TLS with a token.
 """
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(KUBECTL == "kubectl", reason="kubectl 1.32 not f
 
 TOKEN = "get-token"
 TIMEOUT = 20
-CREATED = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+CREATED = (dt.datetime.now(dt.UTC) - dt.timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def aged(obj: dict[str, Any]) -> dict[str, Any]:
@@ -234,7 +234,7 @@ def test_ages_read_as_kubectl_writes_them(seconds: int, text: str) -> None:
 def test_cells_are_terminal_safe_and_dates_become_ages() -> None:
     assert cell_text("ok\x1b[2J") == "ok\\x1b[2J"
     assert cell_text(None) == "<none>" and cell_text(True) == "true" and cell_text(3.0) == "3"
-    assert cell_text(CREATED, "date") == "5h"
+    assert cell_text(CREATED, "date") == "2d"
 
 
 async def test_watch_all_contexts_follows_a_context_added_later(
@@ -250,11 +250,11 @@ async def test_watch_all_contexts_follows_a_context_added_later(
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: run(argv, stdout=out, stderr=err))
             await out.wait_for(r"^CONTEXT +NAME +READY +STATUS +RESTARTS +AGE\n")
-            await out.wait_for(r"\nfake +web-1 +1/1 +Running +0 +5h\n")
+            await out.wait_for(r"\nfake +web-1 +1/1 +Running +0 +2d\n")
             write_kubeconfig(path, {"fake": cluster, "later": later})
-            await out.wait_for(r"\nlater +later-pod +1/1 +Running +0 +5h\n")
+            await out.wait_for(r"\nlater +later-pod +1/1 +Running +0 +2d\n")
             later.delete("pods", "default", "later-pod")
-            await out.wait_for(r"\nlater +later-pod +1/1 +Running +0 +5h\n(.*\n)*later +later-pod ")
+            await out.wait_for(r"\nlater +later-pod +1/1 +Running +0 +2d\n(.*\n)*later +later-pod ")
             tg.cancel_scope.cancel()
     lines = out.getvalue().splitlines()
     starts = {m.end() for line in lines if (m := re.match(r"\S+ +", line))}
