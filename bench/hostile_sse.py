@@ -1,6 +1,8 @@
 """SSE load on the dashboard: N clients that never read plus N that do, connecting at once.
 
-    python bench/hostile_sse.py [--pods 5000] [--seconds 10] [N ...]   (default N: 100 500)
+    python bench/hostile_sse.py [--pods 5000] [--seconds 10] [--external-clients] [--freeze]
+                                [N ...]
+                                                                    (default N: 100 500)
 
 One FakeCluster (in this process) with --pods pods, the dashboard served by uvicorn in the
 same event loop. For each N: N raw connections ask for ``/api/stream`` and never read, N
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import socket
 import statistics
 import sys
@@ -25,6 +28,7 @@ import anyio
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import anyio.lowlevel
 from _common import table
 
 from kubemux.dashboard import DashboardServer, create_app
@@ -54,8 +58,43 @@ async def reader(port: int, stop: anyio.Event) -> None:
         w.close()
 
 
+async def clients(port: int, n: int, stop: anyio.Event) -> None:
+    """N connections that ask for the stream and never read, N that read everything."""
+    stalled = []
+    try:
+        async with anyio.create_task_group() as tg:
+            for i in range(n):
+                if i % 50 == 0:  # the clients' own work, spread: it is not the server's
+                    await anyio.lowlevel.checkpoint()
+                sock = socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    sock.connect(("127.0.0.1", port))
+                stalled.append(sock)
+            await anyio.sleep(0.05)
+            for sock in stalled:
+                with contextlib.suppress(OSError):
+                    sock.send(b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                tg.start_soon(reader, port, stop)
+            await stop.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
+def client_process(port: int, n: int) -> None:
+    """``--clients PORT N``: the clients in a process of their own, until killed."""
+
+    async def run() -> None:
+        await clients(port, n, anyio.Event())
+
+    anyio.run(run)
+
+
 async def scenario(
-    url: str, n: int, seconds: float, cluster: FakeCluster, app: object
+    url: str, n: int, seconds: float, cluster: FakeCluster, app: object, external: bool
 ) -> list[str]:
     port = int(url.rsplit(":", 1)[1].strip("/"))
     state = app.state.dashboard  # type: ignore[attr-defined]
@@ -63,22 +102,15 @@ async def scenario(
     stop = anyio.Event()
     worst = [0.0]
     latencies: list[float] = []
-    stalled = []
     peak = before
+    process = None
     async with anyio.create_task_group() as tg, httpx.AsyncClient(base_url=url, timeout=60) as c:
         tg.start_soon(lag_probe, worst, stop)
-        for _ in range(n):
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.setblocking(False)
-            with contextlib.suppress(BlockingIOError):
-                sock.connect(("127.0.0.1", port))
-            stalled.append(sock)
-        await anyio.sleep(0.05)
-        for sock in stalled:
-            with contextlib.suppress(OSError):
-                sock.send(b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            tg.start_soon(reader, port, stop)
+        if external:
+            args = [sys.executable, __file__, "--clients", str(port), str(n)]
+            process = await anyio.open_process(args)
+        else:
+            tg.start_soon(clients, port, n, stop)
         end = time.monotonic() + seconds
         i = 0
         while time.monotonic() < end:
@@ -97,8 +129,10 @@ async def scenario(
             await anyio.sleep(0.1)
         open_streams = state.streams
         stop.set()
-        for sock in stalled:
-            sock.close()
+        if process is not None:
+            process.kill()
+            await process.wait()
+            await process.aclose()
         tg.cancel_scope.cancel()
     return [
         str(n),
@@ -115,12 +149,28 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pods", type=int, default=5000)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--external-clients",
+        action="store_true",
+        help="run the clients in another process (the lag is then the server's alone)",
+    )
+    parser.add_argument(
+        "--freeze",
+        action="store_true",
+        help="gc.freeze() the fake cluster's objects (no full collections over them)",
+    )
     parser.add_argument("n", type=int, nargs="*", default=[100, 500])
     args = parser.parse_args()
     rows = []
     async with FakeCluster() as cluster:
         for i in range(args.pods):
             cluster.create("pods", make_pod(f"p-{i:05d}", size=1200))
+        if args.freeze:
+            # The fake cluster's objects (dicts, millions of gc-tracked objects) live in this
+            # process only because the bench puts them here: out of the collector's sight,
+            # the full collections they cause (100-400 ms each) stop counting as server lag.
+            gc.collect()
+            gc.freeze()
         with tempfile.TemporaryDirectory() as tmp:
             path = write_kubeconfig(Path(tmp) / "config", {"prod": cluster})
             for n in args.n:
@@ -130,11 +180,18 @@ async def main() -> None:
                     url = await tg.start(server.serve)
                     async with httpx.AsyncClient(base_url=url, timeout=60) as c:
                         await c.get("/api/contexts/prod/pods")  # synced
-                    rows.append(await scenario(url, n, args.seconds, cluster, app))
+                        async with c.stream("GET", "/api/stream") as warm:  # imports done
+                            async for _ in warm.aiter_bytes():
+                                break
+                    rows.append(
+                        await scenario(url, n, args.seconds, cluster, app, args.external_clients)
+                    )
                     server.shutdown()
     print(
         table(
-            f"SSE load: {args.pods} pods, N stalled + N reading clients, {args.seconds:g}s",
+            f"SSE load: {args.pods} pods, N stalled + N reading clients, {args.seconds:g}s"
+            + (", clients in another process" if args.external_clients else "")
+            + (", cluster objects frozen" if args.freeze else ""),
             [
                 "N",
                 "RSS MB",
@@ -150,4 +207,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main)
+    if sys.argv[1:2] == ["--clients"]:
+        client_process(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        anyio.run(main)

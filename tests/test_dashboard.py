@@ -583,7 +583,7 @@ async def test_slow_stream_resubscribes_with_a_snapshot(tmp_path: Path) -> None:
             with anyio.fail_after(TIMEOUT):
                 store = await registry.watch("prod", "pods")
             send, receive = anyio.create_memory_object_stream[Any](0)
-            stream = streams.Stream(app.state.dashboard, send)
+            stream = streams.Stream(app.state.dashboard, send.send)
             seen: list[tuple[str, Any]] = []
 
             async def read_until(name: str) -> None:
@@ -594,7 +594,7 @@ async def test_slow_stream_resubscribes_with_a_snapshot(tmp_path: Path) -> None:
                         if event == name:
                             return
 
-            async with anyio.create_task_group() as tg, receive:
+            async with anyio.create_task_group() as tg, send, receive:
                 tg.start_soon(stream.table, resource, None)
                 await read_until("synced")
                 # stop reading: the stream blocks, its subscription overflows
@@ -726,3 +726,181 @@ async def test_a_client_that_stops_reading_is_dropped(tmp_path: Path) -> None:
                 finally:
                     for sock in sockets:
                         sock.close()
+
+
+async def test_many_streams_at_once_leave_the_api_answering(tmp_path: Path) -> None:
+    """A burst of streams (half never read) is admitted and fed; /api/contexts still answers."""
+    n = 40
+    async with FakeCluster() as c:
+        for i in range(600):
+            c.create("pods", make_pod(f"p-{i:04d}", size=1200))
+        path = write_kubeconfig(tmp_path / "config", {"prod": c})
+        app = make_app(path, max_streams=4 * n, stream_send_timeout=TIMEOUT)
+        state = app.state.dashboard
+        synced = [anyio.Event() for _ in range(n)]
+        fed = [anyio.Event() for _ in range(n)]
+
+        async def read(port: int, index: int) -> None:
+            stream = await anyio.connect_tcp("127.0.0.1", port)
+            async with stream:
+                await stream.send(b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                seen = b""
+                while not fed[index].is_set():
+                    seen = seen[-64:] + await stream.receive()
+                    if b"event: synced" in seen:
+                        synced[index].set()
+                    if synced[index].is_set() and b'"name":"live-' in seen:
+                        fed[index].set()
+
+        async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client:
+            port = int(url.rsplit(":", 1)[1].strip("/"))
+            with anyio.fail_after(TIMEOUT):
+                await client.get("/api/contexts/prod/pods")  # synced
+            stalled = []
+            try:
+                async with anyio.create_task_group() as tg:
+                    for i in range(n):  # all at once: n that never read, n that do
+                        sock = socket.socket()
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                        sock.connect(("127.0.0.1", port))  # the backlog takes it at once
+                        sock.sendall(b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                        stalled.append(sock)
+                        tg.start_soon(read, port, i)
+                    # while the streams start and are fed, the API answers, each time
+                    i = 0
+                    while not all(event.is_set() for event in fed):
+                        c.create("pods", make_pod(f"live-{i}"))
+                        i += 1
+                        with anyio.fail_after(2):
+                            answer = await client.get("/api/contexts")
+                        assert answer.status_code == 200
+                        assert answer.json()["contexts"][0]["name"] == "prod"
+                        assert i < 500, "the streams were not fed"
+                # the readers left (their streams ended), the stalled ones are still open
+                with anyio.fail_after(TIMEOUT):
+                    await c.wait_for(lambda: state.streams == n)
+            finally:
+                for sock in stalled:
+                    sock.close()
+
+
+# ---------------------------------------------------------------------- metrics
+async def test_metrics_are_served_and_parse(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    a, b = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+    async with api_client(path) as client:
+        with anyio.fail_after(TIMEOUT):
+            await client.get("/api/contexts/prod/pods")  # synced
+        response = await client.get("/metrics")
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/plain")
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(response.text)
+            for s in family.samples
+        }
+        assert samples[("kubemux_contexts", ())] == 2
+        assert any(
+            name.startswith("kubemux_") and ("context", "prod") in labels
+            for name, labels in samples
+        )
+        assert "tok-a" not in response.text
+
+
+async def test_metrics_of_a_mounted_app(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    """Mounted, the app has no lifespan: a scrape reports the registry all the same."""
+    from kubemux import WatcherRegistry
+
+    a, _ = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a})
+    async with WatcherRegistry.from_kubeconfig(str(path), **FAST) as registry:
+        app = dashboard.create_app(registry)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+            first = await c.get("/metrics")
+            second = await c.get("/metrics")  # registered for the scrape only: again fine
+        assert first.status_code == second.status_code == 200
+        assert "kubemux_contexts 1.0" in second.text
+
+
+async def test_api_contexts_is_the_shared_status_json(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    """/api/contexts is RegistryStatus.to_json() (the CLI's -o json) plus derived fields."""
+    a, b = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+    app = make_app(path)
+    async with app.router.lifespan_context(app):
+        registry = app.state.dashboard.registry
+        with anyio.fail_after(TIMEOUT):
+            await registry.watch("prod", "pods")
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+            body = (await c.get("/api/contexts")).json()
+        shared = orjson.loads(orjson.dumps(registry.status().to_json()))
+    assert set(body) == set(shared)
+    assert [ctx["name"] for ctx in body["contexts"]] == [ctx["name"] for ctx in shared["contexts"]]
+    for mine, theirs in zip(body["contexts"], shared["contexts"], strict=True):
+        assert set(mine) == set(theirs) | {"current", "objects", "last_sync"}
+        for key in ("state", "generation", "cluster_name", "user_name", "namespace", "source"):
+            assert mine[key] == theirs[key], key
+        assert [i["resource"] for i in mine["informers"]] == [
+            i["resource"] for i in theirs["informers"]
+        ]
+    prod = body["contexts"][0]
+    assert prod["current"] and prod["objects"] == {"pods": 2} and prod["last_sync"]
+
+
+# ---------------------------------------------------------------------- server columns
+async def test_table_api_has_the_servers_columns(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, b = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+    async with api_client(path) as client:
+        with anyio.fail_after(TIMEOUT):
+            table = await client.get("/api/contexts/prod/pods/table")
+        assert table.status_code == 200, table.text
+        body = table.json()
+        names = [c["name"] for c in body["columns"]]
+        assert names[:2] == ["Name", "Ready"] and "Status" in names
+        assert [(r["namespace"], r["name"]) for r in body["rows"]] == [
+            ("default", "web-1"),
+            ("default", "web-2"),
+        ]
+        assert all(len(r["cells"]) == len(names) for r in body["rows"])
+        assert body["rows"][0]["cells"][0] == "web-1"
+        with anyio.fail_after(TIMEOUT):  # a short name, resolved by discovery
+            deploys = await client.get("/api/contexts/prod/deploy/table")
+        assert deploys.status_code == 200 and deploys.json()["resource"] == "deployments.apps"
+        with anyio.fail_after(TIMEOUT):
+            data = await client.get("/api/contexts/dev/pods/table?namespace=data")
+        assert [r["name"] for r in data.json()["rows"]] == ["db-1"]
+
+
+async def test_table_api_typo_and_resource_picker(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, _ = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a})
+    async with api_client(path) as client:
+        with anyio.fail_after(TIMEOUT):
+            typo = await client.get("/api/contexts/prod/podz/table")
+        assert typo.status_code == 404
+        assert "podz" in typo.json()["error"] and "pods" in typo.json()["suggestions"]
+        with anyio.fail_after(TIMEOUT):
+            served = await client.get("/api/contexts/prod/resources")
+        assert served.status_code == 200
+        by_name = {r["name"]: r for r in served.json()["resources"]}
+        assert by_name["pods"]["kind"] == "Pod" and by_name["pods"]["namespaced"]
+        assert "po" in by_name["pods"]["short_names"]
+        assert not by_name["namespaces"]["namespaced"]
+        with anyio.fail_after(TIMEOUT):
+            unknown = await client.get("/api/contexts/nope/resources")
+        assert unknown.status_code == 404

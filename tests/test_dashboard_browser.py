@@ -273,3 +273,27 @@ async def test_screenshot(tmp_path: Path) -> None:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 await page.screenshot(path=str(target), full_page=True, animations="disabled")
             tg.cancel_scope.cancel()
+
+
+async def test_resource_picker_and_a_typo(tmp_path: Path) -> None:
+    async with FakeCluster() as c:
+        c.create("pods", make_pod("web-1"))
+        path = write_kubeconfig(tmp_path / "config", {"prod": c})
+        async with serving(make_app(path)) as url, browser() as chromium:
+            page = await chromium.new_page()
+            page.set_default_timeout(WAIT_MS)
+            await page.goto(url)
+            await expect(rows(page)).to_have_count(1)
+            # the picker offers what the cluster serves (discovery), not a fixed list
+            await expect(page.locator('#resources option[value="secrets"]')).to_have_count(1)
+            # a typo: the server's answer, with its suggestion, not a blank table
+            await page.fill("#resource", "podz")
+            await page.press("#resource", "Enter")
+            await page.locator("#resource").blur()
+            hint = page.locator("#banners .banner", has_text="did you mean")
+            await expect(hint).to_contain_text("'podz'")
+            await expect(hint).to_contain_text("'pods'")
+            await page.fill("#resource", "pods")
+            await page.locator("#resource").blur()
+            await expect(page.locator("#banners .banner")).to_have_count(0)
+            await expect(rows(page)).to_have_count(1)

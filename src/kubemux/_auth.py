@@ -146,7 +146,7 @@ class CredentialPool:
         if kind == "token-file":
             return TokenFileProvider(str(user["tokenFile"]), period=self.token_file_period)
         provider_config = user["auth-provider"].get("config") or {}
-        path = getattr(config, "user_source", None) or config.source
+        path = config.user_source or config.source
         return OidcProvider(
             provider_config,
             path=path if os.path.isabs(path) else None,

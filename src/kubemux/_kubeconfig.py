@@ -135,6 +135,9 @@ class ContextConfig:
     source: str
     fingerprint: str
     config: Mapping[str, Any] = dataclasses.field(repr=False, compare=False)
+    user_source: str | None = dataclasses.field(default=None, compare=False)
+    """The file that defined the user entry, when it is not :attr:`source` (merged
+    kubeconfigs): where a refreshed OIDC token is written back."""
 
     @property
     def display_server(self) -> str:
@@ -372,6 +375,7 @@ def _merge(
 ) -> KubeconfigSnapshot:
     clusters: dict[str, dict[str, Any]] = {}
     users: dict[str, dict[str, Any]] = {}
+    user_files: dict[str, str] = {}  # user name -> the file that defined it
     contexts: dict[str, tuple[dict[str, Any], str]] = {}
     cluster_problems: dict[str, str] = {}
     user_problems: dict[str, str] = {}
@@ -385,6 +389,7 @@ def _merge(
         for name, body in pf.users.items():
             if name not in users:
                 users[name] = body
+                user_files[name] = pf.path
                 if name in pf.user_problems:
                     user_problems[name] = pf.user_problems[name]
         for name, body in pf.contexts.items():
@@ -426,6 +431,10 @@ def _merge(
                 valid[name] = _build_context(
                     name, ctx, source, cluster_name, cluster, user_name, user, refs, file_hashes
                 )
+                if user_files.get(user_name, source) != source:
+                    valid[name] = dataclasses.replace(
+                        valid[name], user_source=user_files[user_name]
+                    )
             except RefProblem as exc:
                 invalid[name] = str(exc)
             except (orjson.JSONEncodeError, RecursionError) as exc:  # a huge int, deep nesting

@@ -1,7 +1,7 @@
 """The reference dashboard: a live web view of every kubeconfig context, mountable.
 
 Installed with the ``dashboard`` extra (``pip install 'kubemux[dashboard]'``: starlette,
-sse-starlette, uvicorn)::
+uvicorn, httptools)::
 
     from kubemux.dashboard import create_app
 
@@ -21,7 +21,7 @@ try:
     from .app import create_app as create_app
     from .server import DashboardServer as DashboardServer
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    if exc.name not in ("starlette", "sse_starlette", "uvicorn"):
+    if exc.name not in ("starlette", "uvicorn"):
         raise
     raise ImportError(
         f"kubemux.dashboard needs the 'dashboard' extra (pip install 'kubemux[dashboard]'): {exc}",

@@ -16,10 +16,18 @@ JSON API (errors are ``{"error": message, "status": code}``):
     The cached objects. Unknown context: 404. Not synced yet: 503 with ``Retry-After``.
 ``GET /api/contexts/{context}/{resource}/{namespace}/{name}``
     One object (``_`` as namespace for cluster-scoped objects).
+``GET /api/contexts/{context}/resources``
+    What the context's cluster serves (discovery), for a resource picker.
+``GET /api/contexts/{context}/{resource}/table?namespace=``
+    The server's columns for the resource (``kubectl get``'s) and one row of cells per
+    object. A name the cluster does not serve: 404 with ``suggestions``.
 ``GET /api/contexts/{context}/events/{kind}/{namespace}/{name}``
     The Kubernetes Events about one object, newest first.
 ``GET /api/stream``
     Server-sent events, see :mod:`.streams`.
+``GET /metrics``
+    The registry's Prometheus metrics (:mod:`kubemux.metrics`), when ``prometheus-client``
+    is installed (the ``metrics`` extra).
 
 Safety: the server binds 127.0.0.1 unless told otherwise and only answers requests whose
 ``Host`` is one of ``allowed_hosts`` (so a web page cannot reach it by DNS rebinding); a
@@ -30,6 +38,7 @@ registry's status never holds a token, key or password; and the page builds its 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -37,15 +46,13 @@ import math
 import re
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import orjson
-from anyio.streams.memory import MemoryObjectReceiveStream
-from sse_starlette import EventSourceResponse
-from sse_starlette.sse import SendTimeoutError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
@@ -63,21 +70,37 @@ from kubemux import (
     Resource,
     ResourceNotFound,
     Store,
+    UnknownResource,
     WatcherRegistry,
     parse_resource,
 )
 
 from .._redact import redact_text
-from .streams import QUEUE, SnapshotCache, Stream
+from .streams import SnapshotCache, Stream
 from .views import event_payload, redact, status_payload
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 __all__ = ["LOCAL_HOSTS", "Dashboard", "Problem", "create_app"]
 
 log = logging.getLogger(__name__)
 
+
+def _metrics_module() -> ModuleType | None:
+    """:mod:`kubemux.metrics` if ``prometheus-client`` is installed."""
+    try:
+        import kubemux.metrics
+    except ImportError:
+        return None
+    return kubemux.metrics
+
+
 STATIC = Path(__file__).resolve().parent / "static"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 CONTEXTS_TTL = 0.05  # seconds a contexts panel is shared before it is built again
+ADMISSION_RATE = 200.0  # event streams started per second, at most, after a burst of
+ADMISSION_BURST = 20
 SECURITY_HEADERS = (
     (
         b"content-security-policy",
@@ -157,6 +180,16 @@ class Dashboard:
         self.max_streams = max_streams
         self.stream_send_timeout = stream_send_timeout
         self.streams = 0  # open event streams
+        self.stream_scopes: set[anyio.CancelScope] = set()  # cancelled by close_streams()
+        self._next_admission = 0.0
+        self.metrics = _metrics_module()
+        # /metrics: the registry's collector is registered here for the lifespan
+        self.prom: CollectorRegistry | None = None
+        if self.metrics is not None:
+            import prometheus_client
+
+            self.prom = prometheus_client.CollectorRegistry()
+        self._metrics_registered = False
         self.snapshots = SnapshotCache()
         self._contexts_cache: tuple[int, float, bytes] | None = None
         self._external = registry
@@ -179,8 +212,28 @@ class Dashboard:
     def close_streams(self) -> None:
         """End every open event stream (before a server shutdown: they would hold it up)."""
         self._close_requested = True
+        self._end_streams()
+
+    def _end_streams(self) -> None:
         if self._closing is not None:
             self._closing.set()
+        for scope in list(self.stream_scopes):
+            scope.cancel("dashboard shutting down")
+
+    async def admit(self) -> None:
+        """Wait for a new event stream's turn to start.
+
+        Streams start at most ``ADMISSION_RATE`` a second after a burst of
+        ``ADMISSION_BURST``: a thousand browsers connecting at once are spread over a few
+        seconds, and the event loop keeps turning meanwhile (a queue of timers, no task).
+        """
+        now = time.monotonic()
+        turn = max(self._next_admission, now - ADMISSION_BURST / ADMISSION_RATE)
+        self._next_admission = turn + 1 / ADMISSION_RATE
+        if turn > now:
+            await anyio.sleep(turn - now)
+        if self._close_requested:
+            raise Problem(503, "the dashboard is shutting down", retry_after=1)
 
     async def wait_closing(self) -> None:
         """Return once :meth:`close_streams` was called or the app shuts down."""
@@ -199,9 +252,10 @@ class Dashboard:
             for callback in self._listeners:
                 callback(None)
             try:
-                yield
+                with self._registered(self._external):
+                    yield
             finally:
-                self._closing.set()
+                self._end_streams()
             return
         options: dict[str, Any] = {"autowatch": [self.resource], **self.registry_options}
         started = False
@@ -212,9 +266,10 @@ class Dashboard:
                 for callback in self._listeners:
                     callback(None)
                 try:
-                    yield
+                    with self._registered(registry):
+                        yield
                 finally:
-                    self._closing.set()
+                    self._end_streams()
                     self._registry = None
                     self.snapshots.clear()
         except BaseException as exc:
@@ -222,6 +277,32 @@ class Dashboard:
                 for callback in self._listeners:
                     callback(exc)
             raise
+
+    @contextlib.contextmanager
+    def _registered(self, registry: WatcherRegistry) -> Iterator[None]:
+        """Report ``registry`` in :attr:`prom` (if ``prometheus-client`` is installed)."""
+        if self.metrics is None or self.prom is None:
+            yield
+            return
+        with self.metrics.registered(registry, self.prom):
+            self._metrics_registered = True
+            try:
+                yield
+            finally:
+                self._metrics_registered = False
+
+    def scrape(self) -> bytes:
+        """The Prometheus text exposition of the registry's metrics.
+
+        A mounted app has no lifespan: the registry is then registered for the scrape.
+        """
+        from prometheus_client import generate_latest as generate
+
+        assert self.prom is not None
+        if self._metrics_registered:
+            return bytes(generate(self.prom))
+        with self._registered(self.registry):
+            return bytes(generate(self.prom))
 
     def contexts_json(self, version: int) -> bytes:
         """``status_payload`` encoded, shared by every stream and ``/api/contexts``.
@@ -322,12 +403,16 @@ def create_app(
         Route("/object", _page),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
         Route("/api/contexts", _api_contexts),
+        Route("/api/contexts/{context}/resources", _api_resources),
+        Route("/api/contexts/{context}/{resource}/table", _api_table),
         Route("/api/contexts/{context}/events/{kind}/{namespace}/{name}", _api_events),
         Route("/api/contexts/{context}/{resource}", _api_list),
         Route("/api/contexts/{context}/{resource}/{namespace}/{name}", _api_object),
         Route("/api/stream", _api_stream),
         Route("/api/{rest:path}", _api_not_found),
     ]
+    if dashboard.metrics is not None:
+        routes.append(Route("/metrics", _metrics))
     app = Starlette(
         routes=routes,
         lifespan=dashboard.lifespan,
@@ -432,6 +517,11 @@ async def _page(request: Request) -> Response:
     return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
 
+async def _metrics(request: Request) -> Response:
+    body = _dashboard(request).scrape()
+    return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
 async def _api_not_found(request: Request) -> Response:
     raise Problem(404, f"no such API endpoint: {request.url.path}")
 
@@ -461,6 +551,69 @@ async def _api_list(request: Request) -> Response:
     )
     body = head[:-1] + b',"items":[' + b",".join(raws) + b"]}"  # no decode, no re-encode
     return Response(body, media_type="application/json")
+
+
+async def _api_resources(request: Request) -> Response:
+    dashboard = _dashboard(request)
+    context = _param(request, "context")
+    with anyio.move_on_after(dashboard.sync_timeout):
+        try:
+            served = await dashboard.registry.resources(context)
+        except KubemuxError as exc:
+            raise dashboard.problem(exc, context) from exc
+        resources = [
+            {
+                "name": r.name,
+                "kind": r.kind,
+                "namespaced": r.namespaced,
+                "short_names": list(r.short_names),
+            }
+            for r in served
+        ]
+        return _json({"context": context, "resources": resources})
+    raise Problem(503, f"discovery of context {context!r} is not done yet", retry_after=1)
+
+
+async def _api_table(request: Request) -> Response:
+    dashboard = _dashboard(request)
+    context = _param(request, "context")
+    name = _param(request, "resource")  # as typed: discovery resolves it, as kubectl does
+    namespace = request.query_params.get("namespace") or None
+    with anyio.move_on_after(dashboard.sync_timeout):
+        try:
+            table = await dashboard.registry.table(context, name, namespace)
+        except UnknownResource as exc:
+            problem = dashboard.problem(exc, context)
+            body = {"error": problem.message, "status": 404, "suggestions": list(exc.suggestions)}
+            return _json(body, status=404)
+        except KubemuxError as exc:
+            raise dashboard.problem(exc, context) from exc
+        except ValueError as exc:
+            raise Problem(400, str(exc)) from exc
+        columns = [
+            {
+                "name": c.name,
+                "type": c.type,
+                "format": c.format,
+                "description": c.description,
+                "priority": c.priority,
+            }
+            for c in table.columns
+        ]
+        rows = [
+            {"namespace": r.namespace, "name": r.name, "cells": list(r.cells)}
+            for r in table.rows(namespace)
+        ]
+        return _json(
+            {
+                "context": context,
+                "resource": table.resource.name,
+                "namespace": namespace,
+                "columns": columns,
+                "rows": rows,
+            }
+        )
+    raise Problem(503, f"{name} in context {context!r} is not synced yet", retry_after=1)
 
 
 async def _api_object(request: Request) -> Response:
@@ -510,42 +663,48 @@ async def _api_stream(request: Request) -> Response:
         raise Problem(
             503, f"too many event streams (at most {dashboard.max_streams})", retry_after=5
         )
+    dashboard.registry  # noqa: B018 - 503 now if the dashboard is not running
     query = request.query_params
-    stream_send, receive = anyio.create_memory_object_stream[bytes](QUEUE)
-    try:
-        stream = Stream(dashboard, stream_send)
-    except Problem:
-        stream_send.close()
-        receive.close()
-        raise
     try:
         resource = parse_resource(query.get("resource") or dashboard.resource)
     except ValueError as exc:
-        sender = functools.partial(stream.fail, str(exc))
-    else:
-        context, name = query.get("context"), query.get("name")
-        if context and name:
-            namespace = query.get("namespace") or ""
-            sender = functools.partial(stream.object, context, resource, namespace, name)
-        else:
-            sender = functools.partial(stream.table, resource, query.get("namespace") or None)
-    return _EventStream(dashboard, _relay(receive), sender)
+        return _EventStream(dashboard, functools.partial(_fail, str(exc)))
+    context, name = query.get("context"), query.get("name")
+    if context and name:
+        ns = query.get("namespace") or ""
+        return _EventStream(dashboard, lambda stream: stream.object(context, resource, ns, name))
+    namespace = query.get("namespace") or None
+    return _EventStream(dashboard, lambda stream: stream.table(resource, namespace))
 
 
-class _EventStream(EventSourceResponse):
-    """An event stream counted against ``max_streams``; a client that stops reading for
-    ``stream_send_timeout`` is disconnected (quietly: that is a client's business)."""
+async def _fail(message: str, stream: Stream) -> None:
+    await stream.fail(message)
+
+
+class _EventStream(Response):
+    """An event stream, counted against ``max_streams``: a plain ASGI response.
+
+    No helper task per stream but one that notices the client leaving: the
+    :class:`~.streams.Stream` writes straight into the connection, each write bounded by
+    ``stream_send_timeout`` (a client that stopped reading is disconnected, quietly: that is
+    a client's business), and :meth:`Dashboard.close_streams` cancels every stream at once.
+    At most ``ADMIT_PER_TICK`` streams start per turn of the event loop; the others wait
+    their turn (a burst of connections is spread over a few turns, never one long one).
+    """
+
+    media_type = "text/event-stream"
 
     def __init__(
-        self,
-        dashboard: Dashboard,
-        content: AsyncIterator[bytes],
-        sender: Callable[[], Coroutine[None, None, None]],
+        self, dashboard: Dashboard, run: Callable[[Stream], Coroutine[None, None, None]]
     ) -> None:
-        super().__init__(
-            content, data_sender_callable=sender, send_timeout=dashboard.stream_send_timeout
-        )
+        super().__init__()
+        self.raw_headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-store"),
+            (b"x-accel-buffering", b"no"),
+        ]
         self._dashboard = dashboard
+        self._run = run
         dashboard.streams += 1  # counted from now: the handler may not reach __call__
         self._counted = True
 
@@ -555,18 +714,65 @@ class _EventStream(EventSourceResponse):
             self._dashboard.streams -= 1
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        dashboard = self._dashboard
         try:
-            await super().__call__(scope, receive, send)
-        except SendTimeoutError:
-            log.info(
-                "closed an event stream whose client took nothing for %.0fs",
-                self._dashboard.stream_send_timeout,
-            )
+            await dashboard.admit()
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            # An asyncio lock: uncontended (nearly always) it takes no turn of the event
+            # loop, where anyio's does; a write costs no timer either (see _Watch).
+            lock = asyncio.Lock()
+            async with anyio.create_task_group() as tg:
+                watch = _Watch(receive, tg.cancel_scope, dashboard.stream_send_timeout)
+
+                async def write(data: bytes) -> None:
+                    async with lock:
+                        watch.since = time.monotonic()
+                        await send({"type": "http.response.body", "body": data, "more_body": True})
+                        watch.since = None
+
+                dashboard.stream_scopes.add(tg.cancel_scope)
+                try:
+                    tg.start_soon(watch.run)
+                    await self._run(Stream(dashboard, write))
+                    tg.cancel_scope.cancel()
+                finally:
+                    dashboard.stream_scopes.discard(tg.cancel_scope)
+            if watch.stalled:
+                log.info(
+                    "closed an event stream whose client took nothing for %.0fs",
+                    dashboard.stream_send_timeout,
+                )
+            elif not watch.gone:
+                with anyio.move_on_after(1):
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:  # the client went away mid-write
+            pass
         finally:
             self._uncount()
 
 
-async def _relay(receive: MemoryObjectReceiveStream[bytes]) -> AsyncIterator[bytes]:
-    with receive:
-        async for event in receive:
-            yield event
+class _Watch:
+    """A stream's one helper task: it ends the stream when the client disconnects, or when
+    a write has waited more than ``timeout`` (looked at every ``timeout / 4``)."""
+
+    def __init__(self, receive: Receive, scope: anyio.CancelScope, timeout: float) -> None:
+        self.receive = receive
+        self.scope = scope
+        self.timeout = timeout
+        self.since: float | None = None  # when the pending write began
+        self.gone = False
+        self.stalled = False
+
+    async def run(self) -> None:
+        while True:
+            with anyio.move_on_after(self.timeout / 4):
+                if (await self.receive())["type"] == "http.disconnect":
+                    self.gone = True
+                    self.scope.cancel("the client went away")
+                    return
+                continue
+            since = self.since
+            if since is not None and time.monotonic() - since > self.timeout:
+                self.stalled = True
+                self.scope.cancel("the client stopped reading")
+                return

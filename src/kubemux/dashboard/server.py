@@ -13,7 +13,6 @@ import asyncio
 import logging
 import socket
 from types import FrameType
-from typing import Any
 
 import anyio
 import anyio.abc
@@ -165,30 +164,9 @@ class DashboardServer:
                             shield.cancel()
         finally:
             sock.close()
-            await _stop_sse_shutdown_watchers()
 
     def shutdown(self) -> None:
         """Ask the server to stop: event streams end, then the registry closes. Idempotent."""
         self.dashboard.close_streams()
         if self._server is not None:
             self._server.should_exit = True
-
-
-async def _stop_sse_shutdown_watchers() -> None:
-    """Stop sse-starlette's shutdown poller once our server is gone.
-
-    sse-starlette starts one task per event loop that polls for a server exit; it notices only
-    while the server's signal handler is installed, so after an in-loop server stopped it would
-    poll forever. It restarts by itself with the next stream.
-    """
-    me = asyncio.current_task()
-    tasks: list[asyncio.Task[Any]] = [
-        t
-        for t in asyncio.all_tasks()
-        if t is not me and getattr(t.get_coro(), "__qualname__", "") == "_shutdown_watcher"
-    ]
-    for task in tasks:
-        task.cancel()
-    if tasks:
-        with anyio.CancelScope(shield=True):
-            await asyncio.wait(tasks, timeout=1.0)

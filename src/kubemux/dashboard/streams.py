@@ -1,8 +1,8 @@
 """Server-sent event streams: the live table and the live object page.
 
-One stream per browser tab. Each runs as sse-starlette's ``data_sender_callable``: it writes
-encoded events into a small memory stream that the response sends on, so a slow browser
-applies back-pressure to the stream, never to an informer (the registry's subscription
+One stream per browser tab. Each writes encoded events straight into its HTTP response
+(:class:`~.app._EventStream`, a plain ASGI response: no helper tasks but the one noticing a
+disconnect), so a slow browser applies back-pressure to the stream, never to an informer (the registry's subscription
 buffer takes the slack, and a subscriber that overflows it starts again from a snapshot).
 
 The work per stream is bounded, whatever the number of streams and however they read:
@@ -13,8 +13,8 @@ The work per stream is bounded, whatever the number of streams and however they 
   (:class:`SnapshotCache`);
 - a live change is summarised and encoded once, whichever streams send it (:func:`encoded`);
 - the contexts panel is built once per state for every stream (:meth:`Stream._contexts`);
-- a stream holds at most its subscription buffer and ``QUEUE`` encoded events; the app
-  closes a stream whose client has taken nothing for ``stream_send_timeout`` and answers
+- a stream holds at most its subscription buffer and one encoded event; the app admits new
+  streams at a bounded rate (a burst of connections is spread out), closes a stream whose client has taken nothing for ``stream_send_timeout`` and answers
   503 beyond ``max_streams`` (see :mod:`.app`).
 
 Events (``data`` is JSON):
@@ -39,14 +39,13 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 import orjson
-from anyio.streams.memory import MemoryObjectSendStream
 
 from kubemux import (
     Change,
@@ -70,9 +69,9 @@ log = logging.getLogger(__name__)
 
 EVENT_RESOURCES = frozenset({"events.events.k8s.io", "events"})
 BATCH = 500  # changes per ``changes`` event
+SLICE = 100  # objects summarised between two checkpoints
 RETRY_MS = 1000  # EventSource reconnection delay
 NEWS_DELAY = 0.1  # seconds between a row change and the contexts panel's update
-QUEUE = 4  # encoded events a stream holds for its response
 COUNTS_PERIOD = 1.0  # seconds between contexts panels sent only for new object counts
 ENCODED_CHANGES = 1024  # live changes whose encoding is kept for the other streams
 
@@ -81,7 +80,7 @@ def encode_event(event: str, data: object, *, retry: int | None = None) -> bytes
     """One server-sent event, ``data`` as JSON (already encoded if bytes).
 
     JSON holds no raw line break, so the data is one ``data:`` line and the bytes are
-    joined, not re-encoded (what sse-starlette's ``ServerSentEvent.encode`` gives).
+    joined, not re-encoded.
     """
     raw = data if isinstance(data, bytes) else orjson.dumps(data)
     tail = b"\r\n\r\n" if retry is None else b"\r\nretry: %d\r\n\r\n" % retry
@@ -110,12 +109,15 @@ def encoded(change: Change) -> bytes:
 
 
 class _Snapshot:
-    __slots__ = ("events", "store", "version")
+    __slots__ = ("events", "rows", "store", "version")
 
-    def __init__(self, store: Store, version: tuple[str, int], events: list[bytes]) -> None:
+    def __init__(
+        self, store: Store, version: tuple[str, int], events: list[bytes], rows: dict[bytes, bytes]
+    ) -> None:
         self.store = store
         self.version = version
         self.events = events
+        self.rows = rows
 
 
 class SnapshotCache:
@@ -124,12 +126,15 @@ class SnapshotCache:
     One entry per (context, resource, namespace): the ``changes`` events (``BATCH`` rows
     each) that replay a store, valid while the store is the same object at the same
     resourceVersion and size. Concurrent streams wanting the same snapshot wait for one
-    encoding. At most ``max_entries`` entries (least recently used go first).
+    encoding. An entry also keeps each object's encoded row (by the object's bytes), so the
+    next encoding, after a few changes, summarises only the objects that changed. At most
+    ``max_entries`` entries (least recently used go first).
     """
 
     def __init__(self, max_entries: int = 256) -> None:
         self.max_entries = max_entries
         self.encodings = 0  # snapshots encoded (for tests and benches)
+        self.summarized = 0  # objects summarised for snapshots (for tests and benches)
         self._entries: OrderedDict[tuple[str, str, str | None], _Snapshot] = OrderedDict()
         self._busy: dict[tuple[str, str, str | None], anyio.Event] = {}
 
@@ -156,9 +161,26 @@ class SnapshotCache:
             await busy.wait()  # somebody encodes it: theirs is likely what we need
         done = self._busy[key] = anyio.Event()
         try:
-            events = await _encode_snapshot(context, resource, namespace, store)
+            known = entry.rows if entry is not None else {}
+            raws = store.list_raw(namespace)  # the store at one instant; slices follow it
+            rows: dict[bytes, bytes] = {}
+            events: list[bytes] = []
+            fresh = 0
+            for start in range(0, len(raws), BATCH):
+                batch = []
+                for raw in raws[start : start + BATCH]:
+                    row = known.get(raw)
+                    if row is None:
+                        row = _row(context, resource, raw)
+                        fresh += 1
+                        if fresh % SLICE == 0:
+                            await anyio.lowlevel.checkpoint()  # the event loop stays responsive
+                    rows[raw] = row
+                    batch.append(row)
+                events.append(encode_event("changes", b"[" + b",".join(batch) + b"]"))
             self.encodings += 1
-            self._entries[key] = _Snapshot(store, version, events)
+            self.summarized += fresh
+            self._entries[key] = _Snapshot(store, version, events, rows)
             self._entries.move_to_end(key)
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
@@ -168,38 +190,28 @@ class SnapshotCache:
             done.set()
 
 
-async def _encode_snapshot(
-    context: str, resource: Resource, namespace: str | None, store: Store
-) -> list[bytes]:
-    raws = store.list_raw(namespace)  # the store at one instant; the slices follow it
-    events: list[bytes] = []
-    for start in range(0, len(raws), BATCH):
-        rows = []
-        for raw in raws[start : start + BATCH]:
-            obj = orjson.loads(raw)
-            meta = obj.get("metadata") if isinstance(obj, dict) else None
-            meta = meta if isinstance(meta, dict) else {}
-            rows.append(
-                {
-                    "type": "ADDED",
-                    "context": context,
-                    "namespace": str(meta.get("namespace") or ""),
-                    "name": str(meta.get("name") or ""),
-                    "row": summarize(resource.name, obj),
-                }
-            )
-        events.append(encode_event("changes", rows))
-        await anyio.lowlevel.checkpoint()  # one slice at a time: the event loop stays responsive
-    return events
+def _row(context: str, resource: Resource, raw: bytes) -> bytes:
+    obj = orjson.loads(raw)
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    return orjson.dumps(
+        {
+            "type": "ADDED",
+            "context": context,
+            "namespace": str(meta.get("namespace") or ""),
+            "name": str(meta.get("name") or ""),
+            "row": summarize(resource.name, obj),
+        }
+    )
 
 
 class Stream:
-    """One browser's stream. Run :meth:`table` or :meth:`object` as the data sender."""
+    """One browser's stream, writing events with ``write``: run :meth:`table` or :meth:`object`."""
 
-    def __init__(self, dashboard: Dashboard, send: MemoryObjectSendStream[bytes]):
+    def __init__(self, dashboard: Dashboard, write: Callable[[bytes], Awaitable[None]]):
         self._dash = dashboard
         self._registry: WatcherRegistry = dashboard.registry  # raises 503 if not running
-        self._send = send
+        self._write = write
         self._watch_errors: dict[str, str] = {}
         self._first = True
 
@@ -207,18 +219,16 @@ class Stream:
         retry = None
         if self._first:
             retry, self._first = RETRY_MS, False
-        await self._send.send(encode_event(event, data, retry=retry))
+        await self._write(encode_event(event, data, retry=retry))
 
     async def fail(self, message: str) -> None:
         """Tell the page why there is nothing to stream; it does not reconnect."""
-        async with self._send:
-            await self._emit("problem", {"message": message, "fatal": True})
+        await self._emit("problem", {"message": message, "fatal": True})
 
     # ------------------------------------------------------------------ table
     async def table(self, resource: Resource, namespace: str | None) -> None:
         """Rows of ``resource`` in every context, live, until the client or server goes."""
-        async with self._send, anyio.create_task_group() as tg:
-            tg.start_soon(self._close_on_shutdown, tg.cancel_scope)
+        async with anyio.create_task_group() as tg:
             tg.start_soon(self._contexts_loop)
             tg.start_soon(self._keep_watching, resource)
             await self._pump_table(resource, namespace if resource.namespaced else None)
@@ -241,12 +251,12 @@ class Stream:
                         continue  # not synced: its rows arrive as changes once it is
                     cache = self._dash.snapshots
                     for event in await cache.events(context, resource, namespace, store):
-                        await self._send.send(event)
+                        await self._write(event)
                 await self._emit("synced", {})
                 try:
                     async for change in changes:
                         batch = _drain(change, changes)
-                        await self._send.send(
+                        await self._write(
                             encode_event("changes", b"[" + b",".join(map(encoded, batch)) + b"]")
                         )
                 except SubscriberOverflow as exc:
@@ -316,15 +326,10 @@ class Stream:
         with anyio.move_on_after(self._dash.status_period):
             await self._registry.wait_kubeconfig_sync(after)
 
-    async def _close_on_shutdown(self, scope: anyio.CancelScope) -> None:
-        await self._dash.wait_closing()
-        scope.cancel("dashboard shutting down")
-
     # ------------------------------------------------------------------ object
     async def object(self, context: str, resource: Resource, namespace: str, name: str) -> None:
         """One object and its Kubernetes Events, live."""
-        async with self._send, anyio.create_task_group() as tg:
-            tg.start_soon(self._close_on_shutdown, tg.cancel_scope)
+        async with anyio.create_task_group() as tg:
             tg.start_soon(self._contexts_loop)
             await self._pump_object(context, resource, namespace, name)
             tg.cancel_scope.cancel("the registry closed")

@@ -7,12 +7,12 @@ from a cluster is ever interpreted as HTML.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from kubemux import Change, RegistryStatus, Resource
 
+from .._event_index import event_timestamp
 from .._redact import redact_text, redact_url
 
 __all__ = [
@@ -129,27 +129,10 @@ def redact(resource: Resource | None, obj: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-_EVENT_TIMES = (
-    ("series", "lastObservedTime"),
-    ("eventTime",),
-    ("lastTimestamp",),
-    ("deprecatedLastTimestamp",),
-    ("firstTimestamp",),
-    ("deprecatedFirstTimestamp",),
-    ("metadata", "creationTimestamp"),
-)
-
-
 def event_payload(event: Mapping[str, Any]) -> dict[str, Any]:
-    """A Kubernetes Event (``events.k8s.io/v1`` or core ``v1``) in one shape."""
-    when = ""
-    for path in _EVENT_TIMES:
-        value: object = event
-        for part in path:
-            value = _dict(value).get(part)
-        if value:
-            when = _text(value)
-            break
+    """A Kubernetes Event (``events.k8s.io/v1`` or core ``v1``) in one shape, dated as the
+    event index dates it (:func:`kubemux._event_index.event_timestamp`)."""
+    when = _text(event_timestamp(event) or "")
     series = _dict(event.get("series"))
     count = series.get("count") or event.get("count") or event.get("deprecatedCount") or 1
     source = _text(event.get("reportingController")) or _text(
@@ -187,57 +170,34 @@ def status_payload(
 ) -> dict[str, Any]:
     """The registry's state as JSON for the contexts panel; never holds a secret.
 
-    The one place that turns a :class:`~kubemux.RegistryStatus` into JSON for the dashboard
-    (``GET /api/contexts`` and the ``contexts`` stream event). Server URLs and error texts
-    go through :mod:`kubemux._redact` whatever the registry already did.
+    :meth:`RegistryStatus.to_json() <kubemux.RegistryStatus.to_json>` (the form ``kubemux
+    status -o json`` prints), and for each context what the page derives from it:
+    ``current``, ``objects`` (resource -> count, for informers over everything) and
+    ``last_sync`` (the latest of its informers). Served by ``GET /api/contexts`` and the
+    ``contexts`` stream event. Server URLs and error texts go through
+    :mod:`kubemux._redact` whatever the registry already did.
 
     ``watch_errors`` are per-context failures to start the resource a page looks at (a
     resource the registry does not watch by itself).
     """
     watch_errors = watch_errors or {}
-    contexts = []
-    for ctx in status.contexts.values():
-        informers = [
-            {
-                "resource": i.resource,
-                "namespace": i.namespace,
-                "state": i.state,
-                "synced": i.has_synced,
-                "objects": i.objects,
-                "last_sync": i.last_sync,
-                "last_error": _safe(i.last_error),
-                "relists": i.relists,
-                "reconnects": i.reconnects,
-            }
-            for i in ctx.informers
-        ]
+    out = status.to_json()  # the one JSON form, shared with ``kubemux status -o json``
+    for ctx, item in zip(status.contexts.values(), out["contexts"], strict=True):
         objects: dict[str, int] = {}
         for i in ctx.informers:
             if i.namespace is None and i.label_selector is None and i.field_selector is None:
                 objects[i.resource] = i.objects
         syncs = [i.last_sync for i in ctx.informers if i.last_sync is not None]
-        contexts.append(
-            {
-                "name": ctx.name,
-                "current": ctx.name == status.current_context,
-                "state": ctx.state,
-                "generation": ctx.generation,
-                "server": safe_server(ctx.server),
-                "cluster": ctx.cluster_name,
-                "user": ctx.user_name,
-                "namespace": ctx.namespace,
-                "source": ctx.source,
-                "last_error": _safe(ctx.last_error or watch_errors.get(ctx.name)),
-                "retry_in": math.ceil(ctx.retry_in) if ctx.retry_in is not None else None,
-                "objects": objects,
-                "last_sync": max(syncs) if syncs else None,
-                "informers": informers,
-            }
+        for informer in item["informers"]:
+            informer["last_error"] = _safe(informer.get("last_error"))
+        item.update(
+            server=safe_server(ctx.server),
+            last_error=_safe(ctx.last_error or watch_errors.get(ctx.name)),
+            # what the page shows, derived: not in the shared form
+            current=ctx.name == status.current_context,
+            objects=objects,
+            last_sync=max(syncs) if syncs else None,
         )
-    return {
-        "current_context": status.current_context,
-        "kubeconfig_syncs": status.kubeconfig_syncs,
-        "kubeconfig_errors": {k: redact_text(v) for k, v in status.kubeconfig_errors.items()},
-        "invalid_contexts": {k: redact_text(v) for k, v in status.invalid_contexts.items()},
-        "contexts": contexts,
-    }
+    out["kubeconfig_errors"] = {k: redact_text(v) for k, v in status.kubeconfig_errors.items()}
+    out["invalid_contexts"] = {k: redact_text(v) for k, v in status.invalid_contexts.items()}
+    return out

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from .._resources import Resource
-from ._state import ObjectStore, version_priority
+from ._crd import version_priority
+from ._state import ObjectStore
 
 __all__ = [
     "DISCOVERY_VERSIONS",

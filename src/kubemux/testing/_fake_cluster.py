@@ -66,54 +66,26 @@ Simplified:
 from __future__ import annotations
 
 import asyncio
-import datetime
-import os
-import shutil
 import ssl
-import tempfile
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 
 from .._resources import Resource
-from ._auth import AuthState, sign_token
-from ._http import Access, ApiServer, RecordedRequest, StreamingList, _Fault
-from ._state import RAW_LINE, Event, ObjectStore, Stored
+from ._auth import AuthState
+from ._cluster_auth import AuthControls, make_tls
+from ._cluster_faults import FaultControls
+from ._http import ApiServer, RecordedRequest, StreamingList, TrackingServer
+from ._state import ObjectStore
 
 __all__ = ["FakeCluster", "RecordedRequest"]
 
 _SHUTDOWN_TIMEOUT = 2.0
 
 
-class _TrackingServer(web.Server):
-    """aiohttp's low-level server, counting live connections and their handler tasks."""
-
-    def __init__(self, api: ApiServer) -> None:
-        super().__init__(api.handle, handler_cancellation=True, access_log=None)
-        self._api = api
-        self.live: dict[RequestHandler, asyncio.Transport] = {}
-        self.finishing: set[asyncio.Task[None]] = set()
-
-    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
-        super().connection_made(handler, transport)
-        self.live[handler] = transport
-        self._api.notify()
-
-    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
-        task = handler._task_handler  # aiohttp's per-connection task, still winding down
-        if task is not None and not task.done():
-            self.finishing.add(task)
-            task.add_done_callback(self.finishing.discard)
-        super().connection_lost(handler, exc)
-        self.live.pop(handler, None)
-        self._api.notify()
-
-
-class FakeCluster:
+class FakeCluster(AuthControls, FaultControls):
     """A fake kube-apiserver on 127.0.0.1 for tests, benchmarks and demos.
 
     Use it as an async context manager (``async with FakeCluster() as cluster``), or call
@@ -190,28 +162,12 @@ class FakeCluster:
         )
         self._api.self_subject_review = self_subject_review
         self._runner: web.ServerRunner | None = None
-        self._server: _TrackingServer | None = None
+        self._server: TrackingServer | None = None
         self._ssl: ssl.SSLContext | None = None
         self._ca_file: str | None = None
         self._ca: Any = None
         if tls:
-            self._ssl, self._ca_file = self._make_tls()
-
-    def _make_tls(self) -> tuple[ssl.SSLContext, str]:
-        try:
-            import trustme
-        except ImportError as exc:  # pragma: no cover - trustme is a test dependency
-            raise RuntimeError("FakeCluster(tls=True) needs the 'trustme' package") from exc
-        ca = trustme.CA()
-        leaf = ca.issue_cert("127.0.0.1", "localhost")
-        folder = tempfile.mkdtemp(prefix="kubemux-fake-ca-")
-        weakref.finalize(self, shutil.rmtree, folder, True)
-        ca_file = os.path.join(folder, "ca.crt")
-        ca.cert_pem.write_to_path(ca_file)
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        leaf.configure_cert(context)
-        self._ca = ca
-        return context, ca_file
+            self._ssl, self._ca_file, self._ca = make_tls(self)
 
     def _notify(self) -> None:
         self._api.notify()
@@ -227,7 +183,7 @@ class FakeCluster:
         if self._runner is not None:
             raise RuntimeError(f"{self!r} is already running")
         self._api.stopping = False
-        server = _TrackingServer(self._api)
+        server = TrackingServer(self._api)
         runner = web.ServerRunner(server, shutdown_timeout=_SHUTDOWN_TIMEOUT)
         await runner.setup()
         site = web.TCPSite(
@@ -313,106 +269,6 @@ class FakeCluster:
         if self._ca_file is None:
             return None
         return ssl.create_default_context(cafile=self._ca_file)
-
-    @property
-    def tokens(self) -> set[str]:
-        """The accepted bearer tokens; mutate it to rotate credentials at runtime.
-
-        Ignored when the cluster was created with ``tokens=None`` (no authentication).
-        """
-        return self._api.tokens
-
-    # ------------------------------------------------------------------ authentication
-    @property
-    def signing_key(self) -> str | None:
-        """The key signed tokens are checked with (``signing_key=``), or None."""
-        return self._auth.signing_key
-
-    def sign_token(self, user: str = "user", ttl: float = 3600.0) -> str:
-        """A token this cluster accepts as ``user`` for ``ttl`` seconds (``signing_key=``).
-
-        With ``newest_only=True`` it also stops being accepted once a token issued later for
-        the same user has been used.
-
-        Raises:
-            RuntimeError: The cluster has no signing key.
-        """
-        if self._auth.signing_key is None:
-            raise RuntimeError(f"{self!r} has no signing_key")
-        return sign_token(self._auth.signing_key, user, ttl, now=self._auth.clock())
-
-    def issue_client_cert(self, user: str, ttl: float = 86400.0) -> tuple[bytes, bytes]:
-        """A client certificate for ``user`` (its common name) and its key, both PEM.
-
-        Accepted on this cluster's TLS port while valid and not revoked (``tls=True``).
-
-        Raises:
-            RuntimeError: The cluster does not serve TLS.
-        """
-        if self._ca is None or self._ssl is None:
-            raise RuntimeError(f"{self!r} does not serve TLS")
-        if self._ssl.verify_mode != ssl.CERT_OPTIONAL:
-            # from the first issued certificate on, new handshakes ask for client
-            # certificates signed by this CA (others then fail the handshake)
-            self._ca.configure_trust(self._ssl)
-            self._ssl.verify_mode = ssl.CERT_OPTIONAL
-        now = self._auth.clock()
-        start = datetime.datetime.fromtimestamp(now - 60, datetime.UTC)
-        end = datetime.datetime.fromtimestamp(now + ttl, datetime.UTC)
-        leaf = self._ca.issue_cert(
-            "client.kubemux.invalid", common_name=user, not_before=start, not_after=end
-        )
-        cert_pem: bytes = leaf.cert_chain_pems[0].bytes()
-        from cryptography import x509
-
-        serial = x509.load_pem_x509_certificate(cert_pem).serial_number
-        self._auth.cert_issued[serial] = now
-        return cert_pem, leaf.private_key_pem.bytes()
-
-    def revoke(self, user: str) -> None:
-        """Refuse every signed token and client certificate issued to ``user`` so far."""
-        self._auth.revoke(user)
-        self._api.notify()
-
-    @property
-    def unauthorized(self) -> int:
-        """Requests answered 401 so far."""
-        return self._auth.rejected
-
-    def restrict(
-        self,
-        token: str,
-        *,
-        user: str,
-        namespaces: Iterable[str] | None = None,
-        resources: Iterable[str] | None = None,
-    ) -> None:
-        """Limit what ``token`` may read, like namespace-scoped RoleBindings.
-
-        Requests outside the limits get the 403 ``Forbidden`` Status kube-apiserver writes
-        (``pods is forbidden: User "x" cannot list resource "pods" in API group "" at the
-        cluster scope``). Discovery stays open. With authentication on, the token is also
-        added to :attr:`tokens`.
-
-        Args:
-            token: The bearer token.
-            user: The user name the messages give.
-            namespaces: Namespaces it may use; None: every namespace and the cluster scope.
-                When given, cluster-wide requests and cluster-scoped resources are forbidden.
-            resources: Resources it may use, by full kubectl name (``pods``,
-                ``deployments.apps``); None: all.
-        """
-        self._api.access[token] = Access(
-            user=user,
-            namespaces=frozenset(namespaces) if namespaces is not None else None,
-            resources=frozenset(resources) if resources is not None else None,
-        )
-        if self._api.auth_required:
-            self._api.tokens.add(token)
-
-    def unrestrict(self, token: str) -> None:
-        """Lift the limits :meth:`restrict` put on ``token``."""
-        self._api.access.pop(token, None)
 
     # ------------------------------------------------------------------ objects
     def add_crd(
@@ -566,65 +422,6 @@ class FakeCluster:
         return str(self._store.rv)
 
     # ------------------------------------------------------------------ faults
-    def drop_watches(self) -> int:
-        """Cut every open watch stream mid-stream (connection closed); return how many."""
-        return self._api.drop_watches()
-
-    def fail_next(
-        self,
-        n: int,
-        status: int = 500,
-        *,
-        reason: str = "InternalError",
-        path_prefix: str | None = None,
-        watch: bool | None = None,
-        query_has: Iterable[str] = (),
-    ) -> None:
-        """Answer the next ``n`` matching requests with ``status`` and a Status body.
-
-        Args:
-            n: How many requests fail.
-            status: The HTTP status (429 and 503 also carry ``Retry-After: 1``).
-            reason: The Status ``reason``.
-            path_prefix: Only requests whose path starts with this.
-            watch: Only watch requests (True) or only other requests (False).
-            query_has: Only requests whose query has all these parameters (for example
-                ``("continue",)`` to fail a LIST's continuation pages).
-        """
-        if n > 0:
-            self._api.faults.append(_Fault(n, status, reason, path_prefix, watch, tuple(query_has)))
-
-    def inject_watch_line(self, resource: str | Resource, line: bytes) -> int:
-        """Send ``line`` (plus a newline) verbatim on every open watch of ``resource``.
-
-        For testing how clients cope with malformed lines or unknown event types. Returns the
-        number of streams it was queued on.
-        """
-        state = self._store.state(resource)
-        event = Event(RAW_LINE, 0, ("", ""), Stored(bytes(line), {}), None)
-        for watch in state.watchers:
-            watch.push([event])
-        return len(state.watchers)
-
-    def stall(self) -> None:
-        """Freeze the server: watch streams send nothing, new requests hang.
-
-        Changes keep queueing for the open watches and flow after :meth:`unstall`.
-        """
-        self._api.stall()
-
-    def unstall(self) -> None:
-        """End a :meth:`stall`."""
-        self._api.unstall()
-
-    def compact(self) -> None:
-        """Forget the history: older resourceVersions are Expired from now on.
-
-        Watch resumes and continue tokens from before get 410; open watches send the events
-        they had queued (changes made before the call), then an in-stream ERROR 410, and end.
-        """
-        self._api.compact()
-
     # ------------------------------------------------------------------ observation
     @property
     def requests(self) -> list[RecordedRequest]:

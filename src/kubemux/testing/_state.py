@@ -10,106 +10,34 @@ the cluster.
 
 from __future__ import annotations
 
-import asyncio
 import bisect
-import dataclasses
 import datetime as dt
-import re
 import secrets
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
 
 from .._resources import BUILTIN_RESOURCES, Resource, parse_resource, register_resource
+from ._crd import CrdInfo
 from ._protocol import Key, Selector
+from ._resource_state import (
+    ADDED,
+    DELETED,
+    MODIFIED,
+    NO_OBJECT,
+    Event,
+    ResourceState,
+    Stored,
+    Watch,
+)
 
-__all__ = [
-    "ADDED",
-    "DELETED",
-    "INITIAL_END",
-    "MODIFIED",
-    "RAW_LINE",
-    "CrdInfo",
-    "Event",
-    "ObjectStore",
-    "Watch",
-    "version_priority",
-]
-
-ADDED = "ADDED"
-MODIFIED = "MODIFIED"
-DELETED = "DELETED"
-INITIAL_END = "INITIAL_END"
-RAW_LINE = "RAW_LINE"  # a test-injected line, sent verbatim
-"""Queue marker: the initial events of a streaming list end here (becomes a BOOKMARK)."""
+__all__ = ["ObjectStore"]
 
 _TOP_KEYS = ("kind", "apiVersion", "metadata")
 _CRD_GROUP = "apiextensions.k8s.io"
-_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
-
-
-def version_priority(version: str) -> tuple[int, int, int, str]:
-    """Sort key of Kubernetes version priority: v2 > v1 > v1beta2 > v1beta1 > v1alpha1 > foo."""
-    match = _VERSION.match(version)
-    if match is None:
-        return (3, 0, 0, version)
-    stage = {None: 0, "beta": 1, "alpha": 2}[match.group(2)]
-    return (stage, -int(match.group(1)), -int(match.group(3) or 0), version)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CrdInfo:
-    """What one CustomResourceDefinition serves."""
-
-    resource: Resource  # at the preferred version, with names, short names and categories
-    versions: tuple[str, ...]  # served, by version priority (preferred first)
-    columns: Mapping[str, list[dict[str, Any]]]  # version -> additionalPrinterColumns
-
-    @classmethod
-    def parse(cls, crd: Mapping[str, Any]) -> CrdInfo | None:
-        """Read a CRD object; None when it names no group or plural or serves no version."""
-        spec = crd.get("spec") or {}
-        names = spec.get("names") or {}
-        group, plural = str(spec.get("group") or ""), str(names.get("plural") or "")
-        served = [
-            v
-            for v in spec.get("versions") or []
-            if isinstance(v, Mapping) and v.get("served", True)
-        ]
-        if not group or not plural or not served:
-            return None
-        versions = tuple(sorted((str(v.get("name")) for v in served), key=version_priority))
-        kind = str(names.get("kind") or "")
-        resource = Resource(
-            group=group,
-            version=versions[0],
-            plural=plural,
-            kind=kind,
-            namespaced=spec.get("scope", "Namespaced") != "Cluster",
-            singular=str(names.get("singular") or kind.lower()),
-            short_names=tuple(names.get("shortNames") or ()),
-            categories=tuple(names.get("categories") or ()),
-            verbs=(
-                "delete",
-                "deletecollection",
-                "get",
-                "list",
-                "patch",
-                "create",
-                "update",
-                "watch",
-            ),
-        )
-        columns = {
-            str(v.get("name")): list(v.get("additionalPrinterColumns") or []) for v in served
-        }
-        return cls(resource, versions, columns)
-
-
 _META_ORDER = (
     "name",
     "generateName",
@@ -119,137 +47,6 @@ _META_ORDER = (
     "generation",
     "creationTimestamp",
 )
-
-
-class Stored:
-    """One version of an object: its JSON bytes (serialised once), decoded only on demand.
-
-    Most paths (unfiltered watches and lists) only ever need the bytes; keeping 100k objects
-    as bytes rather than dicts also keeps the garbage collector out of the way.
-    """
-
-    __slots__ = ("_obj", "raw")
-
-    def __init__(self, raw: bytes, obj: dict[str, Any] | None = None) -> None:
-        self.raw = raw
-        self._obj = obj
-
-    @property
-    def obj(self) -> dict[str, Any]:
-        """The object as a dict: shared and cached, so never mutate it."""
-        if self._obj is None:
-            self._obj = orjson.loads(self.raw)
-        return self._obj
-
-
-class Event:
-    """One change: ``cur`` is the new version (the final one for DELETED), ``prev`` the old."""
-
-    __slots__ = ("cur", "key", "prev", "rv", "type")
-
-    def __init__(self, type_: str, rv: int, key: Key, cur: Stored, prev: Stored | None) -> None:
-        self.type = type_
-        self.rv = rv
-        self.key = key
-        self.cur = cur
-        self.prev = prev
-
-
-_NO_OBJECT = Stored(b"{}", {})
-
-
-class Watch:
-    """One open watch stream: the events it still has to send, and why it should end."""
-
-    __slots__ = (
-        "dropped",
-        "expired",
-        "finished",
-        "queue",
-        "selector",
-        "state",
-        "table",
-        "token",
-        "wake",
-    )
-
-    def __init__(self, state: ResourceState, selector: Selector, token: str | None) -> None:
-        self.state = state
-        self.selector = selector
-        self.token = token
-        self.queue: deque[Event] = deque()
-        self.wake = asyncio.Event()
-        self.dropped = False
-        self.finished = False  # end the stream cleanly once the queue is sent (CRD deleted)
-        self.expired: str | None = None  # message of the in-stream 410 still to send
-        self.table: Any = None  # (printer, includeObject) when the client asked for Tables
-
-    def push(self, events: Iterable[Event]) -> None:
-        """Queue events for this stream and wake its writer."""
-        self.queue.extend(events)
-        self.wake.set()
-
-
-class ResourceState:
-    """Objects, history and open watches of one resource type."""
-
-    def __init__(self, resource: Resource) -> None:
-        self.resource = resource
-        self.kind = resource.kind or _guess_kind(resource.plural)
-        self.list_kind = f"{self.kind}List"
-        self.objects: dict[Key, Stored] = {}
-        self.history: list[Event] = []
-        self.first = 0  # index of the oldest event still in history
-        self.trimmed_rv = 0  # resume points older than this have lost events
-        self.watchers: set[Watch] = set()
-        self._sorted: list[Key] | None = None
-
-    def sorted_keys(self) -> list[Key]:
-        """Keys in (namespace, name) order, cached until the key set changes."""
-        if self._sorted is None:
-            self._sorted = sorted(self.objects)
-        return self._sorted
-
-    def invalidate_keys(self) -> None:
-        """Forget the sorted key cache (the key set changed)."""
-        self._sorted = None
-
-    def record(self, events: list[Event], limit: int) -> None:
-        """Append events to the history (trimmed to ``limit``) and to every watch queue."""
-        self.history.extend(events)
-        excess = len(self.history) - self.first - limit
-        if excess > 0:
-            self.first += excess
-            self.trimmed_rv = self.history[self.first - 1].rv
-            if self.first > 1024 and self.first * 2 > len(self.history):
-                del self.history[: self.first]
-                self.first = 0
-        for watch in self.watchers:
-            watch.push(events)
-
-    def events_after(self, rv: int) -> list[Event]:
-        """History events newer than ``rv`` (the caller checked that ``rv`` is not expired)."""
-        start = bisect.bisect_right(self.history, rv, lo=self.first, key=_event_rv)
-        return self.history[start:]
-
-    def state_at(self, rv: int) -> dict[Key, Stored | None]:
-        """What differs between now and ``rv``: key -> its version at ``rv`` (None: absent)."""
-        overlay: dict[Key, Stored | None] = {}
-        for index in range(len(self.history) - 1, self.first - 1, -1):
-            event = self.history[index]
-            if event.rv <= rv:
-                break
-            overlay[event.key] = event.prev  # the earliest change after rv wins (written last)
-        return overlay
-
-
-def _event_rv(event: Event) -> int:
-    return event.rv
-
-
-def _guess_kind(plural: str) -> str:
-    singular = plural[:-3] + "y" if plural.endswith("ies") else plural.removesuffix("s")
-    return singular[:1].upper() + singular[1:]
 
 
 def _describe(state: ResourceState, key: Key) -> str:
@@ -566,8 +363,8 @@ class ObjectStore:
         while index < hi:
             key = keys[index]
             index += 1
-            stored = overlay.get(key, _NO_OBJECT) if overlay else _NO_OBJECT
-            if stored is _NO_OBJECT:
+            stored = overlay.get(key, NO_OBJECT) if overlay else NO_OBJECT
+            if stored is NO_OBJECT:
                 stored = objects.get(key)
             if stored is None or (check and not selector.matches(stored.obj)):
                 continue

@@ -231,7 +231,7 @@
     p.current.hidden = !c.current;
     text(p.state, c.state);
     p.state.className = "badge state state-" + c.state.replace(/\s+/g, "-");
-    const where = [c.server, c.user && "user " + c.user, c.namespace && "ns " + c.namespace];
+    const where = [c.server, c.user_name && "user " + c.user_name, c.namespace && "ns " + c.namespace];
     text(p.where, where.filter(Boolean).join(" · "));
     p.where.title = c.source ? "from " + c.source : "";
     const parts = [];
@@ -243,7 +243,7 @@
     p.counts.dataset.text = parts.join(" · ") || "no watchers yet";
     renderCounts(p.counts);
     let err = c.last_error || "";
-    if (err && c.retry_in) err += " (retry in " + c.retry_in + "s)";
+    if (err && c.retry_in) err += " (retry in " + Math.ceil(c.retry_in) + "s)";
     text(p.error, err);
     p.error.hidden = !err;
     card.classList.toggle("card-bad", Boolean(err));
@@ -464,6 +464,50 @@
       if (ns) query.set("namespace", ns);
       stream = connect("api/stream?" + query.toString(), handlers);
       updateCount();
+      checkResource(resource);
+    }
+
+    // The cluster's own resource list (discovery) for the picker; a name it does not serve
+    // gets the server's answer (with suggestions) as a banner, never a silent empty table.
+    let served = null; // Set of names, short names and kinds the first context serves
+    let checkedContext = null;
+    async function discover() {
+      try {
+        const status = await (await fetch("api/contexts")).json();
+        const names = status.contexts.map((c) => c.name);
+        checkedContext = status.current_context && names.includes(status.current_context)
+          ? status.current_context : names[0];
+        if (!checkedContext) return;
+        const answer = await fetch("api/contexts/" + encodeURIComponent(checkedContext) + "/resources");
+        if (!answer.ok) return;
+        const list = (await answer.json()).resources;
+        served = new Set();
+        for (const r of list) {
+          served.add(r.name);
+          served.add(r.name.split(".")[0]);
+          served.add(r.kind.toLowerCase());
+          for (const short of r.short_names) served.add(short);
+        }
+        $("resources").replaceChildren(...list.map((r) => el("option", { value: r.name })));
+      } catch (err) {
+        served = null; // the static list stays
+      }
+    }
+
+    async function checkResource(name) {
+      setBanner("resource", null);
+      if (!served) await discover();
+      if (!served || !checkedContext || served.has(name.toLowerCase())) return;
+      try {
+        const path = "api/contexts/" + encodeURIComponent(checkedContext) + "/" +
+          encodeURIComponent(name) + "/table";
+        const answer = await fetch(path);
+        if (answer.status === 404 && name === resource) {
+          setBanner("resource", (await answer.json()).error, "error");
+        }
+      } catch (err) {
+        // the stream reports what it can
+      }
     }
 
     function syncUrl() {

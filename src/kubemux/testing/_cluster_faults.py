@@ -1,0 +1,78 @@
+"""FakeCluster's scripted faults: dropped watches, failed requests, stalls, compaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .._resources import Resource
+from ._http import ApiServer, Fault
+from ._resource_state import RAW_LINE, Event, Stored
+from ._state import ObjectStore
+
+__all__ = ["FaultControls"]
+
+
+class FaultControls:
+    """The fault-injection methods of :class:`FakeCluster`."""
+
+    _api: ApiServer
+    _store: ObjectStore
+
+    def drop_watches(self) -> int:
+        """Cut every open watch stream mid-stream (connection closed); return how many."""
+        return self._api.drop_watches()
+
+    def fail_next(
+        self,
+        n: int,
+        status: int = 500,
+        *,
+        reason: str = "InternalError",
+        path_prefix: str | None = None,
+        watch: bool | None = None,
+        query_has: Iterable[str] = (),
+    ) -> None:
+        """Answer the next ``n`` matching requests with ``status`` and a Status body.
+
+        Args:
+            n: How many requests fail.
+            status: The HTTP status (429 and 503 also carry ``Retry-After: 1``).
+            reason: The Status ``reason``.
+            path_prefix: Only requests whose path starts with this.
+            watch: Only watch requests (True) or only other requests (False).
+            query_has: Only requests whose query has all these parameters (for example
+                ``("continue",)`` to fail a LIST's continuation pages).
+        """
+        if n > 0:
+            self._api.faults.append(Fault(n, status, reason, path_prefix, watch, tuple(query_has)))
+
+    def inject_watch_line(self, resource: str | Resource, line: bytes) -> int:
+        """Send ``line`` (plus a newline) verbatim on every open watch of ``resource``.
+
+        For testing how clients cope with malformed lines or unknown event types. Returns the
+        number of streams it was queued on.
+        """
+        state = self._store.state(resource)
+        event = Event(RAW_LINE, 0, ("", ""), Stored(bytes(line), {}), None)
+        for watch in state.watchers:
+            watch.push([event])
+        return len(state.watchers)
+
+    def stall(self) -> None:
+        """Freeze the server: watch streams send nothing, new requests hang.
+
+        Changes keep queueing for the open watches and flow after :meth:`unstall`.
+        """
+        self._api.stall()
+
+    def unstall(self) -> None:
+        """End a :meth:`stall`."""
+        self._api.unstall()
+
+    def compact(self) -> None:
+        """Forget the history: older resourceVersions are Expired from now on.
+
+        Watch resumes and continue tokens from before get 410; open watches send the events
+        they had queued (changes made before the call), then an in-stream ERROR 410, and end.
+        """
+        self._api.compact()
