@@ -6,7 +6,7 @@ demo, ``_relay``) and ``_output`` for what they share (logging, one-line errors,
 Errors are one line on stderr naming the problem, printed once, with exit status 1 (2 for
 usage errors); a closed pipe (``kubemux watch pods | head``) ends the command quietly.
 ``demo`` and ``dashboard`` serve :mod:`kubemux.dashboard` (it needs the ``dashboard`` extra:
-starlette, sse-starlette, uvicorn).
+starlette, uvicorn).
 
 Everything written for a terminal (tables, log lines, errors) shows control characters as
 escapes and server URLs without their ``user:password@``: names, phases and messages come

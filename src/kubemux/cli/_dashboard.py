@@ -34,8 +34,7 @@ def load_dashboard() -> ModuleType:
         import kubemux.dashboard
     except ImportError as exc:
         raise CommandError(
-            f"the dashboard needs starlette, sse-starlette and uvicorn "
-            f"(pip install 'kubemux[dashboard]'): {exc}"
+            f"the dashboard needs starlette and uvicorn (pip install 'kubemux[dashboard]'): {exc}"
         ) from exc
     return kubemux.dashboard
 
