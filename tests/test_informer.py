@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -369,3 +370,57 @@ async def test_transforms_apply_to_lists_and_watch_events(
         assert all(o["spec"]["containers"] for o in pods.list())  # the rest is intact
         cm = maps.get("default", "cm")
         assert cm is not None and cm["metadata"]["managedFields"] == [{"manager": "k"}]
+
+
+def _widget(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "example.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": name, "namespace": "default"},
+    }
+
+
+async def test_a_deleted_crd_is_reported_and_its_return_resumes_the_informer(
+    tmp_path: Path, cluster: FakeCluster
+) -> None:
+    cluster.add_crd("example.com", "widgets", "Widget")
+    cluster.create("widgets.example.com", _widget("w-1"))
+    settings = dataclasses.replace(FAST, gone_retry=0.3)
+    path = write_kubeconfig(tmp_path / "config", {"c": cluster})
+    async with WatcherRegistry.from_kubeconfig(str(path), settings=settings) as reg:
+
+        def informer() -> Any:
+            (status,) = reg.status().contexts["c"].informers
+            return status
+
+        async def until(check: Any) -> None:
+            version = reg.status_version
+            while not check():
+                version = await reg.wait_status_change(version)
+
+        with anyio.fail_after(TIMEOUT):
+            store = await reg.watch("c", "widgets")
+            cluster.delete_crd("widgets.example.com")
+            await until(lambda: informer().state == "error")
+        message = informer().last_error or ""
+        assert message.startswith("the server no longer serves widgets.example.com")
+        assert reg.status().contexts["c"].state == "backing off"
+
+        # looked at again every gone_retry (0.3 s), not in a backoff loop (FAST: 20-100 ms)
+        def looks() -> int:
+            return sum(1 for r in cluster.requests if r.path.endswith("/widgets"))
+
+        seen, t0 = looks(), time.monotonic()
+        await cluster.wait_for(lambda: looks() >= seen + 2, timeout=TIMEOUT)
+        assert time.monotonic() - t0 >= 0.5
+        async with reg.subscribe("widgets", ["c"], snapshot=False) as changes:
+            cluster.add_crd("example.com", "widgets", "Widget")
+            cluster.create("widgets.example.com", _widget("w-2"))
+            with anyio.fail_after(TIMEOUT):
+                async for change in changes:
+                    if change.name == "w-2":
+                        break
+        assert store.get("default", "w-2") is not None
+        assert store.get("default", "w-1") is None  # gone with its CRD
+        with anyio.fail_after(TIMEOUT):
+            await until(lambda: informer().state == "watching" and len(store) == 1)

@@ -32,7 +32,8 @@ from ._event_index import EventIndex as EventIndex
 from ._event_index import EventIndexStatistics as EventIndexStatistics
 from ._fanout import Change as Change
 from ._fanout import Subscription as Subscription
-from ._informer import InformerStatus as InformerStatus
+from ._informer_types import InformerState as InformerState
+from ._informer_types import InformerStatus as InformerStatus
 from ._kubeconfig import ContextConfig as ContextConfig
 from ._kubeconfig import KubeconfigSnapshot as KubeconfigSnapshot
 from ._kubeconfig import load_kubeconfig as load_kubeconfig
@@ -79,6 +80,7 @@ __all__ = [
     "EventIndexStatistics",
     "Forbidden",
     "Indexer",
+    "InformerState",
     "InformerStatus",
     "InternalError",
     "KubeconfigError",

@@ -29,14 +29,12 @@ import orjson
 
 __all__ = [
     "Block",
-    "Change3",
     "Entry",
-    "EventHead",
     "ListPage",
+    "StoreChange",
     "UndecodableObject",
     "decode_block",
     "decode_entry",
-    "decode_event",
     "decode_list",
     "lenient_loads",
     "split_block",
@@ -61,13 +59,18 @@ class Entry(msgspec.Struct, gc=False, frozen=True):
         return obj
 
 
-class Change3(msgspec.Struct, gc=False, frozen=True):
-    """What one applied event changed: (type, entry, old entry). Not tracked by the collector,
-    so a 50k-object relist allocates nothing the cyclic collector has to count or scan."""
+class StoreChange(msgspec.Struct, gc=False, frozen=True):
+    """What one applied event changed in a store: (type, entry, old entry), the cache's own
+    form (the public :class:`~kubemux.Change` is built from it for subscribers). Not tracked by
+    the collector, so a 50k-object relist allocates nothing the cyclic collector has to count
+    or scan."""
 
     type: str
     entry: Entry
     old: Entry | None
+
+
+Change3 = StoreChange  # the old name, until kubemux.share (its last user) is updated
 
 
 class _HeadMeta(msgspec.Struct, gc=False):
@@ -82,7 +85,7 @@ class _Head(msgspec.Struct, gc=False):
     kind: str = ""
 
 
-class EventHead(msgspec.Struct, gc=False):
+class _Event(msgspec.Struct, gc=False):
     """A watch event with its object still encoded."""
 
     type: str
@@ -102,7 +105,7 @@ class ListPage(msgspec.Struct, gc=False):
     kind: str = ""
 
 
-_event_decoder = msgspec.json.Decoder(EventHead)
+_event_decoder = msgspec.json.Decoder(_Event)
 _head_decoder = msgspec.json.Decoder(_Head)
 _list_decoder = msgspec.json.Decoder(ListPage)
 _MF_KEY = b'"managedFields":'
@@ -175,11 +178,6 @@ def deeper_recursion(limit: int = 5000) -> Iterator[None]:
 
 
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-def decode_event(line: bytes) -> EventHead:
-    """Decode a watch line's envelope. Raises ``msgspec.DecodeError`` on bad input."""
-    return _event_decoder.decode(line)
 
 
 _FAST = tuple(
@@ -379,14 +377,3 @@ def decode_entry(
             cut = orjson.dumps(obj)
         raw = cut
     return Entry(meta.namespace, meta.name, meta.resourceVersion, raw)
-
-
-def entry_from_object(obj: dict[str, Any]) -> Entry:
-    """An entry from an already decoded object (tests, static data)."""
-    meta = obj.get("metadata") or {}
-    return Entry(
-        str(meta.get("namespace") or ""),
-        str(meta.get("name") or ""),
-        str(meta.get("resourceVersion") or ""),
-        orjson.dumps(obj),
-    )

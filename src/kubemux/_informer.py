@@ -15,29 +15,17 @@ missed while away as DELETED. Malformed lines are logged, counted and skipped.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import NoReturn
 
 import anyio
 import orjson
 
 from ._client import SLOW_AFTER, ContextClient, Progress
-from ._codec import (
-    Block,
-    Change3,
-    DecodeError,
-    Entry,
-    decode_block,
-    decode_list,
-    deeper_recursion,
-    split_block,
-    split_event,
-)
+from ._codec import DecodeError, Entry, StoreChange
 from ._errors import (
     ApiError,
     ClusterUnreachable,
@@ -45,11 +33,13 @@ from ._errors import (
     KubemuxError,
     ProtocolError,
     ResourceExpired,
-    ResponseTooLarge,
+    ResourceNotFound,
 )
+from ._informer_types import InformerKey, InformerState, InformerStatus, OnChange
+from ._listing import Lister, _preview, _status_error, _why
 from ._resources import Resource
 from ._settings import WatchSettings
-from ._store import Replacement, Store
+from ._store import Store
 
 __all__ = [
     "BACKING_OFF",
@@ -61,75 +51,25 @@ __all__ = [
     "WATCHING",
     "Informer",
     "InformerKey",
+    "InformerState",
     "InformerStatus",
     "OnChange",
 ]
 
 log = logging.getLogger(__name__)
 
-# InformerStatus.state values
-LISTING = "listing"
-RELISTING = "relisting"
-WATCHING = "watching"
-BACKING_OFF = "backing off"
-ERROR = "error"
-STOPPED = "stopped"
-WAITING = "waiting for the server"
-"""A request has been owed an answer (headers, the rest of a LIST body or of a watch line)
-for more than ``SLOW_AFTER`` (1 s) while listing or watching."""
+# the states by their old names (InformerStatus.state compares equal to these strings)
+LISTING = InformerState.LISTING
+RELISTING = InformerState.RELISTING
+WATCHING = InformerState.WATCHING
+WAITING = InformerState.WAITING
+BACKING_OFF = InformerState.BACKING_OFF
+ERROR = InformerState.ERROR
+STOPPED = InformerState.STOPPED
 _ACTIVE = frozenset({LISTING, RELISTING, WATCHING})
 
-OnChange = Callable[[str, Entry, Entry | None], None]
-"""Called synchronously for every change applied to the store: (type, entry, old entry)."""
 
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class InformerKey:
-    """What one informer watches in one context: resource and scope."""
-
-    resource: str
-    namespace: str | None = None
-    label_selector: str | None = None
-    field_selector: str | None = None
-    view: str = "objects"  # or "table": server-side columns and rows (kubectl's view)
-
-    def __str__(self) -> str:
-        parts = [self.resource]
-        if self.namespace:
-            parts.append(f"-n {self.namespace}")
-        if self.label_selector:
-            parts.append(f"-l {self.label_selector}")
-        if self.field_selector:
-            parts.append(f"--field-selector {self.field_selector}")
-        if self.view != "objects":
-            parts.append(f"({self.view})")
-        return " ".join(parts)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class InformerStatus:
-    """A frozen snapshot of one informer for a UI."""
-
-    resource: str
-    namespace: str | None
-    label_selector: str | None
-    field_selector: str | None
-    state: str  # LISTING, RELISTING, WATCHING, WAITING, BACKING_OFF, ERROR, STOPPED
-    has_synced: bool
-    objects: int
-    resource_version: str
-    relists: int
-    reconnects: int
-    skipped_lines: int  # lines and objects skipped: malformed, undecodable, refused by a transform
-    last_error: str | None
-    last_sync: float | None  # wall-clock time of the last completed LIST
-    # shared watches (kubemux.share): None when the registry shares nothing
-    share_role: str | None = None  # "leader", "follower", "local" or "starting"
-    share_lag: float | None = None  # seconds behind the leader (followers)
-    stale_since: float | None = None  # wall clock since when a follower may be stale
-
-
-class Informer:
+class Informer(Lister):
     """Keeps one :class:`Store` in step with the server.
 
     Run it with ``await task_group.start(informer.run)``: ``start`` returns once the first
@@ -171,7 +111,7 @@ class Informer:
         self._last_failure_at = -math.inf
         self._rv = ""
         self._delivered = 0
-        self._pending: dict[str, dict[str, Change3]] = {}
+        self._pending: dict[str, dict[str, StoreChange]] = {}
 
     def __repr__(self) -> str:
         return (
@@ -272,274 +212,6 @@ class Informer:
             f"{self.client.context}/{self.key}: unexpected {type(exc).__name__}: {str(exc)[:300]}"
         )
 
-    # ------------------------------------------------------------------ LIST
-    def _base_params(self) -> dict[str, str]:
-        params: dict[str, str] = {}
-        if self.key.label_selector:
-            params["labelSelector"] = self.key.label_selector
-        if self.key.field_selector:
-            params["fieldSelector"] = self.key.field_selector
-        return params
-
-    async def _sync(self) -> str:
-        """Fill the store from a full list; returns the resourceVersion to watch from.
-
-        Tries a streaming list first (when enabled and not known to be unsupported by this
-        server), else a paginated LIST. A streaming list that times out is an error, not a
-        reason to try a LIST next (a slow server would double the wait).
-        """
-        self._set_state(LISTING if not self.has_synced else RELISTING, self._last_error)
-        if self.settings.streaming_list and self.client.streaming_list is not False:
-            try:
-                rv = await self._stream_list()
-            except ApiError as exc:
-                if exc.status not in (400, 422):
-                    raise
-                rv = None
-                self.client.streaming_list = False
-                log.info(
-                    "%s: no streaming lists on %s (%s); using LIST", self, self.client.server, exc
-                )
-            if rv is not None:
-                return rv
-        return await self._list()
-
-    async def _list(self) -> str:
-        """A full paginated LIST, applied to the store; returns the list's resourceVersion.
-
-        Raises:
-            ProtocolError: a continue token came back twice, or the list did not end within
-                ``max_list_pages`` pages, or a page is not valid JSON.
-            ResponseTooLarge: a page of one object exceeds ``max_response_size`` (larger
-                pages are asked for again with half the ``limit``).
-        """
-        s = self.settings
-        store = self.store
-        server = self.client.server
-        replacement = Replacement(store)
-        params = self._base_params()
-        limit = s.page_size
-        if limit:
-            params["limit"] = str(limit)
-        list_rv = ""
-        tokens: set[int] = set()  # hashes of the continue tokens seen (a token may be long)
-        pages = 0
-        throttle = True
-        while True:
-            pages += 1
-            if pages > s.max_list_pages:
-                raise ProtocolError(
-                    server,
-                    f"LIST {self.resource.name} did not end after {s.max_list_pages} pages",
-                )
-            try:
-                body = await self.client.list(
-                    self.resource,
-                    self.key.namespace,
-                    params,
-                    s,
-                    progress=self._progress,
-                    throttle=throttle,
-                )
-            except ResourceExpired:
-                if "continue" not in params:
-                    raise
-                # the continue token expired mid-list: start over with one full list
-                log.info("%s: continue token expired, listing in one request", self)
-                replacement = Replacement(store)
-                params = self._base_params()
-                tokens.clear()
-                pages, throttle = 0, True
-                continue
-            except ResponseTooLarge:
-                if limit == 1:
-                    raise
-                limit = limit // 2 if limit else 500  # 0: unpaginated; page it now
-                params["limit"] = str(limit)
-                log.warning("%s: a LIST page was too large; asking for %d objects", self, limit)
-                throttle = True
-                continue
-            try:
-                with deeper_recursion():  # one deep item is refused alone, below
-                    page = decode_list(body)
-            except DecodeError as exc:
-                raise ProtocolError(
-                    server, f"LIST {self.resource.name} returned invalid JSON: {exc}"
-                ) from exc
-            del body
-            # decode in slices (by count and by size) so the event loop never stalls long
-            budget = _SLICE_BYTES
-            items = page.items or ()
-            for i, raw in enumerate(items):
-                data = bytes(raw)
-                try:
-                    replacement.add(store._prepare(data, from_list=True))
-                except DecodeError as exc:
-                    self._skip(f"undecodable LIST item ({_why(exc)})")
-                budget -= len(data)
-                if i % s.relist_slice == s.relist_slice - 1 or budget < 0:
-                    budget = _SLICE_BYTES
-                    await anyio.lowlevel.checkpoint()
-            list_rv = page.metadata.resourceVersion or list_rv
-            token = page.metadata.continue_
-            if not token:
-                break
-            key = hash(token)
-            if key in tokens:
-                raise ProtocolError(
-                    server,
-                    f"LIST {self.resource.name}: the server sent the same continue token "
-                    f"twice (page {pages}); the list would never end",
-                )
-            tokens.add(key)
-            params["continue"] = token
-            throttle = not items  # a page that brought nothing is a request like any other
-            await anyio.lowlevel.checkpoint()
-        await self._commit(replacement, list_rv)
-        return list_rv
-
-    async def _stream_list(self) -> str | None:
-        """A streaming list (``sendInitialEvents``); None if the server turned out not to do it.
-
-        The server sends every current object as ADDED, then a BOOKMARK annotated
-        ``k8s.io/initial-events-end``. A server that ignores the parameter sends a plain watch
-        (a bookmark without the annotation, or a MODIFIED/DELETED before the end): that is
-        remembered per client, and the caller falls back to LIST. Silence for
-        ``read_timeout`` raises :class:`ServerTimeout`.
-        """
-        s = self.settings
-        store = self.store
-        replacement = Replacement(store)
-        params = self._base_params()
-        params.update(
-            {
-                "watch": "true",
-                "sendInitialEvents": "true",
-                "resourceVersionMatch": "NotOlderThan",
-                "allowWatchBookmarks": "true",
-                "timeoutSeconds": str(s.watch_timeout()),
-            }
-        )
-        end_rv: str | None = None
-        unsupported = False
-        with anyio.move_on_after(s.request_timeout):
-            async with self._open_watch(params, inactivity_timeout=s.read_timeout) as blocks:
-                async for block in blocks:
-                    for etype, line in self._decode(block):
-                        if isinstance(line, Entry):  # the fast path decoded it
-                            if etype == "ADDED":
-                                replacement.add(line)
-                                continue
-                            unsupported = True  # a change before the end marker
-                            break
-                        try:
-                            etype, raw, entry = self._parse(line)
-                            if entry is not None and etype == "ADDED":
-                                replacement.add(entry)
-                                continue
-                            if etype == "ERROR":
-                                status = orjson.loads(raw)
-                                raise _status_error(status if isinstance(status, dict) else {})
-                            obj = orjson.loads(raw) if etype == "BOOKMARK" else None
-                        except DecodeError as exc:
-                            self._skip(f"malformed watch line ({_why(exc)}): {_preview(line)}")
-                            continue
-                        meta = obj.get("metadata") if isinstance(obj, dict) else None
-                        if isinstance(meta, dict):
-                            annotations = meta.get("annotations")
-                            if (
-                                isinstance(annotations, dict)
-                                and annotations.get(_INITIAL_EVENTS_END) == "true"
-                            ):
-                                end_rv = str(meta.get("resourceVersion") or "")
-                        else:
-                            unsupported = True
-                        if end_rv is not None or unsupported:
-                            break
-                        unsupported = True  # a plain bookmark before the end marker
-                        break
-                    if end_rv is not None or unsupported:
-                        break
-        if unsupported:
-            self.client.streaming_list = False
-            log.info("%s: %s ignores sendInitialEvents; using LIST", self, self.client.server)
-        if end_rv is None:
-            return None
-        self.client.streaming_list = True
-        await self._commit(replacement, end_rv)
-        return end_rv
-
-    def _open_watch(
-        self, params: Mapping[str, str], *, inactivity_timeout: float | None = None
-    ) -> contextlib.AbstractAsyncContextManager[AsyncIterator[Block]]:
-        return self.client.watch(
-            self.resource,
-            self.key.namespace,
-            params,
-            self.settings,
-            progress=self._progress,
-            inactivity_timeout=inactivity_timeout,
-        )
-
-    async def _commit(self, replacement: Replacement, resource_version: str) -> None:
-        step = self.settings.relist_slice
-        for _ in replacement.find_deleted(step):
-            await anyio.lowlevel.checkpoint()
-        changes = replacement.commit(resource_version)
-        self._last_sync = time.time()
-        if self.has_synced:
-            self._relists += 1
-        await self._emit_sliced(changes)
-
-    async def _emit_sliced(self, changes: list[Change3]) -> None:
-        """Announce a relist's changes in slices, yielding to the loop between them.
-
-        The store was swapped already; until a change is announced, :meth:`snapshot_entries`
-        reports the object as it was, so a subscriber joining mid-way sees neither a gap nor
-        a duplicate.
-        """
-        on_change = self._on_change
-        if on_change is None or not changes:
-            return
-        step = self.settings.relist_slice
-        if len(changes) <= step:
-            for c in changes:
-                on_change(c.type, c.entry, c.old)
-            return
-        pending: dict[str, dict[str, Change3]] = {}
-        for c in changes:
-            bucket = pending.get(c.entry.namespace)
-            if bucket is None:
-                bucket = pending[c.entry.namespace] = {}
-            bucket[c.entry.name] = c
-        self._pending = pending
-        try:
-            for i, c in enumerate(changes):
-                del pending[c.entry.namespace][c.entry.name]
-                on_change(c.type, c.entry, c.old)
-                if i % step == step - 1:
-                    await anyio.lowlevel.checkpoint()
-        finally:
-            self._pending = {}
-
-    def snapshot_entries(self, namespace: str | None = None) -> list[Entry]:
-        """The objects as announced so far to subscribers (the store minus unannounced changes)."""
-        entries = self.store._entries(namespace)
-        pending = self._pending
-        if not pending:
-            return entries
-        out: list[Entry] = []
-        for e in entries:
-            change = pending.get(e.namespace, {}).get(e.name)
-            if change is None:
-                out.append(e)
-            elif change.type == "MODIFIED" and change.old is not None:
-                out.append(change.old)
-        for ns, bucket in pending.items():
-            if namespace is None or ns == namespace:
-                out.extend(c.old for c in bucket.values() if c.type == "DELETED" and c.old)
-        return out
-
     # ------------------------------------------------------------------ WATCH
     async def _watch_loop(self, rv: str) -> NoReturn:
         s = self.settings
@@ -550,6 +222,9 @@ class Informer:
                 try:
                     self._rv = await self._sync()
                     relist = False
+                except ResourceNotFound as exc:
+                    await self._gone(exc)
+                    continue
                 except Exception as exc:  # noqa: BLE001 - contained: recorded, backed off
                     self._note_failure(self._as_kubemux(exc))
                     await self._backoff()
@@ -575,6 +250,9 @@ class Informer:
             except ResourceExpired as exc:
                 log.info("%s: %s; relisting", self, exc)
                 relist = True
+            except ResourceNotFound as exc:
+                await self._gone(exc)
+                relist = True  # what comes back (a CRD created again) starts from a LIST
             except (ClusterUnreachable, ApiError) as exc:
                 self._note_failure(exc)
                 await self._backoff()
@@ -630,28 +308,6 @@ class Informer:
                     await anyio.lowlevel.checkpoint()
                     yield_at = clock() + _MAX_BUSY
 
-    def _decode(self, block: Block) -> list[tuple[str, Entry | bytes]]:
-        """A block of watch lines: ``(type, entry)`` per object event decoded on the hot
-        path, ``("", line)`` for each line :meth:`_handle_line` has to look at."""
-        store = self.store
-        if store._transform is None:
-            return decode_block(*block, store._drop_mf)
-        return [("", line) for line in split_block(block)]  # a user transform decodes all
-
-    def _parse(self, line: bytes) -> tuple[str, bytes, Entry | None]:
-        """(event type, object bytes, cache entry for object events) of one watch line.
-
-        Raises:
-            msgspec.DecodeError, msgspec.ValidationError: not a watch event.
-        """
-        try:
-            etype, raw = split_event(line)
-            return etype, raw, self.store._prepare(raw) if etype in _OBJECT_EVENTS else None
-        except DecodeError:
-            # the prefix split can be fooled by an unusual envelope: decode it properly
-            etype, raw = split_event(line, fast=False)
-            return etype, raw, self.store._prepare(raw) if etype in _OBJECT_EVENTS else None
-
     def _handle_line(self, line: bytes) -> str | None:
         """Apply one watch line (the general path); returns its resourceVersion, or None."""
         if not line.strip():
@@ -684,7 +340,7 @@ class Informer:
         return entry.resource_version
 
     # ------------------------------------------------------------------ health
-    def _set_state(self, state: str, error: str | None, *, notify: bool = False) -> None:
+    def _set_state(self, state: InformerState, error: str | None, *, notify: bool = False) -> None:
         notify = notify or state != self._state or error != self._last_error
         self._state, self._last_error = state, error
         if notify and self._on_state is not None:
@@ -731,31 +387,23 @@ class Informer:
         self._set_state(BACKING_OFF, str(exc))
         log.warning("%s/%s: %s (failure %d)", self.client.context, self.key, exc, self._failures)
 
+    async def _gone(self, exc: ResourceNotFound) -> None:
+        """The server answers 404 for the resource itself (its CRD was deleted): say so, and
+        look again only every ``gone_retry`` seconds, not in a backoff loop. The cache is kept
+        until a LIST succeeds again."""
+        period = self.settings.gone_retry
+        error = (
+            f"the server no longer serves {self.resource.name} (looking again every {period:g} s)"
+        )
+        if self._last_error != error:
+            log.warning("%s/%s: %s: %s", self.client.context, self.key, error, exc)
+        self._set_state(ERROR, error)
+        await anyio.sleep(period)
+
     async def _backoff(self) -> None:
         await anyio.sleep(self.settings.backoff.delay(max(1, self._failures)))
         self._set_state(WATCHING, self._last_error)
 
 
-_INITIAL_EVENTS_END = "k8s.io/initial-events-end"
-_SLICE_BYTES = 8 * 1024 * 1024  # LIST items copied and decoded between two yields, at most
 _MAX_BUSY = 0.02  # seconds of buffered watch lines handled before yielding to the loop
 _MAX_JUNK_LINES = 1000  # a watch skipping more lines than this, and than it delivered, is dropped
-_OBJECT_EVENTS = frozenset({"ADDED", "MODIFIED", "DELETED"})
-
-
-def _why(exc: BaseException) -> str:
-    if isinstance(exc, RecursionError):
-        return "nested too deep"
-    return str(exc)[:200] or type(exc).__name__
-
-
-def _preview(line: bytes) -> str:
-    # enough to recognise the line, too little to carry an object's data (a Secret's values)
-    return f"{line[:40]!r}... ({len(line)} bytes)" if len(line) > 40 else repr(line)
-
-
-def _status_error(obj: Mapping[str, Any]) -> ApiError:
-    from ._errors import api_error_from_status
-
-    code = obj.get("code")
-    return api_error_from_status(code if isinstance(code, int) else 500, dict(obj))

@@ -96,7 +96,7 @@ __all__ = [
     "load_kubeconfig",
 ]
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 PathsArg = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
 
@@ -327,7 +327,7 @@ class KubeconfigLoader:
             if not settled:
                 unsettled.append(path)
                 if last is not None:  # maybe half written: not the truth until it settles
-                    logger.debug("kubeconfig file %s is still changing; read it later", path)
+                    log.debug("kubeconfig file %s is still changing; read it later", path)
                     parsed_files.append(last)
                     continue
             try:
@@ -347,7 +347,7 @@ class KubeconfigLoader:
             self._last_good[path] = parsed
             parsed_files.append(parsed)
         for path, message in errors.items():
-            logger.debug("kubeconfig file %s failed to load: %s", path, message)
+            log.debug("kubeconfig file %s failed to load: %s", path, message)
         self._unsettled = tuple(unsettled)
         return _merge(parsed_files, self.files, errors=errors, missing=tuple(missing))
 

@@ -41,7 +41,7 @@ from ._kubeconfig_diff import ContextDiff, DiffStream, diff_snapshots
 
 __all__ = ["ContextDiff", "KubeconfigSource", "diff_snapshots"]
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 _WATCH_STEP_MS = 50  # watchfiles groups raw events for this long before handing them over
 _WATCH_RETRY_DELAY = 1.0  # after the folder watch itself failed
@@ -315,7 +315,7 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
                 # nothing: the consumer sees one diff per sync that files caused.
                 await self._sync(emit_empty=event_seen)
             except Exception:  # load() does not raise; this is a bug, keep following anyway
-                logger.exception("kubeconfig sync failed")
+                log.exception("kubeconfig sync failed")
 
     def _note_change(self, *, resync: bool = False) -> None:
         now = anyio.current_time()
@@ -346,7 +346,7 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
         self._watching = dirs
         if old_stop is not None:
             old_stop.set()
-        logger.debug("watching kubeconfig folders %s", sorted(dirs))
+        log.debug("watching kubeconfig folders %s", sorted(dirs))
         # Anything written between reading the files and the watch starting is caught here.
         if signature and await anyio.to_thread.run_sync(_signature, _signed_paths(signature)) != (
             signature
@@ -376,7 +376,7 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
         except Exception as exc:  # noqa: BLE001 - e.g. a folder vanished before the watch began
             if stop.is_set():
                 return
-            logger.warning(
+            log.warning(
                 "watching kubeconfig folders failed (%s: %s); retrying in %.1fs",
                 type(exc).__name__,
                 exc,
@@ -455,23 +455,21 @@ def _log_sync(old: KubeconfigSnapshot, diff: ContextDiff) -> None:
     new = diff.snapshot
     for path, error in new.errors.items():
         if old.errors.get(path) != error:
-            logger.warning(
-                "kubeconfig file failed to load, keeping its last good contents: %s", error
-            )
+            log.warning("kubeconfig file failed to load, keeping its last good contents: %s", error)
     for path in old.errors:
         if path not in new.errors:
-            logger.info("kubeconfig file %s loads again", path)
+            log.info("kubeconfig file %s loads again", path)
     if diff.is_empty:
-        logger.debug("kubeconfig sync: no context changed")
+        log.debug("kubeconfig sync: no context changed")
         return
-    logger.info(
+    log.info(
         "kubeconfig sync: %d added, %d removed, %d changed",
         len(diff.added),
         len(diff.removed),
         len(diff.changed),
     )
-    if logger.isEnabledFor(logging.DEBUG):
-        logger.debug(
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(
             "kubeconfig sync: added %s, removed %s, changed %s",
             [c.name for c in diff.added],
             list(diff.removed),

@@ -67,6 +67,9 @@ class WatchSettings:
         relist_slice: objects applied per slice of a relist before yielding to the event loop.
         min_healthy_watch: a watch that ends sooner than this counts as a failure (backoff),
             however many events it delivered, so a broken server cannot make the client spin.
+        gone_retry: seconds between two looks at a resource the server stopped serving
+            (404 on its LIST or WATCH: a custom resource whose CRD was deleted); meanwhile
+            the informer's state is "error" and its cache is kept.
     """
 
     page_size: int = 500
@@ -87,6 +90,7 @@ class WatchSettings:
     qps: float = 5.0
     burst: int = 10
     skip_log_period: float = 60.0
+    gone_retry: float = 60.0
 
     def watch_timeout(self) -> int:
         """A random ``timeoutSeconds`` for the next WATCH."""

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from ._codec import Change3, Entry, decode_entry
+from ._codec import Entry, StoreChange, decode_entry
 from ._resources import Resource
 
 __all__ = [
@@ -276,7 +276,7 @@ class Store:
             for value in values:
                 _discard(table, value, key)
 
-    def _apply(self, event_type: str, entry: Entry) -> Change3 | None:
+    def _apply(self, event_type: str, entry: Entry) -> StoreChange | None:
         """Apply one watch event; returns what changed, or None if nothing did."""
         if entry.resource_version:
             self.resource_version = entry.resource_version
@@ -294,7 +294,7 @@ class Store:
                 self._index_remove((ns, name))
             if self._count * 4 < self._peak:
                 self._compact()
-            return Change3("DELETED", entry, old)
+            return StoreChange("DELETED", entry, old)
         if bucket is None:
             bucket = items[ns] = {}
         old = bucket.get(name)
@@ -306,7 +306,7 @@ class Store:
         if self._indexers:
             self._index_remove((ns, name))
             self._index_add((ns, name), self._index_values(entry))
-        return Change3("ADDED" if old is None else "MODIFIED", entry, old)
+        return StoreChange("ADDED" if old is None else "MODIFIED", entry, old)
 
     def _compact(self) -> None:
         """Give hash tables back after mass deletes (dicts and sets never shrink by themselves).
@@ -323,11 +323,13 @@ class Store:
                 for name, table in self._by_index.items()
             }
 
-    def _apply_object(self, event_type: str, obj: Mapping[str, Any]) -> Change3 | None:
+    def _apply_object(self, event_type: str, obj: Mapping[str, Any]) -> StoreChange | None:
         """:meth:`_apply` for a decoded object (tests and static data)."""
         return self._apply(event_type, self._prepare_object(obj))
 
-    def _replace(self, entries: Iterable[Entry], resource_version: str) -> builtins.list[Change3]:
+    def _replace(
+        self, entries: Iterable[Entry], resource_version: str
+    ) -> builtins.list[StoreChange]:
         """Swap in a full list in one step; returns the changes a watcher would have seen.
 
         See :class:`Replacement` for the sliced form an informer uses.
@@ -367,7 +369,7 @@ class Replacement:
         self._count = 0
         self._by_index: dict[str, dict[str, set[Key]]] = {n: {} for n in store._indexers}
         self._keyvals: dict[Key, tuple[tuple[str, ...], ...]] = {}
-        self._changes: builtins.list[Change3] = []
+        self._changes: builtins.list[StoreChange] = []
 
     def __len__(self) -> int:
         return self._count
@@ -391,9 +393,9 @@ class Replacement:
                     table.setdefault(value, set()).add(key)
         old = store._get(ns, name)
         if old is None:
-            self._changes.append(Change3("ADDED", entry, None))
+            self._changes.append(StoreChange("ADDED", entry, None))
         elif old.resource_version != entry.resource_version or not entry.resource_version:
-            self._changes.append(Change3("MODIFIED", entry, old))
+            self._changes.append(StoreChange("MODIFIED", entry, old))
 
     def find_deleted(self, slice_size: int) -> Iterator[None]:
         """Record the old objects missing from the new list; yields every ``slice_size``."""
@@ -403,12 +405,12 @@ class Replacement:
             new_bucket = new.get(ns, {})
             for name, old in bucket.items():
                 if name not in new_bucket:
-                    self._changes.append(Change3("DELETED", old, old))
+                    self._changes.append(StoreChange("DELETED", old, old))
                 i += 1
                 if i % slice_size == 0:
                     yield
 
-    def commit(self, resource_version: str) -> builtins.list[Change3]:
+    def commit(self, resource_version: str) -> builtins.list[StoreChange]:
         """Swap the new list in (in one step) and return what changed."""
         store = self._store
         store._items = self._items

@@ -1,0 +1,245 @@
+"""kubernetes-asyncio's ``ApiClient``, built for one context without its costs and leaks.
+
+kubernetes-asyncio builds the client (so static tokens, client certificates, proxies and TLS
+settings behave exactly as they do there), with three changes made here:
+
+- its TLS context is built beforehand, in a worker thread, and shared between clients that
+  will not modify it (``_SSLModule``: loading the system trust store on the event loop
+  costs 20-30 ms and ~1 MB per client);
+- inline credentials (``*-data``, private keys included) are written to a private folder
+  (mode 0600) that lives only while the client is built, not to the shared temp folder
+  for the life of the process;
+- a refreshing credential (exec plugin, token file, auth-provider) is removed from the
+  config it sees: :class:`~kubemux._client.ContextClient` sends those itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import contextvars
+import functools
+import hashlib
+import os
+import shutil
+import ssl
+import tempfile
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ._errors import KubeconfigError
+from ._redact import redact_text
+
+if TYPE_CHECKING:
+    from ._kubeconfig import ContextConfig
+
+__all__ = ["build_api_client"]
+
+
+async def build_api_client(
+    config: ContextConfig, *, refreshing: bool
+) -> tuple[Any, ssl.SSLContext]:
+    """kubernetes-asyncio's ``ApiClient`` for one context, and the TLS context it uses.
+
+    Args:
+        config: The context.
+        refreshing: A refreshing credential will be sent by the caller: kubernetes-asyncio
+            must not run it, and the TLS context is the client's own (a client certificate
+            may be loaded into it later).
+
+    The caller closes the client (``await api.close()``). Cancellation leaves nothing
+    behind (the private folder is removed).
+
+    Raises:
+        KubeconfigError: the context's credentials, TLS files or proxy cannot be used.
+    """
+    from kubernetes_asyncio.client import ApiClient, Configuration
+    from kubernetes_asyncio.config.config_exception import ConfigException
+    from kubernetes_asyncio.config.kube_config import KubeConfigLoader
+
+    cfg = type.__call__(Configuration)
+    base = os.path.dirname(config.source) if os.path.isabs(config.source) else None
+    # kubernetes-asyncio would write inline credentials (*-data, private keys included) to
+    # the shared temp folder and keep them there, and in a module-level cache, until the
+    # process exits. We write them to a private folder that lives only while the client is
+    # built: the TLS context has read them by the time ApiClient() returns.
+    folder = tempfile.mkdtemp(prefix="kubemux-")
+    try:
+        client_config = config.client_config()
+        _check_proxy(config, client_config)
+        if refreshing:
+            _strip_dynamic_credentials(client_config)
+        _materialise_inline_credentials(client_config, folder)
+        loader = KubeConfigLoader(
+            config_dict=client_config,
+            config_base_path=base,
+            active_context=config.name,
+            temp_file_path=folder,
+        )
+        await loader.load_and_set(cfg)
+        ssl_context = await _ssl_context_for(cfg, private=refreshing)
+        token = _PREBUILT_SSL.set(ssl_context)
+        try:
+            api = ApiClient(configuration=cfg)
+        finally:
+            _PREBUILT_SSL.reset(token)
+    except (ConfigException, OSError, ssl.SSLError, ValueError, KeyError) as exc:
+        raise KubeconfigError(
+            f"context {config.name!r} (from {config.source}): cannot build a client: "
+            f"{_shorten(str(exc))}",
+            path=config.source,
+        ) from exc
+    finally:
+        _remove_private_folder(folder)
+    return api, ssl_context
+
+
+# kubernetes-asyncio builds an SSL context in RESTClientObject.__init__ with
+# ssl.create_default_context(cafile=...). Without a CA file that loads the system trust store:
+# 20-30 ms on the event loop and ~1 MB per client, so starting thousands of contexts would
+# block the loop for minutes. There is no parameter to pass a context in, so its module's
+# `ssl` name is pointed at a stand-in that hands out a context we built beforehand (off the
+# loop, and shared when the client will not modify it), and is the real module otherwise.
+_PREBUILT_SSL: contextvars.ContextVar[ssl.SSLContext | None] = contextvars.ContextVar(
+    "kubemux_prebuilt_ssl", default=None
+)
+_shared_contexts: collections.OrderedDict[str | None, ssl.SSLContext] = collections.OrderedDict()
+_SHARED_MAX = 32  # distinct CA bundles kept; least recently used go first
+
+
+class _SSLModule:
+    """Stands in for :mod:`ssl` inside ``kubernetes_asyncio.client.rest``."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(ssl, name)
+
+    @staticmethod
+    def create_default_context(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        prebuilt = _PREBUILT_SSL.get()
+        if prebuilt is not None:
+            return prebuilt
+        return ssl.create_default_context(*args, **kwargs)
+
+
+def _install_ssl_module() -> None:
+    from kubernetes_asyncio.client import rest
+
+    if not isinstance(getattr(rest, "ssl", None), _SSLModule):
+        rest.ssl = _SSLModule()  # type: ignore[attr-defined]
+
+
+async def _ssl_context_for(cfg: Any, *, private: bool = False) -> ssl.SSLContext:
+    """The context RESTClientObject would build, made in a worker thread.
+
+    A client that will not change it (no client certificate, verification on, strict
+    flags kept) shares one context per CA file; others get their own.
+    """
+    _install_ssl_module()
+    cafile: str | None = cfg.ssl_ca_cert
+    shareable = (
+        not private
+        and not cfg.cert_file
+        and cfg.verify_ssl
+        and not cfg.disable_strict_ssl_verification
+    )
+    if shareable:
+        key = await anyio.to_thread.run_sync(_ca_key, cafile)
+        cached = _shared_contexts.get(key)
+        if cached is not None:
+            _shared_contexts.move_to_end(key)
+            return cached
+    context = await anyio.to_thread.run_sync(
+        functools.partial(ssl.create_default_context, cafile=cafile)
+    )
+    if shareable:
+        _shared_contexts[key] = context
+        while len(_shared_contexts) > _SHARED_MAX:
+            _shared_contexts.popitem(last=False)
+    return context
+
+
+def _ca_key(cafile: str | None) -> str | None:
+    # by content: inline CAs live in a new private folder for every generation
+    if cafile is None:
+        return None
+    try:
+        with open(cafile, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return f"unreadable:{cafile}"
+
+
+_INLINE_FIELDS = (
+    ("clusters", "cluster", ("certificate-authority",)),
+    ("users", "user", ("client-certificate", "client-key")),
+)
+
+
+def _materialise_inline_credentials(config: dict[str, Any], folder: str) -> None:
+    """Replace ``*-data`` fields by files (mode 0600) in ``folder``."""
+    for section, inner, fields in _INLINE_FIELDS:
+        for i, item in enumerate(config.get(section) or ()):
+            body = item.get(inner) if isinstance(item, dict) else None
+            if not isinstance(body, dict):
+                continue
+            for field in fields:
+                data = body.pop(f"{field}-data", None)
+                if not data:
+                    continue
+                try:
+                    content = base64.b64decode(data, validate=True)
+                except (ValueError, TypeError) as exc:
+                    raise ValueError(f"{field}-data is not valid base64") from exc
+                path = os.path.join(folder, f"{section}-{i}-{field}")
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as out:
+                    out.write(content)
+                body[field] = path
+
+
+def _check_proxy(config: ContextConfig, client_config: Mapping[str, Any]) -> None:
+    """aiohttp speaks to HTTP(S) proxies only: refuse others clearly, not at connect time."""
+    for item in client_config.get("clusters") or ():
+        body = item.get("cluster") if isinstance(item, dict) else None
+        proxy = body.get("proxy-url") if isinstance(body, dict) else None
+        if not proxy:
+            continue
+        scheme = str(proxy).partition("://")[0].lower()
+        if scheme not in ("http", "https"):
+            raise KubeconfigError(
+                f"context {config.name!r} (from {config.source}): proxy-url scheme "
+                f"{scheme!r} is not supported (kubemux connects through http:// and "
+                "https:// proxies only)",
+                path=config.source,
+            )
+
+
+def _strip_dynamic_credentials(config: dict[str, Any]) -> None:
+    """Leave a refreshing credential to our provider: kubernetes-asyncio must not run it."""
+    for item in config.get("users") or ():
+        body = item.get("user") if isinstance(item, dict) else None
+        if isinstance(body, dict):
+            for key in ("exec", "tokenFile", "auth-provider"):
+                body.pop(key, None)
+
+
+def _remove_private_folder(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    # anything kubernetes-asyncio wrote there itself (exec plugin certificates) sits in its
+    # module-level cache too: drop those entries, their files are gone
+    from kubernetes_asyncio.config import kube_config
+
+    cache = getattr(kube_config, "_temp_files", None)
+    if isinstance(cache, dict):
+        prefix = folder + os.sep
+        for key in [k for k, v in cache.items() if str(v).startswith(prefix)]:
+            del cache[key]
+
+
+def _shorten(text: str) -> str:
+    # kubernetes-asyncio error messages can quote config values (a server URL with a
+    # password): redact URL userinfo and keep them short.
+    text = redact_text(text)
+    return text if len(text) < 300 else text[:300] + "..."

@@ -1,0 +1,83 @@
+"""What an informer is keyed by and what it reports: :class:`InformerKey`,
+:class:`InformerStatus` and its :class:`InformerState`."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable
+
+from ._codec import Entry
+
+__all__ = ["InformerKey", "InformerState", "InformerStatus", "OnChange"]
+
+
+class InformerState(enum.StrEnum):
+    """The state of one informer. Values are plain strings (``status.state == "watching"``)."""
+
+    LISTING = "listing"
+    """The first LIST is running."""
+    RELISTING = "relisting"
+    """A LIST is replacing the cache (after a 410 Expired or an unexpected failure)."""
+    WATCHING = "watching"
+    """The cache is synced and a WATCH is open (or about to be)."""
+    WAITING = "waiting for the server"
+    """A request has been owed an answer (headers, the rest of a LIST body or of a watch line)
+    for more than ``SLOW_AFTER`` (1 s) while listing or watching."""
+    BACKING_OFF = "backing off"
+    """A request failed; the next one waits (``last_error`` says why)."""
+    ERROR = "error"
+    """The first LIST failed, or the server no longer serves the resource (its CRD deleted:
+    looked at again every ``WatchSettings.gone_retry``)."""
+    STOPPED = "stopped"
+    """Not running any more."""
+
+
+OnChange = Callable[[str, Entry, Entry | None], None]
+"""Called synchronously for every change applied to the store: (type, entry, old entry)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InformerKey:
+    """What one informer watches in one context: resource and scope."""
+
+    resource: str
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+    view: str = "objects"  # or "table": server-side columns and rows (kubectl's view)
+
+    def __str__(self) -> str:
+        parts = [self.resource]
+        if self.namespace:
+            parts.append(f"-n {self.namespace}")
+        if self.label_selector:
+            parts.append(f"-l {self.label_selector}")
+        if self.field_selector:
+            parts.append(f"--field-selector {self.field_selector}")
+        if self.view != "objects":
+            parts.append(f"({self.view})")
+        return " ".join(parts)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class InformerStatus:
+    """A frozen snapshot of one informer for a UI."""
+
+    resource: str
+    namespace: str | None
+    label_selector: str | None
+    field_selector: str | None
+    state: str  # an InformerState (a str); kubemux.share builds some from plain strings
+    has_synced: bool
+    objects: int
+    resource_version: str
+    relists: int
+    reconnects: int
+    skipped_lines: int  # lines and objects skipped: malformed, undecodable, refused by a transform
+    last_error: str | None
+    last_sync: float | None  # wall-clock time of the last completed LIST
+    # shared watches (kubemux.share): None when the registry shares nothing
+    share_role: str | None = None  # "leader", "follower", "local" or "starting"
+    share_lag: float | None = None  # seconds behind the leader (followers)
+    stale_since: float | None = None  # wall clock since when a follower may be stale
