@@ -1,0 +1,201 @@
+"""``kubemux watch`` and ``kubemux get -w``: the current rows, then the row of every change.
+
+Rows are laid out as kubectl's tabwriter lays them out with remembered widths: a later row
+never shrinks a column, so it lines up with the rows above it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import anyio
+import orjson
+
+from .._errors import KubemuxError
+from .._fanout import Change
+from .._registry import WatcherRegistry
+from ._get import (
+    Source,
+    View,
+    dump,
+    name_of,
+    object_name,
+    open_view,
+    open_views,
+    print_once,
+    wanted,
+)
+from ._output import TabWriter
+
+log = logging.getLogger(__name__)
+
+
+async def watch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``kubemux watch`` (``get -w``), until the duration (or Ctrl-C) ends it."""
+    args.watch = True
+    registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=True)
+    async with registry:
+        contexts, sources, view = await open_views(registry, args)
+        with anyio.move_on_after(args.duration):
+            await _follow(registry, args, contexts, sources, view, out, err)
+    return 0
+
+
+async def _follow(
+    registry: WatcherRegistry,
+    args: argparse.Namespace,
+    contexts: list[str],
+    sources: list[Source],
+    view: View,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    """The current rows, then the row of every change (subscribed before the rows are read:
+    nothing is missed, and a change already shown is skipped by its resourceVersion); with
+    --all-contexts, contexts added to the kubeconfig are opened and shown too."""
+    objects = args.output in ("json", "yaml")
+    by_context = {s.context: s for s in sources}
+    writer = TabWriter(out)
+    shown: dict[tuple[str, str, str], str] = {}
+    header = [False]
+
+    def show_current(batch: list[Source]) -> None:
+        for src in batch:
+            items = src.store.list() if objects else [r.metadata for r in src.store.rows()]
+            for item in items:
+                meta = item.get("metadata", item) if objects else item
+                key = (src.context, str(meta.get("namespace") or ""), str(meta.get("name")))
+                shown[key] = str(meta.get("resourceVersion") or "")
+        if args.no_snapshot:
+            return
+        if objects:  # the current objects as the changes after them are printed
+            for src in batch:
+                for obj in src.store.list():
+                    if wanted(args, name_of(obj)):
+                        added = Change(src.context, src.resource.name, "ADDED", obj, snapshot=True)
+                        _print_change(added, args.output, out)
+            return
+        if args.output == "name":
+            print_once(batch, args, view, out, err)
+            return
+        for src in batch:
+            view.learn(src.store.columns)
+        lines = [
+            view.cells(s.context, s.store.columns, r.cells, r.namespace)
+            for s in batch
+            for r in s.store.rows()
+            if wanted(args, r.name)
+        ]
+        if lines:
+            writer.write(lines if header[0] else [view.header(), *lines])
+            header[0] = True
+
+    def opened(src: Source) -> None:
+        by_context[src.context] = src
+        show_current([src])
+
+    namespace = None if args.all_namespaces else args.namespace
+    async with (
+        anyio.create_task_group() as tg,
+        registry.subscribe(
+            args.resource,
+            None if args.all_contexts else contexts,
+            namespace=namespace,
+            snapshot=False,
+            view="objects" if objects else "table",
+        ) as changes,
+    ):
+        show_current(sources)
+        if args.all_contexts:
+            tg.start_soon(
+                _start_new_contexts, registry, args, by_context, objects, opened, contexts
+            )
+        async for change in changes:
+            src = by_context.get(change.context)
+            if src is None or change.type not in ("ADDED", "MODIFIED", "DELETED"):
+                continue
+            if src.namespace is not None and change.namespace != src.namespace:
+                continue
+            if not wanted(args, change.name) or _already_shown(change, shown):
+                continue
+            if objects:
+                _print_change(change, args.output, out)
+            elif args.output == "name":
+                writer.write([[object_name(src.resource, change.name)]])
+            else:
+                obj: dict[str, Any] = dict(change.object or {})
+                view.learn(src.store.columns)
+                cells = obj.get("cells") or ()
+                line = view.cells(change.context, src.store.columns, cells, change.namespace)
+                writer.write([line] if header[0] else [view.header(), line])
+                header[0] = True
+        tg.cancel_scope.cancel("the subscription ended")
+    return 0
+
+
+def _already_shown(change: Change, shown: dict[tuple[str, str, str], str]) -> bool:
+    """Whether the row printed from the store already showed this change (or a later one)."""
+    key = (change.context, change.namespace, change.name)
+    printed = shown.get(key)
+    if printed is None:
+        return False
+    meta = (change.object or {}).get("metadata") or {}
+    version = str(meta.get("resourceVersion") or "")
+    if change.type != "DELETED" and (
+        version == printed
+        or (version.isdigit() and printed.isdigit() and int(version) < int(printed))
+    ):
+        return True
+    del shown[key]
+    return False
+
+
+def _print_change(change: Change, output: str, out: TextIO) -> None:
+    if output == "json":
+        record = {
+            "context": change.context,
+            "resource": change.resource,
+            "type": change.type,
+            "object": change.object,
+        }
+        out.write(orjson.dumps(record).decode() + "\n")
+        out.flush()
+    else:
+        out.write("---\n")
+        dump({"context": change.context, "type": change.type, "object": change.object}, "yaml", out)
+
+
+async def _start_new_contexts(
+    registry: WatcherRegistry,
+    args: argparse.Namespace,
+    by_context: dict[str, Source],
+    objects: bool,
+    opened: Callable[[Source], None],
+    initial: list[str],
+) -> None:
+    """With --all-contexts: open the view in every context the kubeconfig gains (each on
+    its own, so a slow context holds no other back)."""
+    tried: set[str] = set(initial)
+
+    async def open_one(context: str) -> None:
+        try:
+            src = await open_view(registry, args, context, objects)
+        except KubemuxError as exc:
+            log.warning("context %r: %s", context, exc)
+        else:
+            if context in registry.contexts:
+                opened(src)
+
+    async with anyio.create_task_group() as tg:
+        while True:
+            version = registry.status_version
+            for context in sorted(set(registry.contexts) - tried):
+                tried.add(context)
+                tg.start_soon(open_one, context)
+            for gone in tried - set(registry.contexts):
+                tried.discard(gone)
+                by_context.pop(gone, None)
+            await registry.wait_status_change(version)
