@@ -24,8 +24,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Three workers: most tests wait on sockets and processes, so even two cores run three at once.
 pytest: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 3
 
 # the documentation site into site/ (tests/test_docs.py builds it too, so a broken page fails CI)
 docs: $(STAMP)
