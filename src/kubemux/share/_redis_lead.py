@@ -1,0 +1,247 @@
+"""A Redis share slot's leader role (lease, renewal, fenced writes of snapshots and
+changes) and the loop that switches a slot between its roles."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from .._codec import Entry
+from ._redis_follow import _Follower
+from ._redis_keys import _BATCH, _MAX_QUEUE, _STAGE_CHUNK, _unwrap, _value, log
+
+
+class _Slot(_Follower):
+    """One running slot: leads, follows, or runs alone (``run_local``)."""
+
+    async def run_local(self) -> None:
+        self.role = "local"
+
+        def publish(etype: str, entry: Entry, rv: str) -> None:
+            pass
+
+        async def lead_local(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            await self.lead(None, publish, task_status)
+
+        with _unwrap():
+            async with anyio.create_task_group() as tg:
+                await tg.start(lead_local)
+                self._started()
+
+    async def run(self) -> None:
+        while True:
+            acquired: bool | None = False
+            if self.can_lead:
+                try:
+                    acquired = await self._try_acquire()
+                except self.s._errors as exc:
+                    self._down(exc)
+                    acquired = None
+            if acquired is None and not self.store.has_synced:
+                # Redis is down and we have nothing to serve: watch by ourselves for now
+                self.needs_snapshot = True
+                await self._lead_phase(None)
+                continue
+            if not acquired:
+                await self._follow_phase()  # returns once this replica holds the lease
+            await self._lead_phase(await self._catch_up())
+
+    # ------------------------------------------------------------------ leader
+    async def _catch_up(self) -> str | None:
+        """Bring the store to the end of the stream; the resourceVersion to watch from, or
+        None to LIST (no data, or Redis unreachable)."""
+        try:
+            with anyio.fail_after(self.engine.command_timeout):
+                pipe = self.client.pipeline(transaction=True)
+                pipe.hmget(self.k_meta, ["epoch", "seq", "rv"])
+                pipe.xrange(self.k_log, min=b"(" + self.last_id, max="+")
+                (epoch, seq, rv), entries = await pipe.execute()
+            if epoch is None or seq is None or not seq.isdigit():
+                self.needs_snapshot = True
+                return None
+            if epoch.decode() == self.epoch and self.store.has_synced:
+                ok = all(self._apply_logged(eid, fields) for eid, fields in entries)
+            else:
+                ok = False
+            if (not ok or self.seq != int(seq)) and not await self._hydrate():
+                self.needs_snapshot = True
+                return None
+        except self.s._errors as exc:
+            self._down(exc)
+            self.needs_snapshot = True
+            return None
+        self._fresh()
+        if not rv:  # nothing to resume from: LIST (and write a snapshot)
+            self.needs_snapshot = True
+            return None
+        self.needs_snapshot = False
+        return str(rv.decode())
+
+    async def _lead_phase(self, resume_rv: str | None) -> None:
+        self.role = "leader" if self.token is not None else "local"
+        self.lead_synced = False
+        self.queue.clear()
+        self.lag = None
+        self.stale_since = None
+
+        async def run_lead(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            await self.lead(resume_rv, self._publish, task_status)
+
+        try:
+            with anyio.CancelScope() as scope, _unwrap():  # cancelled by _demote()
+                self.scope = scope
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._renew_loop)
+                    tg.start_soon(self._writer_loop)
+                    await tg.start(run_lead)
+                    self.lead_synced = True
+                    self._started()
+                    self.wake.set()
+        finally:
+            self.scope = None
+        log.info("share slot %s: another replica leads; following", self.k_lease)
+        self.token = None
+        self.queue.clear()
+
+    def _demote(self) -> None:
+        self.token = None
+        if self.scope is not None:
+            self.scope.cancel("kubemux.share: another replica holds the lease")
+
+    def _publish(self, etype: str, entry: Entry, rv: str) -> None:
+        if self.token is None and self.role == "leader":
+            self.fenced += 1  # the lease was lost and the demotion is under way: refused
+            return
+        if self.needs_snapshot or self.token is None:
+            return  # the next snapshot carries it
+        queue = self.queue
+        queue.append((etype, entry, rv, time.time()))
+        if len(queue) > _MAX_QUEUE:
+            queue.clear()  # Redis cannot keep up: a snapshot replaces the backlog
+            self.needs_snapshot = True
+        self.wake.set()
+
+    async def _lost_lease(self) -> None:
+        """Our token is no longer in the lease: take it again if free, else demote.
+
+        The changes not yet written (queued or in flight) count as refused: the lease is
+        not ours, so no script of ours can write them any more."""
+        self.fenced += len(self.queue) + self.inflight
+        self.inflight = 0
+        self.token = None
+        self.needs_snapshot = True
+        self.queue.clear()
+        if await self._try_acquire():
+            self.role = "leader"
+            self.wake.set()
+        else:
+            self._demote()
+
+    async def _renew_loop(self) -> None:
+        ttl_ms = int(self.engine.lease_ttl * 1000)
+        while True:
+            await anyio.sleep(self.engine.lease_ttl / 3)
+            try:
+                if self.token is None:
+                    if self.can_lead and await self._try_acquire():
+                        self.role = "leader"
+                        self.needs_snapshot = True
+                        self.wake.set()
+                    elif self.can_lead:
+                        self._demote()  # somebody else leads now: follow them
+                    continue
+                with anyio.fail_after(self.engine.command_timeout):
+                    ok = await self.s._renew(keys=[self.k_lease], args=[self.token, ttl_ms])
+                if not ok:
+                    await self._lost_lease()
+                elif self.needs_snapshot:
+                    self.wake.set()  # Redis is back: the writer republishes
+            except self.s._errors as exc:
+                self._down(exc)
+
+    async def _writer_loop(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake = anyio.Event()
+            if self.token is None or not self.lead_synced:
+                continue
+            try:
+                if self.needs_snapshot:
+                    await self._write_snapshot()
+                await self._flush()
+                self._fresh()
+            except self.s._errors as exc:
+                self._down(exc)
+                self.needs_snapshot = True  # what was lost is in the next snapshot
+                self.queue.clear()
+
+    async def _write_snapshot(self) -> None:
+        store = self.store
+        entries = store._entries(None)
+        rv = store.resource_version
+        self.queue.clear()
+        self.needs_snapshot = False
+        epoch = secrets.token_hex(8)
+        stage = f"{self.k_stage}:{epoch}"
+        timeout = self.engine.command_timeout
+        try:
+            for i in range(0, len(entries), _STAGE_CHUNK):
+                chunk = entries[i : i + _STAGE_CHUNK]
+                mapping = {f"{e.namespace}/{e.name}": _value(e) for e in chunk}
+                with anyio.fail_after(timeout):
+                    pipe = self.client.pipeline(transaction=False)
+                    pipe.hset(stage, mapping=mapping)  # type: ignore[arg-type]
+                    pipe.pexpire(stage, 120_000)
+                    await pipe.execute()
+            with anyio.fail_after(timeout):
+                token = self.token
+                assert token is not None
+                res = await self.s._commit(
+                    keys=[self.k_lease, self.k_meta, self.k_objs, self.k_log, stage],
+                    args=[token, epoch, rv, f"{time.time():.6f}"],
+                )
+        except BaseException:
+            self.needs_snapshot = True
+            raise
+        if res == -1:
+            self.fenced += len(entries)
+            await self._lost_lease()
+            return
+        self.epoch, self.seq = epoch, 0
+        log.info("share slot %s: wrote a snapshot of %d objects", self.k_lease, len(entries))
+
+    async def _flush(self) -> None:
+        queue = self.queue
+        timeout = self.engine.command_timeout
+        while queue and self.token is not None and not self.needs_snapshot:
+            n = min(len(queue), _BATCH)
+            args: list[Any] = [self.token, self.epoch, self.engine.stream_maxlen, "", n]
+            rv = ""
+            for _ in range(n):
+                etype, entry, rv, ts = queue.popleft()
+                args += (etype, f"{entry.namespace}/{entry.name}", _value(entry), f"{ts:.6f}")
+            args[3] = rv
+            self.inflight = n
+            try:
+                with anyio.fail_after(timeout):
+                    res = await self.s._publish(
+                        keys=[self.k_lease, self.k_meta, self.k_objs, self.k_log], args=args
+                    )
+            except BaseException:
+                self.inflight = 0
+                raise
+            if res == -1:
+                log.warning("share slot %s: write refused (lease lost)", self.k_lease)
+                await self._lost_lease()
+                return
+            self.inflight = 0
+            if res == -2:  # the data moved under us (Redis restarted): republish all
+                self.needs_snapshot = True
+                self.queue.clear()
+                self.wake.set()
+                return
+            self.seq = int(res)

@@ -1,0 +1,137 @@
+"""A Redis share slot's state and the helpers both of its roles use (see ``_redis_keys``)."""
+
+from __future__ import annotations
+
+import collections
+import math
+import secrets
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+
+from .._codec import Entry, StoreChange
+from .._informer import OnChange
+from .._redact import redact_text
+from .._store import Store
+from ._base import Lead, SlotStatus
+from ._redis_keys import log
+
+if TYPE_CHECKING:
+    from ._redis import RedisSession
+
+
+class _SlotBase:
+    """State, status and helpers of one slot; the roles are in the subclasses."""
+
+    def __init__(
+        self,
+        session: RedisSession,
+        digest: str,
+        store: Store,
+        on_change: OnChange | None,
+        lead: Lead,
+        task_status: anyio.abc.TaskStatus[None],
+        can_lead: bool,
+    ) -> None:
+        self.s = session
+        self.engine = session.engine
+        self.client = session.client
+        base = f"{self.engine.prefix}:{{{digest}}}"
+        self.k_lease, self.k_meta = base + ":lease", base + ":meta"
+        self.k_objs, self.k_log, self.k_stage = base + ":objs", base + ":log", base + ":stage"
+        self.store = store
+        self.on_change = on_change
+        self.lead = lead
+        self.task_status = task_status
+        self.can_lead = can_lead
+        self.on_status: Callable[[], None] | None = None
+        self._role = "starting"
+        self._stale_since: float | None = None
+        self.token: str | None = None
+        self.epoch: str | None = None
+        self.seq = 0
+        self.last_id: bytes = b"0-0"
+        self.lag: float | None = None
+        self.last_error: str | None = None
+        self.fenced = 0
+        self.rehydrations = 0
+        self.promotions = 0
+        self.started = False
+        self.inflight = 0  # changes in the write being sent
+        self.reachable_since: float | None = -math.inf  # None: Redis failed since
+        self.queue: collections.deque[tuple[str, Entry, str, float]] = collections.deque()
+        self.wake = anyio.Event()
+        self.needs_snapshot = True
+        self.lead_synced = False
+        self.scope: anyio.CancelScope | None = None
+        self.pending: dict[str, dict[str, StoreChange]] = {}  # rehydration changes not announced
+
+    @property
+    def role(self) -> str:
+        return self._role
+
+    @role.setter
+    def role(self, role: str) -> None:
+        changed = role != self._role
+        self._role = role
+        if changed and self.on_status is not None:
+            self.on_status()
+
+    @property
+    def stale_since(self) -> float | None:
+        return self._stale_since
+
+    @stale_since.setter
+    def stale_since(self, when: float | None) -> None:
+        changed = (when is None) != (self._stale_since is None)
+        self._stale_since = when
+        if changed and self.on_status is not None:
+            self.on_status()
+
+    def status(self) -> SlotStatus:
+        return SlotStatus(
+            role=self.role,
+            epoch=self.epoch,
+            lag=self.lag,
+            stale_since=self.stale_since,
+            fenced_writes=self.fenced,
+            rehydrations=self.rehydrations,
+            promotions=self.promotions,
+            last_error=self.last_error,
+        )
+
+    # ------------------------------------------------------------------ helpers
+    def _started(self) -> None:
+        if not self.started:
+            self.started = True
+            self.task_status.started()
+
+    def _down(self, exc: BaseException) -> None:
+        self.last_error = redact_text(f"redis: {type(exc).__name__}: {exc}")
+        self.reachable_since = None
+        if self.stale_since is None and self.role != "leader":
+            self.stale_since = time.time()
+        log.warning("share slot %s: %s", self.k_lease, self.last_error)
+
+    def _fresh(self) -> None:
+        self.stale_since = None
+        self.last_error = None
+
+    def _emit(self, etype: str, entry: Entry, old: Entry | None) -> None:
+        if self.on_change is not None:
+            self.on_change(etype, entry, old)
+
+    async def _try_acquire(self) -> bool:
+        token = secrets.token_hex(16)
+        with anyio.fail_after(self.engine.command_timeout):
+            ok = await self.client.set(
+                self.k_lease, token, nx=True, px=int(self.engine.lease_ttl * 1000)
+            )
+        if ok:
+            self.token = token
+            self.promotions += 1
+            log.info("share slot %s: took the lease", self.k_lease)
+        return bool(ok)
