@@ -1,0 +1,177 @@
+"""The JSON API's route handlers (see :mod:`.app` for the endpoints) and the page."""
+
+from __future__ import annotations
+
+import urllib.parse
+from pathlib import Path
+
+import anyio
+import orjson
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
+
+from kubemux import KubemuxError, Resource, UnknownResource, parse_resource
+
+from ._state import Problem, _dashboard, _json
+from .views import event_payload, redact
+
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+def _param(request: Request, name: str) -> str:
+    """A path parameter of the JSON API, decoded (see :func:`.app._decode_keeping_slashes`)."""
+    return urllib.parse.unquote(request.path_params[name])
+
+
+async def _problem_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Problem)
+    return exc.response()
+
+
+def _resource(name: str) -> Resource:
+    try:
+        return parse_resource(name)
+    except ValueError as exc:
+        raise Problem(400, str(exc)) from exc
+
+
+def _namespace(segment: str) -> str:
+    return "" if segment in ("_", "-") else segment
+
+
+async def _page(request: Request) -> Response:
+    return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+async def _api_not_found(request: Request) -> Response:
+    raise Problem(404, f"no such API endpoint: {request.url.path}")
+
+
+async def _api_contexts(request: Request) -> Response:
+    dashboard = _dashboard(request)
+    raw = dashboard.contexts_json(dashboard.registry.status_version)
+    return Response(raw, media_type="application/json")
+
+
+async def _api_list(request: Request) -> Response:
+    dashboard = _dashboard(request)
+    context = _param(request, "context")
+    resource = _resource(_param(request, "resource"))
+    namespace = request.query_params.get("namespace") or None
+    store = await dashboard.ready_store(context, resource)
+    raws = store.list_raw(namespace if resource.namespaced else None)
+    if resource.kind == "Secret":
+        raws = [orjson.dumps(redact(resource, orjson.loads(raw))) for raw in raws]
+    head = orjson.dumps(
+        {
+            "context": context,
+            "resource": resource.name,
+            "namespace": namespace,
+            "resourceVersion": store.resource_version,
+        }
+    )
+    body = head[:-1] + b',"items":[' + b",".join(raws) + b"]}"  # no decode, no re-encode
+    return Response(body, media_type="application/json")
+
+
+async def _api_resources(request: Request) -> Response:
+    dashboard = _dashboard(request)
+    context = _param(request, "context")
+    with anyio.move_on_after(dashboard.sync_timeout):
+        try:
+            served = await dashboard.registry.resources(context)
+        except KubemuxError as exc:
+            raise dashboard.problem(exc, context) from exc
+        resources = [
+            {
+                "name": r.name,
+                "kind": r.kind,
+                "namespaced": r.namespaced,
+                "short_names": list(r.short_names),
+            }
+            for r in served
+        ]
+        return _json({"context": context, "resources": resources})
+    raise Problem(503, f"discovery of context {context!r} is not done yet", retry_after=1)
+
+
+async def _api_table(request: Request) -> Response:
+    dashboard = _dashboard(request)
+    context = _param(request, "context")
+    name = _param(request, "resource")  # as typed: discovery resolves it, as kubectl does
+    namespace = request.query_params.get("namespace") or None
+    with anyio.move_on_after(dashboard.sync_timeout):
+        try:
+            table = await dashboard.registry.table(context, name, namespace)
+        except UnknownResource as exc:
+            problem = dashboard.problem(exc, context)
+            body = {"error": problem.message, "status": 404, "suggestions": list(exc.suggestions)}
+            return _json(body, status=404)
+        except KubemuxError as exc:
+            raise dashboard.problem(exc, context) from exc
+        except ValueError as exc:
+            raise Problem(400, str(exc)) from exc
+        columns = [
+            {
+                "name": c.name,
+                "type": c.type,
+                "format": c.format,
+                "description": c.description,
+                "priority": c.priority,
+            }
+            for c in table.columns
+        ]
+        rows = [
+            {"namespace": r.namespace, "name": r.name, "cells": list(r.cells)}
+            for r in table.rows(namespace)
+        ]
+        return _json(
+            {
+                "context": context,
+                "resource": table.resource.name,
+                "namespace": namespace,
+                "columns": columns,
+                "rows": rows,
+            }
+        )
+    raise Problem(503, f"{name} in context {context!r} is not synced yet", retry_after=1)
+
+
+async def _api_object(request: Request) -> Response:
+    dashboard = _dashboard(request)
+    context = _param(request, "context")
+    resource = _resource(_param(request, "resource"))
+    namespace = _namespace(_param(request, "namespace"))
+    name = _param(request, "name")
+    store = await dashboard.ready_store(context, resource)
+    obj = store.get(namespace if resource.namespaced else "", name)
+    if obj is None:
+        where = f"{namespace}/{name}" if namespace else name
+        raise Problem(404, f"{resource.name} {where} not found in context {context!r}")
+    return _json(redact(resource, obj))
+
+
+async def _api_events(request: Request) -> Response:
+    dashboard = _dashboard(request)
+    registry = dashboard.registry
+    context = _param(request, "context")
+    kind = _param(request, "kind")
+    if kind[:1].islower():  # "pods" -> "Pod"
+        kind = _resource(kind).kind or kind
+    namespace = _namespace(_param(request, "namespace"))
+    name = _param(request, "name")
+    with anyio.move_on_after(dashboard.sync_timeout):
+        try:
+            events = await registry.events_for(context, kind, namespace or None, name)
+        except KubemuxError as exc:
+            raise dashboard.problem(exc, context) from exc
+        return _json(
+            {
+                "context": context,
+                "kind": kind,
+                "namespace": namespace,
+                "name": name,
+                "events": [event_payload(e) for e in events],
+            }
+        )
+    raise Problem(503, f"the events of context {context!r} are not synced yet", retry_after=1)
