@@ -1,7 +1,7 @@
 """Server-sent event streams: the live table and the live object page.
 
 One stream per browser tab. Each writes encoded events straight into its HTTP response
-(:class:`~.app._EventStream`, a plain ASGI response: no helper tasks but the one noticing a
+(:class:`~._sse._EventStream`, a plain ASGI response: no helper tasks but the one noticing a
 disconnect), so a slow browser applies back-pressure to the stream, never to an informer (the registry's subscription
 buffer takes the slack, and a subscriber that overflows it starts again from a snapshot).
 
