@@ -50,7 +50,7 @@ from ._errors import ApiError, ProtocolError, ResourceExpired, ResponseTooLarge
 from ._informer_types import InformerKey, InformerState, OnChange
 from ._resources import Resource
 from ._settings import WatchSettings
-from ._store import Replacement, Store
+from ._store import Replacement, Store, announced_entries
 
 __all__ = ["ListMeta", "Lister", "page_slices"]
 
@@ -140,6 +140,8 @@ def _slices(
 class Lister:
     """The LIST half of :class:`~kubemux._informer.Informer` (a mixin: the informer holds the
     attributes declared here and provides state and skip accounting)."""
+
+    _accept = "application/json"  # what LIST and WATCH ask for (a Table view asks for Tables)
 
     client: ContextClient
     resource: Resource
@@ -374,6 +376,7 @@ class Lister:
             self.settings,
             progress=self._progress,
             inactivity_timeout=inactivity_timeout,
+            accept=self._accept,
         )
 
     async def _commit(self, replacement: Replacement, resource_version: str) -> None:
@@ -419,21 +422,7 @@ class Lister:
 
     def snapshot_entries(self, namespace: str | None = None) -> list[Entry]:
         """The objects as announced so far to subscribers (the store minus unannounced changes)."""
-        entries = self.store._entries(namespace)
-        pending = self._pending
-        if not pending:
-            return entries
-        out: list[Entry] = []
-        for e in entries:
-            change = pending.get(e.namespace, {}).get(e.name)
-            if change is None:
-                out.append(e)
-            elif change.type == "MODIFIED" and change.old is not None:
-                out.append(change.old)
-        for ns, bucket in pending.items():
-            if namespace is None or ns == namespace:
-                out.extend(c.old for c in bucket.values() if c.type == "DELETED" and c.old)
-        return out
+        return announced_entries(self.store, self._pending, namespace)
 
     def _decode(self, block: Block) -> list[tuple[str, Entry | bytes]]:
         """A block of watch lines: ``(type, entry)`` per object event decoded on the hot

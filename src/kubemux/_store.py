@@ -32,6 +32,7 @@ __all__ = [
     "Replacement",
     "Store",
     "Transform",
+    "announced_entries",
     "by_label",
     "by_owner",
     "drop_managed_fields",
@@ -430,3 +431,25 @@ def _discard(table: dict[str, set[Key]], value: str, key: Key) -> None:
         bucket.discard(key)
         if not bucket:
             del table[value]  # no empty buckets: memory is bounded by live objects
+
+
+def announced_entries(
+    store: Store, pending: Mapping[str, Mapping[str, StoreChange]], namespace: str | None
+) -> builtins.list[Entry]:
+    """What subscribers have been told ``store`` holds while a relist's changes are still
+    being announced in slices: the store, less changes in ``pending`` (namespace -> name ->
+    change) not announced yet (their old entries instead)."""
+    entries = store._entries(namespace)
+    if not pending:
+        return entries
+    out: builtins.list[Entry] = []
+    for e in entries:
+        change = pending.get(e.namespace, {}).get(e.name)
+        if change is None:
+            out.append(e)
+        elif change.type == "MODIFIED" and change.old is not None:
+            out.append(change.old)
+    for ns, bucket in pending.items():
+        if namespace is None or ns == namespace:
+            out.extend(c.old for c in bucket.values() if c.type == "DELETED" and c.old)
+    return out

@@ -20,9 +20,8 @@ server computed when it sent the row: an ``Age`` cell is not re-aged locally.
 from __future__ import annotations
 
 import builtins
-import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -30,7 +29,7 @@ import msgspec
 import orjson
 
 from ._client import ContextClient
-from ._codec import Block, DecodeError, Entry, decode_entry, split_block, split_event
+from ._codec import DecodeError, Entry, decode_entry, split_block, split_event
 from ._errors import ProtocolError, ResourceExpired
 from ._informer import Informer, InformerKey, OnChange
 from ._resources import Resource
@@ -287,6 +286,7 @@ class TableInformer(Informer):
     """
 
     store: TableStore
+    _accept = TABLE_ACCEPT  # LISTs and WATCHes ask for the Table format
 
     def __init__(
         self,
@@ -339,7 +339,7 @@ class TableInformer(Informer):
                     params,
                     s,
                     progress=self._progress,
-                    accept=TABLE_ACCEPT,
+                    accept=self._accept,
                 )
             except ResourceExpired:
                 if "continue" not in params:
@@ -383,19 +383,6 @@ class TableInformer(Informer):
         store.columns = FALLBACK_COLUMNS if fallback else (columns or store.columns)
         await self._commit(replacement, list_rv)
         return list_rv
-
-    def _open_watch(
-        self, params: Mapping[str, str], *, inactivity_timeout: float | None = None
-    ) -> contextlib.AbstractAsyncContextManager[AsyncIterator[Block]]:
-        return self.client.watch(
-            self.resource,
-            self.key.namespace,
-            params,
-            self.settings,
-            progress=self._progress,
-            inactivity_timeout=inactivity_timeout,
-            accept=TABLE_ACCEPT,
-        )
 
     def _decode(self, block: Any) -> list[tuple[str, Entry | bytes]]:
         """The hot path: object events of one-row Tables with known columns become entries,

@@ -11,7 +11,7 @@ import anyio
 import anyio.lowlevel
 
 from .._codec import Entry, StoreChange
-from .._store import Replacement
+from .._store import Replacement, announced_entries
 from ._redis_keys import _SLICE, _entry, _unwrap, log
 from ._redis_slot import _SlotBase
 
@@ -171,18 +171,4 @@ class _Follower(_SlotBase):
         return True
 
     def snapshot_entries(self, namespace: str | None) -> list[Entry]:
-        entries = self.store._entries(namespace)
-        pending = self.pending
-        if not pending:
-            return entries
-        out: list[Entry] = []
-        for e in entries:
-            change = pending.get(e.namespace, {}).get(e.name)
-            if change is None:
-                out.append(e)
-            elif change.type == "MODIFIED" and change.old is not None:
-                out.append(change.old)
-        for ns, bucket in pending.items():
-            if namespace is None or ns == namespace:
-                out.extend(c.old for c in bucket.values() if c.type == "DELETED" and c.old)
-        return out
+        return announced_entries(self.store, self.pending, namespace)
