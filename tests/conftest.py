@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from kubemux.testing import FakeCluster, make_pod
+from share_support import RedisServer, require_redis_server
 
 _sessions: weakref.WeakSet[aiohttp.ClientSession] = weakref.WeakSet()
 _orig_init = aiohttp.ClientSession.__init__
@@ -81,3 +82,16 @@ async def two_clusters() -> AsyncIterator[tuple[FakeCluster, FakeCluster]]:
             a.create("pods", make_pod(f"a-{i}"))
             b.create("pods", make_pod(f"b-{i}", "kube-system"))
         yield a, b
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    """A redis-server of its own on a free port, persistence off (skipped without one;
+    required when CI=true)."""
+    require_redis_server()
+    server = RedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -22,6 +22,16 @@ REPLICA = HERE / "share_replica.py"
 REDIS_SERVER = shutil.which("redis-server")
 
 
+def require_redis_server() -> None:
+    """Skip the calling test without redis-server, or fail it in CI (which installs it)."""
+    import pytest
+
+    if REDIS_SERVER is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("redis-server is missing (CI installs Debian's redis-server package)")
+        pytest.skip("redis-server not installed: apt-get install -y redis-server")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -7,10 +7,9 @@ FakeCluster served by this process. Skipped without redis-server, unless CI=true
 from __future__ import annotations
 
 import base64
-import os
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,23 +25,9 @@ from kubemux._settings import Backoff, WatchSettings
 from kubemux._store import Store
 from kubemux.share import Redis, SlotStatus, informer_lead, share_key
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
-from share_support import REDIS_SERVER, RedisServer, Replica
+from share_support import RedisServer, Replica, require_redis_server
 
 pytest.importorskip("redis")
-
-
-@pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
-    if REDIS_SERVER is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("redis-server is missing (CI installs Debian's redis-server package)")
-        pytest.skip("redis-server not installed: apt-get install -y redis-server")
-    server = RedisServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -483,8 +468,7 @@ async def test_gap_in_the_stream_rehydrates_the_follower(
 async def test_redis_down_at_start_runs_locally_then_leads(
     cluster: FakeCluster, kubeconfig: Path
 ) -> None:
-    if REDIS_SERVER is None:
-        pytest.skip("redis-server not installed")
+    require_redis_server()
     from kubemux._client import open_client
 
     server = RedisServer()  # a free port, nothing listening yet

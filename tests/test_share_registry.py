@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,27 +25,13 @@ from kubemux._informer import InformerStatus
 from kubemux._settings import Backoff, WatchSettings
 from kubemux.share import Redis
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
-from share_support import REDIS_SERVER, RedisServer, Replica
+from share_support import RedisServer, Replica
 
 pytest.importorskip("redis")
 
 HERE = Path(__file__).resolve().parent
 REPLICA = HERE / "share_registry_replica.py"
 FAST = WatchSettings(backoff=Backoff(initial_delay=0.05, max_delay=0.5))
-
-
-@pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
-    if REDIS_SERVER is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("redis-server is missing (CI installs Debian's redis-server package)")
-        pytest.skip("redis-server not installed: apt-get install -y redis-server")
-    server = RedisServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
