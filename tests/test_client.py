@@ -114,3 +114,34 @@ async def test_a_line_longer_than_the_limit_is_refused() -> None:
     with anyio.fail_after(5), pytest.raises(ResponseTooLarge, match="exceeds 1024 bytes"):
         async for _ in _blocks(resp, "srv", _LINES_1K, Progress()):  # type: ignore[arg-type]
             pass
+
+
+async def test_a_huge_answer_to_a_post_is_refused_not_held() -> None:
+    """A server answering the SelfSubjectReview (the one POST kubemux sends) with an endless
+    body: the read stops at a small cap with ResponseTooLarge."""
+    from aiohttp import web
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        chunk = b" " * 65536
+        for _ in range(1024):  # 64 MiB, far beyond the cap; stops when the client leaves
+            await response.write(chunk)
+        return response
+
+    app = web.Application()
+    app.router.add_post("/apis/authentication.k8s.io/v1/selfsubjectreviews", endless)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        cfg = _context("c", {"c": FakeContext(cluster=f"http://127.0.0.1:{port}", token="t")})
+        async with open_client(cfg) as client:
+            with anyio.fail_after(20), pytest.raises(ResponseTooLarge):
+                await client.post_json(
+                    "/apis/authentication.k8s.io/v1/selfsubjectreviews", {"kind": "x"}
+                )
+    finally:
+        await runner.cleanup()

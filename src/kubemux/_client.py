@@ -291,15 +291,22 @@ class ContextClient:
         """
         t = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
         what = f"POST {path}"
-        with map_exceptions(self.server, what):
+        settings = _DEFAULT_SETTINGS
+        resp: aiohttp.ClientResponse | None = None
+        with map_exceptions(self.server, what), anyio.move_on_after(settings.response_timeout):
             resp = await self._call(path, {}, t, _JSON, method="POST", body=dict(body))
-            try:
-                data: bytes = await resp.read()
-                if resp.status >= 400:
-                    raise api_error_from_status(resp.status, data)
-                return data
-            finally:
-                resp.release()
+        if resp is None:
+            raise ServerTimeout(
+                self.server, f"{what}: no response within {settings.response_timeout:g} s"
+            )
+        try:
+            # a review is a few hundred bytes: a hostile server cannot make us hold more
+            data = bytes(await _read_body(resp, self.server, what, settings, _ERROR_BODY_MAX))
+            if resp.status >= 400:
+                raise api_error_from_status(resp.status, data)
+            return data
+        finally:
+            resp.release()
 
 
 async def _unauthorized(resp: aiohttp.ClientResponse, provider: CredentialProvider) -> ApiError:
