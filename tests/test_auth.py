@@ -401,22 +401,22 @@ class FakeIdP:
     async def __aexit__(self, *exc: object) -> None:
         await self.runner.cleanup()
 
+    def provider(self, *, trusted: bool = True, **config: str) -> dict[str, Any]:
+        """An ``auth-provider`` entry for this IdP: an expired id-token and refresh token r0
+        (the IdP's CA is trusted unless ``trusted=False``); ``config`` adds or overrides keys."""
+        base = {"client-id": "kubemux", "idp-issuer-url": self.url}
+        if trusted:
+            base["idp-certificate-authority-data"] = base64.b64encode(
+                self.ca.cert_pem.bytes()
+            ).decode()
+        base |= {"id-token": _jwt(time.time() - 10, 0), "refresh-token": "r0"}
+        return {"name": "oidc", "config": base | config}
+
 
 async def test_oidc_refresh_writes_back_and_keeps_the_rest_of_the_file(tmp_path: Path) -> None:
     async with FakeCluster(tokens=set()) as cluster, FakeIdP(cluster, ttl=3600) as idp:
-        expired = _jwt(time.time() - 10, 0)
-        ca_data = base64.b64encode(idp.ca.cert_pem.bytes()).decode()
-        provider = {
-            "name": "oidc",
-            "config": {
-                "client-id": "kubemux",
-                "client-secret": "s3cret",
-                "idp-issuer-url": idp.url,
-                "idp-certificate-authority-data": ca_data,
-                "id-token": expired,
-                "refresh-token": "r0",
-            },
-        }
+        provider = idp.provider(**{"client-secret": "s3cret"})
+        expired = provider["config"]["id-token"]
         users = {"oidc": {"auth-provider": provider}, "other": {"token": "x"}}
         path = _kubeconfig(tmp_path / "config", cluster, users, {"a": "oidc", "b": "other"})
         before = _contexts(path)["a"]
@@ -441,18 +441,7 @@ async def test_oidc_refresh_writes_back_and_keeps_the_rest_of_the_file(tmp_path:
 
 async def test_oidc_never_spends_a_refresh_token_it_cannot_save(tmp_path: Path) -> None:
     async with FakeCluster(tokens=set()) as cluster, FakeIdP(cluster, ttl=3600) as idp:
-        provider = {
-            "name": "oidc",
-            "config": {
-                "client-id": "kubemux",
-                "idp-issuer-url": idp.url,
-                "idp-certificate-authority-data": base64.b64encode(
-                    idp.ca.cert_pem.bytes()
-                ).decode(),
-                "id-token": _jwt(time.time() - 10, 0),
-                "refresh-token": "r0",
-            },
-        }
+        provider = idp.provider()
         path = _kubeconfig(
             tmp_path / "config", cluster, {"u": {"auth-provider": provider}}, {"a": "u"}
         )
@@ -466,15 +455,7 @@ async def test_oidc_never_spends_a_refresh_token_it_cannot_save(tmp_path: Path) 
 
 async def test_oidc_idp_tls_is_verified(tmp_path: Path) -> None:
     async with FakeCluster(tokens=set()) as cluster, FakeIdP(cluster, ttl=3600) as idp:
-        provider = {
-            "name": "oidc",
-            "config": {
-                "client-id": "kubemux",
-                "idp-issuer-url": idp.url,
-                "id-token": _jwt(time.time() - 10, 0),
-                "refresh-token": "r0",
-            },
-        }
+        provider = idp.provider(trusted=False)
         path = _kubeconfig(
             tmp_path / "config", cluster, {"u": {"auth-provider": provider}}, {"a": "u"}
         )
@@ -669,18 +650,7 @@ async def test_a_socks5_proxy_is_refused_clearly(tmp_path: Path) -> None:
 
 async def test_oidc_refuses_to_spend_when_the_file_lacks_the_entry(tmp_path: Path) -> None:
     async with FakeCluster(tokens=set()) as cluster, FakeIdP(cluster, ttl=3600) as idp:
-        provider = {
-            "name": "oidc",
-            "config": {
-                "client-id": "kubemux",
-                "idp-issuer-url": idp.url,
-                "idp-certificate-authority-data": base64.b64encode(
-                    idp.ca.cert_pem.bytes()
-                ).decode(),
-                "id-token": _jwt(time.time() - 10, 0),
-                "refresh-token": "r0",
-            },
-        }
+        provider = idp.provider()
         path = _kubeconfig(
             tmp_path / "config", cluster, {"u": {"auth-provider": provider}}, {"a": "u"}
         )

@@ -152,10 +152,6 @@ class ContextGeneration:
     def is_done(self) -> bool:
         return self._done.is_set()
 
-    async def wait_started(self) -> None:
-        """Until connected, the first start attempt failed, or the generation ended."""
-        await self._started.wait()
-
     async def wait_done(self) -> None:
         await self._done.wait()
 

@@ -345,11 +345,6 @@ class Discovery:
         await self._ensure()
         return self._preferred
 
-    async def all_versions(self) -> tuple[Resource, ...]:
-        """Like :meth:`resources`, with one entry per served version."""
-        await self._ensure()
-        return self._all or ()
-
     async def resolve(self, name: str | Resource) -> Resource:
         """What a kubectl-style name means on this cluster (see :func:`resolve`).
 
