@@ -179,6 +179,7 @@ def test_registering_does_not_shadow_a_builtin_bare_name() -> None:
         ("nodes", NODES),
         ("deployments.apps", DEPLOYMENTS),
         ("deploy.apps", DEPLOYMENTS),
+        ("deployments.v1.apps", DEPLOYMENTS),  # the full form skips discovery too
     ],
 )
 def test_known_builtins(spec: str, expected: Resource) -> None:
@@ -186,7 +187,15 @@ def test_known_builtins(spec: str, expected: Resource) -> None:
 
 
 @pytest.mark.parametrize(
-    "spec", ["", "widgets", "widgets.example.com", "widgets.v1.example.com", "pods.nogroup"]
+    "spec",
+    [
+        "",
+        "widgets",
+        "widgets.example.com",
+        "widgets.v1.example.com",
+        "pods.nogroup",
+        "deployments.v1beta1.apps",  # another version: discovery decides whether it is served
+    ],
 )
 def test_unknown_is_none(spec: str) -> None:
     assert known_resource(spec) is None

@@ -196,7 +196,13 @@ def known_resource(spec: str) -> Resource | None:
     resolves through the cluster's discovery."""
     plural, _, rest = spec.strip().lower().partition(".")
     plural = _SHORT.get(plural, plural)
-    return _builtin_bare.get(plural) if not rest else _builtin_registry.get((plural, rest))
+    if not rest:
+        return _builtin_bare.get(plural)
+    version, dot, group = rest.partition(".")
+    if dot and _looks_like_version(version):  # plural.version.group
+        res = _builtin_registry.get((plural, group))
+        return res if res is not None and res.version == version else None
+    return _builtin_registry.get((plural, rest))
 
 
 def _looks_like_version(text: str) -> bool:
