@@ -49,7 +49,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         help="print a resource's server-side columns across contexts, like `kubectl get`",
         description="Like `kubectl get`, across contexts: the columns the server prints "
         "(a CRD's printer columns too), with a CONTEXT column when several contexts are "
-        "shown. With -w, then the row of every change.",
+        "shown. A comma list (pods,svc) or a category (all) prints one table per "
+        "resource, as kubectl does. With -w (one resource), then the row of every change.",
     )
     _arguments(g)
     g.add_argument("-w", "--watch", action="store_true", help="then print every change")
