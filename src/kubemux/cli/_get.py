@@ -28,6 +28,7 @@ from .._discovery import preferred, resolve
 from .._errors import ContextNotFound, KubemuxError, UnknownResource
 from .._registry import WatcherRegistry
 from .._resources import Resource
+from .._settings import WatchSettings
 from .._table import FALLBACK_COLUMNS, TableColumn
 from ._output import KUBECONFIG_HELP, CommandError, TabWriter, cell_text, startup
 
@@ -38,6 +39,10 @@ ALL_CONTEXTS_WAIT = 10.0
 """With --all-contexts, how long a context may take to show its rows (then a warning)."""
 OPENING = 8
 """How many of a context's resources (``get all``) are listed at once."""
+GET_BURST = 50
+"""``get``'s client-side burst per context (qps stays client-go's 5): ``get all`` starts
+about 24 requests (discovery, then a LIST and a WATCH per resource), which client-go's
+burst of 10 would spread over 3 s; more than this are still paced."""
 SINGLE_TYPE = "you may only specify a single resource type"
 """kubectl's error for ``get -w`` with several resources."""
 
@@ -337,7 +342,8 @@ async def _open_all(
 async def get(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``kubemux get`` without ``-w``: each context's rows, once."""
     resource_names(args.resource)  # an empty name fails before the kubeconfig is read
-    registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=False)
+    settings = WatchSettings(burst=GET_BURST)
+    registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=False, settings=settings)
     async with registry:
         contexts, sources = await open_views(registry, args)
         return print_once(sources, args, is_multi(args, contexts), out, err)
