@@ -221,8 +221,8 @@ async def test_get_lists_each_resource_once(tmp_path: Path) -> None:
     """A category of more resources than are listed at once, named with hundreds of
     duplicates (short names, the category again): each resource is listed once, its table
     in discovery order if it has objects; names from the cluster are shown terminal-safe.
-    (Each context's requests are rate-limited, as client-go's: a category of hundreds of
-    resources takes its time, without a request storm.)"""
+    (Each context's requests stay rate-limited: a category of hundreds of resources takes
+    its time, without a request storm.)"""
     async with FakeCluster(tokens={TOKEN}, tls=True, name="many") as fake:
         for i in range(12):
             fake.add_crd("many.example.com", f"things{i}", f"Thing{i}", categories=["lots"])
