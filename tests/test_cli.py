@@ -123,7 +123,7 @@ async def test_unknown_resource_is_one_line(kubeconfig: Path) -> None:
     code, _, err = await kubemux("watch", "nonsense", "-A", "--kubeconfig", str(kubeconfig))
     assert code == 1
     assert err.startswith("kubemux: error: ") and err.count("\n") == 1
-    assert "the server doesn't have a resource type 'nonsense'" in err
+    assert 'the server doesn\'t have a resource type "nonsense"' in err
     code, _, err = await kubemux(
         "dashboard", "--resource", "nonsense", "--kubeconfig", str(kubeconfig)
     )

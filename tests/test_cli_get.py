@@ -3,10 +3,15 @@
 Objects are created two days ago (fixed timestamps), so the server's AGE cells read "2d"
 for both; a row created during a test is compared with its AGE loosely. kubectl sends
 credentials only to https servers: the cluster is TLS with a token.
+
+The cluster serves every kind of kubectl's ``all`` category, and two CRDs in it (widgets
+also in ``toys``; gadgets at two versions, to be listed once): ``get all``, comma lists and
+categories are compared with kubectl too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import io
 import json
@@ -17,6 +22,7 @@ from typing import Any
 
 import anyio
 import pytest
+import yaml
 
 from kubemux.cli import run
 from kubemux.cli._output import TabWriter, cell_text, human_duration
@@ -68,6 +74,7 @@ async def cluster() -> AsyncIterator[FakeCluster]:
             "widgets",
             "Widget",
             short_names=["wd"],
+            categories=["all", "toys"],
             printer_columns=[
                 {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
                 {"name": "Color", "type": "string", "jsonPath": ".spec.color"},
@@ -83,7 +90,25 @@ async def cluster() -> AsyncIterator[FakeCluster]:
                 "spec": {"size": size, "color": color, "shape": "round"},
             }
             fake.create("widgets.example.com", aged(widget))
+        fake.add_crd("example.com", "gadgets", "Gadget", versions=("v1", "v2"), categories=["all"])
+        gadget = {"apiVersion": "example.com/v2", "kind": "Gadget", "metadata": {"name": "g1"}}
+        gadget["metadata"]["namespace"] = "data"
+        fake.create("gadgets.example.com", aged(gadget))
+        fake.create("horizontalpodautoscalers.v2.autoscaling", aged(autoscaler("web")))
         yield fake
+
+
+def autoscaler(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": 1,
+            "maxReplicas": 3,
+        },
+    }
 
 
 @pytest.fixture
@@ -121,6 +146,28 @@ async def kubemux(*argv: str) -> tuple[int, str, str]:
         ["get", "svc", "--all-namespaces"],
         ["get", "events", "-A"],
         ["get", "pods", "web-1", "nope"],
+        # comma lists: one table per resource, kind/name when several kinds are asked for
+        ["get", "pods,cm"],
+        ["get", "pods,deployments.apps", "-A"],
+        ["get", "pods,nodes"],
+        ["get", "pods,cm", "-n", "data"],
+        ["get", "pods,deploy,pods"],
+        ["get", "pods,po"],
+        ["get", "deploy,pods", "-o", "wide", "-A"],
+        ["get", "pods,cm", "-n", "empty"],
+        ["get", "pods,nodes", "-n", "empty"],
+        ["get", "pods,deploy,wd", "-o", "name", "-A"],
+        # categories, in discovery order; kinds without objects left out
+        ["get", "all"],
+        ["get", "all", "-A"],
+        ["get", "all", "-n", "data"],
+        ["get", "all", "-n", "empty"],
+        ["get", "all", "-o", "name", "-A"],
+        ["get", "all,cm", "-A", "-o", "wide"],
+        ["get", "toys"],
+        ["get", "pods,toys"],
+        ["get", "hpa"],
+        ["get", "crd"],
     ],
     ids=lambda argv: " ".join(argv),
 )
@@ -132,6 +179,86 @@ async def test_get_prints_what_kubectl_prints(kubeconfig: Path, argv: list[str])
         assert got[1].split("\n")[1].startswith("web-1 ")
         return
     assert got == want
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["get", "pods,x,cm"],
+        ["get", "x,y"],
+        ["get", "ALL"],
+        ["get", "pods,"],
+        ["get", ",pods"],
+        ["get", "pods,deploy", "-w"],
+        ["get", "all", "-w"],
+        ["get", "pods,po", "-w"],
+    ],
+    ids=lambda argv: " ".join(argv),
+)
+async def test_get_errors_as_kubectl_words_them(kubeconfig: Path, argv: list[str]) -> None:
+    """An unknown name among known ones (or -w with several): kubectl's error, one line,
+    and nothing listed."""
+    code, out, err = await kubectl_result(kubeconfig, *argv)
+    got = await kubemux(*argv, "--kubeconfig", str(kubeconfig), "--duration", "5")
+    assert (code, out) == (1, "") and err.startswith("error: ") and err.count("\n") == 1
+    assert got[:2] == (1, "") and got[2].count("\n") == 1
+    assert got[2].startswith("kubemux: " + err.rstrip())
+
+
+async def test_get_lists_nothing_before_an_unknown_name(
+    cluster: FakeCluster, kubeconfig: Path
+) -> None:
+    """Hundreds of names, one unknown: the error names it, and nothing was listed."""
+    names = ",".join(["pods", "deploy", "cm", "svc", "wd"] * 100 + ["nope\x1b[2J", "pods"])
+    cluster.clear_requests()
+    code, out, err = await kubemux("get", names, "--kubeconfig", str(kubeconfig))
+    assert (code, out) == (1, "")
+    assert err == 'kubemux: error: the server doesn\'t have a resource type "nope\\x1b[2J"\n'
+    assert not [r for r in cluster.requests if r.path.startswith("/api/v1/namespaces")]
+
+
+async def test_get_lists_each_resource_once(tmp_path: Path) -> None:
+    """A category of more resources than are listed at once, named with hundreds of
+    duplicates (short names, the category again): each resource is listed once, its table
+    in discovery order if it has objects; names from the cluster are shown terminal-safe.
+    (Each context's requests stay rate-limited: a category of hundreds of resources takes
+    its time, without a request storm.)"""
+    async with FakeCluster(tokens={TOKEN}, tls=True, name="many") as fake:
+        for i in range(12):
+            fake.add_crd("many.example.com", f"things{i}", f"Thing{i}", categories=["lots"])
+        for i in (7, 11):
+            obj = {"metadata": {"name": f"t-\x1b]0;{i}", "namespace": "default"}}
+            fake.create(f"things{i}.many.example.com", aged({"kind": f"Thing{i}", **obj}))
+        path = write_kubeconfig(tmp_path / "config", {"many": fake})
+        fake.clear_requests()
+        names = ",".join(["lots", "things11.many.example.com", "thing7"] * 200)
+        code, out, err = await kubemux("get", names, "--kubeconfig", str(path))
+        lists = [r.path.rpartition("/")[2] for r in fake.requests if not r.is_watch]
+    assert (code, err) == (0, "")
+    assert sorted(lists) == sorted({"api", "apis"} | {f"things{i}" for i in range(12)})
+    seven, eleven = (f"thing{i}.many.example.com/t-\\x1b]0;{i}" for i in (7, 11))
+    assert out.splitlines() == [
+        "NAME".ljust(len(seven) + 3) + "AGE",
+        seven + "   2d",
+        "",
+        "NAME".ljust(len(eleven) + 3) + "AGE",
+        eleven + "   2d",
+    ]
+
+
+async def test_get_json_and_yaml_of_several_kinds_is_one_list(kubeconfig: Path) -> None:
+    """``-o json|yaml`` of several kinds: the one List kubectl prints (compared as data)."""
+    for argv in (
+        ["get", "pods,deploy", "-o", "json"],
+        ["get", "all", "-A", "-o", "yaml"],
+        ["get", "pods,deploy", "web", "-o", "json"],  # one item, still a List
+        ["get", "pods,cm,deploy", "-n", "empty", "-o", "json"],
+    ):
+        want = await kubectl_result(kubeconfig, *argv)
+        got = await kubemux(*argv, "--kubeconfig", str(kubeconfig))
+        assert (got[0], got[2]) == (want[0], want[2])
+        assert yaml.safe_load(got[1]) == yaml.safe_load(want[1])
+        assert yaml.safe_load(got[1])["kind"] == "List"
 
 
 async def test_get_several_contexts_adds_a_context_column(
@@ -157,6 +284,48 @@ async def test_get_several_contexts_adds_a_context_column(
     mine = [line.split()[1:] for line in lines if not line.startswith("second")]
     assert mine == [line.split() for line in single.splitlines()]
     assert lines[1].index("a-much") == lines[0].index("NAME")  # one alignment for all
+
+
+async def test_get_all_across_contexts(cluster: FakeCluster, tmp_path: Path) -> None:
+    """``get all`` (and a comma list) with several contexts: one table per kind, CONTEXT
+    first, a kind's rows from every context; a context's cells are kubectl's."""
+    async with FakeCluster(tokens={TOKEN}, tls=True, name="other") as other:
+        other.create("pods", aged(make_pod("other-pod")))
+        other.create("deployments.apps", deployment("other-deploy"))
+        path = write_kubeconfig(tmp_path / "config", {"fake": cluster, "second": other})
+        code, out, err = await kubemux("get", "all", "--all-contexts", "--kubeconfig", str(path))
+        assert (code, err) == (0, "")
+        _, single, _ = await kubectl_result(path, "get", "all", "--context", "fake")
+        code, names, err = await kubemux(
+            "get", "deploy,pods", "-o", "name", "--context", "second", "--context", "fake",
+            "--kubeconfig", str(path),
+        )  # fmt: skip
+        assert (code, err) == (0, "")
+    tables = [t.splitlines() for t in out.split("\n\n")]
+    assert [t[0].split()[:2] for t in tables] == [["CONTEXT", "NAME"]] * 4
+    assert [t[1].split()[1] for t in tables] == [  # no gadgets: they live in "data"
+        "pod/a-much-longer-pod-name",
+        "deployment.apps/frontend-with-long-name",
+        "horizontalpodautoscaler.autoscaling/web",
+        "widget.example.com/large-widget",
+    ]
+    assert [line.split()[:2] for line in tables[0][1:]] == [
+        ["fake", "pod/a-much-longer-pod-name"],
+        ["fake", "pod/web-1"],
+        ["second", "pod/other-pod"],
+    ]
+    # fake's rows are kubectl's, after the CONTEXT column (columns aligned per table)
+    mine = [line.split()[1:] for t in tables for line in t[1:] if line.startswith("fake ")]
+    theirs = [line.split() for line in single.splitlines() if line and not line.startswith("NAME")]
+    assert mine == theirs
+    assert names.splitlines() == [
+        "deployment.apps/other-deploy",
+        "deployment.apps/frontend-with-long-name",
+        "deployment.apps/web",
+        "pod/other-pod",
+        "pod/a-much-longer-pod-name",
+        "pod/web-1",
+    ]
 
 
 async def test_get_json_and_yaml_are_the_objects(kubeconfig: Path) -> None:
@@ -209,6 +378,65 @@ async def test_get_watch_prints_rows_as_kubectl_does(
     for mine, theirs in zip(got[3:], want[3:], strict=True):
         assert AGE.search(mine) and AGE.search(theirs)
         assert AGE.sub("", mine) == AGE.sub("", theirs)
+
+
+async def test_get_watch_from_nothing_prints_as_kubectl_does(
+    cluster: FakeCluster, kubeconfig: Path
+) -> None:
+    """An empty start: ``kubectl get -w`` prints nothing, not even "No resources found",
+    and the header comes with the first row; kubemux's output is the same, stderr empty."""
+    out, err = Output(), io.StringIO()
+    watches = "/api/v1/namespaces/empty/pods"
+    proc = await asyncio.create_subprocess_exec(
+        KUBECTL, "--kubeconfig", str(kubeconfig), "--cache-dir", str(kubeconfig.parent / "c"),
+        "get", "pods", "-w", "-n", "empty",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        async with anyio.create_task_group() as tg:
+            argv = ["get", "pods", "-w", "-n", "empty", "--kubeconfig", str(kubeconfig)]
+            tg.start_soon(lambda: run(argv, stdout=out, stderr=err))
+            await cluster.wait_for(  # both listed nothing and watch
+                lambda: sum(r.is_watch and r.path == watches for r in cluster.requests) >= 2,
+                timeout=TIMEOUT,
+            )
+            assert out.getvalue() == err.getvalue() == ""
+            cluster.create("pods", make_pod("new-pod", "empty"))
+            kubectl_out = b""
+            with anyio.fail_after(TIMEOUT):
+                while kubectl_out.count(b"\n") < 2:
+                    kubectl_out += await proc.stdout.read(4096)
+            await out.wait_for(r"^(.*\n){2}")
+            tg.cancel_scope.cancel()
+    finally:
+        proc.kill()
+        kubectl_err = await proc.stderr.read()
+        await proc.wait()
+    assert kubectl_err == b"" and err.getvalue() == ""
+    want, got = kubectl_out.decode().splitlines(), out.getvalue().splitlines()
+    assert want[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert got[0] == want[0]
+    assert AGE.search(got[1]) and AGE.search(want[1])
+    assert AGE.sub("", got[1]) == AGE.sub("", want[1])
+
+
+async def test_get_watch_a_category_of_one_resource(kubeconfig: Path) -> None:
+    """``get -w toys``: the one resource the category stands for, as kubectl watches it."""
+    out = Output()
+    async with kubectl_process(kubeconfig, "get", "toys", "-w") as proc:
+        assert proc.stdout is not None
+        async with anyio.create_task_group() as tg:
+            argv = ["get", "toys", "-w", "--kubeconfig", str(kubeconfig)]
+            tg.start_soon(lambda: run(argv, stdout=out))
+            kubectl_out = b""
+            with anyio.fail_after(TIMEOUT):
+                while kubectl_out.count(b"\n") < 3:
+                    kubectl_out += await proc.stdout.read(4096)
+            await out.wait_for(r"^(.*\n){3}")
+            tg.cancel_scope.cancel()
+    assert out.getvalue() == kubectl_out.decode()
+    assert out.getvalue().startswith("NAME           SIZE   COLOR   AGE\n")
 
 
 def test_tabwriter_matches_kubectl_padding_and_remembers_widths() -> None:

@@ -52,6 +52,7 @@ _EXAMPLES = """examples:
   kubemux demo                  simulated clusters in the web dashboard (no cluster needed)
   kubemux dashboard             the web dashboard for your kubeconfig, on 127.0.0.1:8000
   kubemux get pods --all-contexts   every context's pods, with kubectl's columns
+  kubemux get all -A --context a --context b  kubectl's `get all`, in two contexts
   kubemux watch pods -A --all-contexts  every pod of every context, live
   kubemux status --probe pods   which contexts answer, and how many pods each has
   kubemux status -f --probe pods  the same, kept up to date as contexts change

@@ -5,6 +5,12 @@ CRD's printer columns); ``-w`` (and ``watch``) then prints the row of every chan
 ``kubectl get -w`` does. A CONTEXT column comes first when several contexts are shown;
 ``-A`` adds NAMESPACE as in kubectl. Cells are shown terminal-safe; ``-o json|yaml`` write
 the objects exactly.
+
+RESOURCE may be a comma list (``pods,deployments.apps``) or a category (``all``, a CRD's
+categories), expanded with each context's discovery as kubectl expands it: a category's
+resources in discovery order, duplicates (also ``pods,po``) once, one table per resource
+separated by a blank line, names as ``kind.group/name`` when several kinds are asked for.
+``-w`` takes one resource, as in kubectl.
 """
 
 from __future__ import annotations
@@ -18,18 +24,27 @@ import anyio
 import orjson
 import yaml
 
-from .._discovery import resolve
-from .._errors import ContextNotFound, KubemuxError
+from .._discovery import preferred, resolve
+from .._errors import ContextNotFound, KubemuxError, UnknownResource
 from .._registry import WatcherRegistry
 from .._resources import Resource
-from .._table import TableColumn
-from ._output import KUBECONFIG_HELP, TabWriter, cell_text, startup
+from .._settings import WatchSettings
+from .._table import FALLBACK_COLUMNS, TableColumn
+from ._output import KUBECONFIG_HELP, CommandError, TabWriter, cell_text, startup
 
 log = logging.getLogger(__name__)
 
 _OUTPUTS = ("wide", "json", "yaml", "name")
 ALL_CONTEXTS_WAIT = 10.0
 """With --all-contexts, how long a context may take to show its rows (then a warning)."""
+OPENING = 8
+"""How many of a context's resources (``get all``) are listed at once."""
+GET_BURST = 50
+"""``get``'s client-side burst per context (qps stays client-go's 5): ``get all`` starts
+about 24 requests (discovery, then a LIST and a WATCH per resource), which client-go's
+burst of 10 would spread over 3 s; more than this are still paced."""
+SINGLE_TYPE = "you may only specify a single resource type"
+"""kubectl's error for ``get -w`` with several resources."""
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -39,7 +54,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         help="print a resource's server-side columns across contexts, like `kubectl get`",
         description="Like `kubectl get`, across contexts: the columns the server prints "
         "(a CRD's printer columns too), with a CONTEXT column when several contexts are "
-        "shown. With -w, then the row of every change.",
+        "shown. A comma list (pods,svc) or a category (all) prints one table per "
+        "resource, as kubectl does. With -w (one resource), then the row of every change.",
     )
     _arguments(g)
     g.add_argument("-w", "--watch", action="store_true", help="then print every change")
@@ -55,7 +71,11 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("resource", help="pods, po, deploy, deployments.apps, a CRD's short name")
+    p.add_argument(
+        "resource",
+        help="pods, po, deploy, deployments.apps, a CRD's short name; a comma list "
+        "(pods,svc) or a category (all)",
+    )
     p.add_argument("names", nargs="*", metavar="NAME", help="only these objects")
     scope = p.add_mutually_exclusive_group()
     scope.add_argument(
@@ -93,16 +113,23 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 # ---------------------------------------------------------------------- columns
 class View:
-    """The columns shown and how each context's rows fill them."""
+    """The columns of one resource's table and how each context's rows fill them.
 
-    def __init__(self, multi: bool, all_namespaces: bool, wide: bool) -> None:
+    ``kind`` (``deployment.apps``) prefixes the name cells, as kubectl does when several
+    kinds are printed; NAMESPACE is shown with ``-A`` for a namespaced resource only.
+    """
+
+    def __init__(self, multi: bool, all_namespaces: bool, wide: bool, kind: str = "") -> None:
         self.multi = multi
         self.all_namespaces = all_namespaces
         self.wide = wide
+        self.kind = kind
         self.columns: list[TableColumn] = []
 
-    def learn(self, columns: Sequence[TableColumn]) -> None:
+    def learn(self, columns: Sequence[TableColumn], resource: Resource | None = None) -> None:
         """Add the columns of a context (the first context's order; more by name)."""
+        if resource is not None and not resource.namespaced:
+            self.all_namespaces = False
         known = {c.name for c in self.columns}
         for col in columns:
             if col.name not in known and (self.wide or col.priority == 0):
@@ -122,9 +149,13 @@ class View:
     ) -> list[str]:
         by_name = {c.name: (c, v) for c, v in zip(columns, row_cells, strict=False)}
         line = []
+        named = not self.kind
         for col in self.columns:
             found = by_name.get(col.name)
-            line.append(cell_text(found[1], found[0].type) if found else "")
+            text = cell_text(found[1], _cell_kind(found[0])) if found else ""
+            if not named and col.format == "name":  # kubectl prefixes the first name column
+                text, named = f"{self.kind}/{text}", True
+            line.append(text)
         if self.all_namespaces:
             line.insert(0, ns)
         if self.multi:
@@ -132,9 +163,20 @@ class View:
         return line
 
 
+def _cell_kind(column: TableColumn) -> str:
+    """A server's ``date`` cells are printed as they come (``Created At`` is a timestamp);
+    only the client-side fallback's Age holds a timestamp to turn into an age."""
+    return column.type if column in FALLBACK_COLUMNS else "string"
+
+
+def kind_of(resource: Resource) -> str:
+    """``pod``, ``deployment.apps``: how kubectl names a kind in ``kind/name``."""
+    kind = resource.kind.lower() or resource.plural
+    return f"{kind}.{resource.group}" if resource.group else kind
+
+
 def object_name(resource: Resource, name: str) -> str:
-    kind = resource.kind.lower() or resource.name
-    return f"{kind}.{resource.group}/{name}" if resource.group else f"{kind}/{name}"
+    return f"{kind_of(resource)}/{name}"
 
 
 # ---------------------------------------------------------------------- contexts
@@ -165,8 +207,57 @@ def _namespace(registry: WatcherRegistry, args: argparse.Namespace, context: str
     return (cfg.namespace if cfg is not None else None) or "default"
 
 
+# ---------------------------------------------------------------------- resources
+def resource_names(text: str) -> list[str]:
+    """The names of a comma list, each once, in order (kubectl's ``SplitResourceArgument``).
+
+    Raises:
+        CommandError: an empty name (``pods,``), with kubectl's wording.
+    """
+    names = list(dict.fromkeys(text.split(",")))
+    if "" in names:
+        raise CommandError(_unknown(""))
+    return names
+
+
+def _unknown(name: str, context: str | None = None, suggestions: Sequence[str] = ()) -> str:
+    """kubectl's ``the server doesn't have a resource type "x"``, naming the context."""
+    message = f'the server doesn\'t have a resource type "{name}"'
+    if context is not None:
+        message += f" (context {context!r})"
+    if suggestions:
+        message += "; did you mean " + " or ".join(repr(s) for s in suggestions) + "?"
+    return message
+
+
+def expand(
+    names: Sequence[str], served: Sequence[Resource], context: str | None = None
+) -> list[Resource]:
+    """The resources ``names`` stand for in a context serving ``served``, as kubectl expands
+    them: a category (``all``, exact case) is its resources in discovery order, any other
+    name is resolved; a resource named twice (``pods,po``, ``all,pods``) comes once.
+
+    Raises:
+        CommandError: a name that is neither a category nor a served resource (naming
+            ``context`` if given).
+    """
+    best = preferred(served)
+    found: dict[tuple[str, str], Resource] = {}
+    for name in names:
+        members = [r for r in best if name in r.categories]
+        if not members:
+            try:
+                members = [resolve(name, served, context=context)]
+            except UnknownResource as exc:
+                raise CommandError(_unknown(name, context, exc.suggestions)) from exc
+        for res in members:
+            found.setdefault((res.group, res.plural), res)
+    return list(found.values())
+
+
 class Source:
-    """One context's table view (or full-object store, for ``-o json|yaml``)."""
+    """One context's view of one resource: a table (or full-object store, for
+    ``-o json|yaml``)."""
 
     def __init__(self, context: str, resource: Resource, namespace: str | None, store: Any):
         self.context = context
@@ -174,25 +265,51 @@ class Source:
         self.namespace = namespace if resource.namespaced else None
         self.store = store
 
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.resource.group, self.resource.plural)
+
 
 async def open_view(
     registry: WatcherRegistry, args: argparse.Namespace, context: str, objects: bool
-) -> Source:
-    resource = resolve(args.resource, await registry.resources(context), context=context)
-    namespace = _namespace(registry, args, context) if resource.namespaced else None
+) -> list[Source]:
+    """A context's view of every resource RESOURCE names there (opened, synced), in order.
+
+    Every name is resolved before anything is listed: an unknown one lists nothing.
+    """
+    named = None if args.all_contexts or len(set(args.context or ())) < 2 else context
+    resources = expand(resource_names(args.resource), await registry.resources(context), named)
+    if getattr(args, "watch", False) and len(resources) > 1:
+        raise CommandError(SINGLE_TYPE)
     kwargs = {"label_selector": args.selector, "field_selector": args.field_selector}
-    if objects:
-        store: Any = await registry.watch(context, resource, namespace, **kwargs)
-    else:
-        store = await registry.table(context, resource, namespace, **kwargs)
-    return Source(context, resource, namespace, store)
+    found: dict[int, Source] = {}
+    limiter = anyio.CapacityLimiter(OPENING)
+
+    async def one(i: int, resource: Resource) -> None:
+        namespace = _namespace(registry, args, context) if resource.namespaced else None
+        async with limiter:
+            if objects:
+                store: Any = await registry.watch(context, resource, namespace, **kwargs)
+            else:
+                store = await registry.table(context, resource, namespace, **kwargs)
+        found[i] = Source(context, resource, namespace, store)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for i, resource in enumerate(resources):
+                tg.start_soon(one, i, resource)
+    except BaseExceptionGroup as group:  # the first failure, once
+        raise group.exceptions[0] from None
+    return [found[i] for i in range(len(resources))]
 
 
 async def _open_all(
     registry: WatcherRegistry, args: argparse.Namespace, contexts: list[str], objects: bool
 ) -> list[Source]:
-    """Each context's view, in order; with --all-contexts a failing context is a warning."""
-    found: dict[str, Source] = {}
+    """Each context's views, in order. With --all-contexts a failing context is a warning,
+    but a resource type no context serves is the error it is with one context."""
+    found: dict[str, list[Source]] = {}
+    unknown: dict[str, CommandError] = {}
 
     async def one(context: str) -> None:
         if not args.all_contexts:
@@ -201,6 +318,8 @@ async def _open_all(
         with anyio.move_on_after(ALL_CONTEXTS_WAIT) as scope:
             try:
                 found[context] = await open_view(registry, args, context, objects)
+            except CommandError as exc:
+                unknown[context] = exc
             except KubemuxError as exc:
                 log.warning("context %r: %s", context, exc)
         if scope.cancelled_caught:
@@ -212,39 +331,60 @@ async def _open_all(
                 tg.start_soon(one, context)
     except BaseExceptionGroup as group:  # the first failure, once
         raise group.exceptions[0] from None
-    return [found[c] for c in contexts if c in found]
+    if unknown and not found:
+        raise unknown[min(unknown, key=contexts.index)]
+    for context, exc in unknown.items():
+        log.warning("context %r: %s", context, exc)
+    return [src for c in contexts for src in found.get(c, ())]
 
 
 # ---------------------------------------------------------------------- get
 async def get(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``kubemux get`` without ``-w``: each context's rows, once."""
-    registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=False)
+    resource_names(args.resource)  # an empty name fails before the kubeconfig is read
+    settings = WatchSettings(burst=GET_BURST)
+    registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=False, settings=settings)
     async with registry:
-        _, sources, view = await open_views(registry, args)
-        return print_once(sources, args, view, out, err)
+        contexts, sources = await open_views(registry, args)
+        return print_once(sources, args, is_multi(args, contexts), out, err)
 
 
 async def open_views(
     registry: WatcherRegistry, args: argparse.Namespace
-) -> tuple[list[str], list[Source], View]:
-    """The contexts asked for, each one's view (opened, synced), and the columns shown."""
+) -> tuple[list[str], list[Source]]:
+    """The contexts asked for and each one's views (opened, synced)."""
     contexts = _contexts(registry, args)
     with startup(getattr(args, "verbose", 0)):
         sources = await _open_all(registry, args, contexts, args.output in ("json", "yaml"))
-    multi = len(contexts) > 1 or args.all_contexts
-    return contexts, sources, View(multi, args.all_namespaces, args.output == "wide")
+    return contexts, sources
+
+
+def is_multi(args: argparse.Namespace, contexts: Sequence[str]) -> bool:
+    """Whether the CONTEXT column is shown."""
+    return len(contexts) > 1 or bool(args.all_contexts)
 
 
 def wanted(args: argparse.Namespace, name: str) -> bool:
     return not args.names or name in args.names
 
 
+def by_kind(sources: Sequence[Source]) -> list[list[Source]]:
+    """The sources grouped by resource, in the order the resources first appear."""
+    groups: dict[tuple[str, str], list[Source]] = {}
+    for src in sources:
+        groups.setdefault(src.key, []).append(src)
+    return list(groups.values())
+
+
 def print_once(
-    sources: list[Source], args: argparse.Namespace, view: View, out: TextIO, err: TextIO
+    sources: list[Source], args: argparse.Namespace, multi: bool, out: TextIO, err: TextIO
 ) -> int:
+    """kubectl's output of ``sources``: a table per resource (a blank line between two),
+    or one ``kind/name`` a line, or one List; "No resources found" on stderr if nothing."""
     code = 0
     objects = args.output in ("json", "yaml")
-    if args.names:  # kubectl's error for each missing name, per context
+    kinds = by_kind(sources)
+    if args.names:  # kubectl's error for each missing name, per context and resource
         for src in sources:
             have = (
                 {name_of(o) for o in src.store.list()}
@@ -261,35 +401,54 @@ def print_once(
                     )
                     code = 1
     if objects:
-        items = [o for s in sources for o in s.store.list() if wanted(args, name_of(o))]
+        items = [
+            o for kind in kinds for s in kind for o in s.store.list() if wanted(args, name_of(o))
+        ]
         doc: Any = {
             "apiVersion": "v1",
             "items": items,
             "kind": "List",
             "metadata": {"resourceVersion": ""},
         }
-        if len(items) == 1 and len(args.names) == 1:
+        if len(items) == 1 and len(args.names) == 1 and len(kinds) == 1:
             doc = items[0]
         if items or not args.names:
             dump(doc, args.output, out)
         return code
-    lines: list[list[str]] = []
-    for src in sources:
-        view.learn(src.store.columns)
-    for src in sources:
-        for row in src.store.rows():
-            if not wanted(args, row.name):
-                continue
-            if args.output == "name":
-                lines.append([object_name(src.resource, row.name)])
-            else:
-                lines.append(view.cells(src.context, src.store.columns, row.cells, row.namespace))
-    if not lines:
-        if not args.names and not getattr(args, "watch", False):
-            err.write(_no_resources(sources, args) + "\n")
-        return code
-    writer = TabWriter(out)
-    writer.write(lines if args.output == "name" else [view.header(), *lines])
+    if args.output == "name":
+        lines = [
+            [object_name(s.resource, r.name)]
+            for kind in kinds
+            for s in kind
+            for r in s.store.rows()
+            if wanted(args, r.name)
+        ]
+        if lines:
+            TabWriter(out).write(lines)
+    else:
+        lines = []
+        for kind in kinds:
+            view = View(
+                multi,
+                args.all_namespaces,
+                args.output == "wide",
+                kind_of(kind[0].resource) if len(kinds) > 1 else "",
+            )
+            for src in kind:
+                view.learn(src.store.columns, src.resource)
+            rows = [
+                view.cells(s.context, s.store.columns, r.cells, r.namespace)
+                for s in kind
+                for r in s.store.rows()
+                if wanted(args, r.name)
+            ]
+            if rows:
+                if lines:  # kubectl's blank line between two tables
+                    out.write("\n")
+                TabWriter(out).write([view.header(), *rows])
+                lines.extend(rows)
+    if not lines and not args.names and not getattr(args, "watch", False):
+        err.write(_no_resources(sources, args) + "\n")
     return code
 
 

@@ -18,17 +18,20 @@ from .._errors import KubemuxError
 from .._fanout import Change
 from .._registry import WatcherRegistry
 from ._get import (
+    SINGLE_TYPE,
     Source,
     View,
     dump,
+    is_multi,
     name_of,
     object_name,
     open_view,
     open_views,
     print_once,
+    resource_names,
     wanted,
 )
-from ._output import TabWriter
+from ._output import CommandError, TabWriter
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +39,12 @@ log = logging.getLogger(__name__)
 async def watch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``kubemux watch`` (``get -w``), until the duration (or Ctrl-C) ends it."""
     args.watch = True
+    if len(resource_names(args.resource)) > 1:
+        raise CommandError(SINGLE_TYPE)
     registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=True)
     async with registry:
-        contexts, sources, view = await open_views(registry, args)
+        contexts, sources = await open_views(registry, args)
+        view = View(is_multi(args, contexts), args.all_namespaces, args.output == "wide")
         with anyio.move_on_after(args.duration):
             await _follow(registry, args, contexts, sources, view, out, err)
     return 0
@@ -55,7 +61,8 @@ async def _follow(
 ) -> int:
     """The current rows, then the row of every change (subscribed before the rows are read:
     nothing is missed, and a change already shown is skipped by its resourceVersion); with
-    --all-contexts, contexts added to the kubeconfig are opened and shown too."""
+    --all-contexts, contexts added to the kubeconfig are opened and shown too. An empty
+    start prints nothing (as ``kubectl get -w``): the header comes with the first row."""
     objects = args.output in ("json", "yaml")
     by_context = {s.context: s for s in sources}
     writer = TabWriter(out)
@@ -79,10 +86,10 @@ async def _follow(
                         _print_change(added, args.output, out)
             return
         if args.output == "name":
-            print_once(batch, args, view, out, err)
+            print_once(batch, args, view.multi, out, err)
             return
         for src in batch:
-            view.learn(src.store.columns)
+            view.learn(src.store.columns, src.resource)
         lines = [
             view.cells(s.context, s.store.columns, r.cells, r.namespace)
             for s in batch
@@ -97,11 +104,14 @@ async def _follow(
         by_context[src.context] = src
         show_current([src])
 
+    # a category (``toys``) is subscribed to as the one resource it stands for
+    resource = sources[0].resource.name if sources else args.resource
+
     namespace = None if args.all_namespaces else args.namespace
     async with (
         anyio.create_task_group() as tg,
         registry.subscribe(
-            args.resource,
+            resource,
             None if args.all_contexts else contexts,
             namespace=namespace,
             snapshot=False,
@@ -127,7 +137,7 @@ async def _follow(
                 writer.write([[object_name(src.resource, change.name)]])
             else:
                 obj: dict[str, Any] = dict(change.object or {})
-                view.learn(src.store.columns)
+                view.learn(src.store.columns, src.resource)
                 cells = obj.get("cells") or ()
                 line = view.cells(change.context, src.store.columns, cells, change.namespace)
                 writer.write([line] if header[0] else [view.header(), line])
@@ -183,11 +193,11 @@ async def _start_new_contexts(
     async def open_one(context: str) -> None:
         try:
             src = await open_view(registry, args, context, objects)
-        except KubemuxError as exc:
+        except (KubemuxError, CommandError) as exc:
             log.warning("context %r: %s", context, exc)
         else:
-            if context in registry.contexts:
-                opened(src)
+            if context in registry.contexts and src:
+                opened(src[0])
 
     async with anyio.create_task_group() as tg:
         while True:

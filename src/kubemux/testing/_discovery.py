@@ -45,8 +45,16 @@ _SHORT_NAMES = {
     "cronjobs": ["cj"],
     "ingresses": ["ing"],
     "customresourcedefinitions": ["crd", "crds"],
+    "horizontalpodautoscalers": ["hpa"],
 }
-_SHORT_NAME_GROUPS = ("", "apps", "batch", "networking.k8s.io", "apiextensions.k8s.io")
+_SHORT_NAME_GROUPS = (
+    "",
+    "apps",
+    "autoscaling",
+    "batch",
+    "networking.k8s.io",
+    "apiextensions.k8s.io",
+)
 _ALL_CATEGORY = {
     "pods",
     "services",
@@ -57,6 +65,7 @@ _ALL_CATEGORY = {
     "daemonsets",
     "jobs",
     "cronjobs",
+    "horizontalpodautoscalers",
 }
 VERSION_INFO = {
     "major": "1",
@@ -141,7 +150,7 @@ def describe(store: ObjectStore, res: Resource) -> tuple[str, str, list[str], li
     if res.verbs:  # a CRD's resource: its names come from the CRD
         return kind, res.singular, list(res.short_names), list(res.categories), list(res.verbs)
     short = _SHORT_NAMES.get(res.plural) if res.group in _SHORT_NAME_GROUPS else None
-    all_category = res.plural in _ALL_CATEGORY and res.group in ("", "apps", "batch")
+    all_category = res.plural in _ALL_CATEGORY and res.group in ("", "apps", "autoscaling", "batch")
     return kind, kind.lower(), list(short or ()), ["all"] if all_category else [], _VERBS
 
 

@@ -24,8 +24,9 @@ Faithful to kube-apiserver:
   only when ``allowWatchBookmarks=true``, as the real watch cache does), then live events.
   The request validation is the real one (422 ``Invalid`` for a bad combination);
 * bearer-token auth with a 401 Status, discovery (``/version``, ``/api``, ``/apis``, group
-  versions) good enough for ``kubectl get`` and ``kubectl api-resources``; every error
-  answer is a ``Status`` JSON body;
+  versions) good enough for ``kubectl get`` and ``kubectl api-resources``, with the
+  built-in short names and the ``all`` category of ``kubectl get all`` (horizontal pod
+  autoscalers, ``autoscaling/v2``, included); every error answer is a ``Status`` JSON body;
 * aggregated discovery (``APIGroupDiscoveryList`` v2 and v2beta1 from ``/api`` and ``/apis``
   when the Accept header asks for it; ``aggregated_discovery=False`` serves legacy
   discovery only, like a server older than 1.26);

@@ -71,6 +71,19 @@ def _now() -> str:
     return str(_clock[1])
 
 
+SERVED_RESOURCES: tuple[Resource, ...] = (
+    *BUILTIN_RESOURCES,
+    Resource(
+        group="autoscaling",
+        version="v2",
+        plural="horizontalpodautoscalers",
+        kind="HorizontalPodAutoscaler",
+    ),
+)
+"""The resource types every fake cluster serves: the built-in table, and the rest of what
+``kubectl get all`` lists."""
+
+
 class ObjectStore:
     """All objects of a fake cluster, with etcd-like resourceVersions and a watch history."""
 
@@ -81,7 +94,7 @@ class ObjectStore:
         self._on_change = on_change
         self._states: dict[tuple[str, str], ResourceState] = {}
         self._extra: dict[tuple[str, str], Resource] = {}
-        self._builtin = {(r.group, r.plural): r for r in BUILTIN_RESOURCES}
+        self._builtin = {(r.group, r.plural): r for r in SERVED_RESOURCES}
         self.crds: dict[tuple[str, str], CrdInfo] = {}  # (group, plural) -> what a CRD serves
 
     # ------------------------------------------------------------------ resource types
@@ -163,7 +176,7 @@ class ObjectStore:
 
     def resources(self) -> list[Resource]:
         """Every served resource type: the built-in table, then registered ones (and CRDs)."""
-        return [*BUILTIN_RESOURCES, *self._extra.values()]
+        return [*SERVED_RESOURCES, *self._extra.values()]
 
     def oldest_rv(self, state: ResourceState) -> int:
         """Resume points (watch RVs, continue tokens) older than this are Expired."""
