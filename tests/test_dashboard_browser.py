@@ -22,6 +22,7 @@ from typing import Any, Literal
 import anyio
 import pytest
 
+from kubemux.dashboard.views import summarize
 from kubemux.testing import (
     FakeCluster,
     FakeContext,
@@ -279,6 +280,8 @@ async def test_object_page_yaml_owner_links_and_containers(tmp_path: Path) -> No
 
             # owners and the node: links when the kind has a page, text otherwise
             summary = page.locator("#obj-summary")
+            status = summary.locator("dt:text-is('Status') + dd")
+            await expect(status).to_have_text("CrashLoopBackOff (phase Running)")
             await expect(summary.locator(".link-unknown")).to_have_text(f"Widget {XSS}")
             await expect(summary.locator("a.obj-link")).to_have_text(
                 [f"ReplicaSet {owner}", "Node node-7"]
@@ -420,10 +423,32 @@ async def test_page_resynchronises_after_the_server_restarts(tmp_path: Path) -> 
             assert await page.evaluate("window.__noReload") is True
 
 
+def _showcase(clusters: list[FakeCluster], names: list[str]) -> tuple[str, dict[str, Any]]:
+    """A pod worth a picture: crash-looping if one is, else running (context, pod)."""
+    found: list[tuple[int, str, dict[str, Any]]] = []
+    for name, cluster in zip(names, clusters, strict=False):
+        for pod in cluster.objects("pods"):
+            status = summarize("pods", pod)["status"]
+            rank = {"CrashLoopBackOff": 0, "Running": 1}.get(status, 2)
+            found.append((rank, name, pod))
+    rank, context, pod = min(found, key=lambda item: item[0])
+    return context, pod
+
+
 @pytest.mark.skipif(not os.environ.get("KUBEMUX_SCREENSHOT"), reason="KUBEMUX_SCREENSHOT not set")
 async def test_screenshot(tmp_path: Path) -> None:
-    """The README's picture: ``kubemux demo``'s simulated workload, mid-run."""
+    """The docs' pictures: ``kubemux demo``'s simulated workload, mid-run.
+
+    ``KUBEMUX_SCREENSHOT=docs/dashboard.png`` writes the table (``dashboard.png``), an
+    object page (``dashboard-object.png``) and the table in the dark theme
+    (``dashboard-dark.png``), 1280x800 each.
+    """
     target = Path(os.environ["KUBEMUX_SCREENSHOT"])
+    shots = {
+        view: target.with_name(f"{target.stem}{suffix}{target.suffix}")
+        for view, suffix in (("table", ""), ("object", "-object"), ("dark", "-dark"))
+    }
+    viewport = {"width": 1280, "height": 800}
     clusters = [FakeCluster(tokens={f"token-{i}"}) for i in range(4)]
     async with contextlib.AsyncExitStack() as stack:
         for c in clusters:
@@ -431,12 +456,13 @@ async def test_screenshot(tmp_path: Path) -> None:
         names = ["prod-eu", "prod-us", "staging"]
         contexts: dict[str, Any] = dict(zip(names, clusters, strict=False))
         path = write_kubeconfig(tmp_path / "config", contexts)
-        async with anyio.create_task_group() as tg:
-            for i, c in enumerate(clusters):
-                tg.start_soon(functools.partial(simulate_workload, c, seed=i, period=0.3, pods=7))
-            app = make_app(path, title="kubemux demo", status_period=0.5)
-            async with serving(app) as url, browser() as chromium:
-                page = await chromium.new_page(viewport={"width": 1360, "height": 860})
+        app = make_app(path, title="kubemux demo", status_period=0.5)
+        async with serving(app) as url, browser() as chromium:
+            async with anyio.create_task_group() as tg:
+                for i, c in enumerate(clusters):
+                    workload = functools.partial(simulate_workload, c, seed=i, period=0.3, pods=7)
+                    tg.start_soon(workload)
+                page = await chromium.new_page(viewport=viewport)
                 page.set_default_timeout(WAIT_MS)
                 await page.goto(url)
                 await expect(page.locator("#contexts .card")).to_have_count(3)
@@ -455,8 +481,26 @@ async def test_screenshot(tmp_path: Path) -> None:
                 for card in await page.locator("#contexts .card .state").all():
                     await expect(card).to_have_text("running")
                 target.parent.mkdir(parents=True, exist_ok=True)
-                await page.screenshot(path=str(target), full_page=True, animations="disabled")
-            tg.cancel_scope.cancel()
+                await page.screenshot(path=str(shots["table"]), animations="disabled")
+                tg.cancel_scope.cancel()  # the workload stops: the next pictures stay true
+
+            context, pod = _showcase(clusters, [*names, "dev"])
+            meta = pod["metadata"]
+            await page.goto(object_url(url, context, "pods", meta["namespace"], meta["name"]))
+            await expect(page.locator("#containers tbody tr")).to_have_count(1)
+            await expect(page.locator("#events tbody tr")).not_to_have_count(0)
+            await expect(page.locator("#obj-yaml")).to_contain_text("kind: Pod")
+            await expect(page.locator("#conn")).to_have_text("live")
+            await page.screenshot(path=str(shots["object"]), animations="disabled")
+
+            dark = await chromium.new_page(viewport=viewport, color_scheme="dark")
+            dark.set_default_timeout(WAIT_MS)
+            await dark.goto(url)
+            await expect(dark.locator("#contexts .card .state")).to_have_text(["running"] * 4)
+            await expect(rows(dark)).not_to_have_count(0)
+            await dark.screenshot(path=str(shots["dark"]), animations="disabled")
+        for shot in shots.values():
+            assert shot.read_bytes().startswith(b"\x89PNG")
 
 
 async def test_resource_picker_and_a_typo(tmp_path: Path) -> None:

@@ -125,6 +125,7 @@ def test_pod_containers_from_spec_and_status() -> None:
     assert views.object_payload(PODS, pod)["containers"] == rows
     assert views.object_payload(parse_resource("configmaps"), {"kind": "ConfigMap"}) == {
         "object": {"kind": "ConfigMap"},
+        "status": "",
         "yaml": "kind: ConfigMap\n",
         "links": [],
         "containers": [],
@@ -153,6 +154,7 @@ async def test_object_stream_sends_yaml_links_and_containers(tmp_path: Path) -> 
                     while data["object"]["metadata"]["resourceVersion"] != rv:
                         data = await stream.until_event("object")
                 assert [r["state"] for r in data["containers"]] == ["Waiting: X"]
+                assert data["status"] == "X" and data["object"]["status"]["phase"] == "Running"
                 c.delete("pods", "default", "web-1")
                 assert await stream.until_event("object") == {"object": None}
             query = "?context=prod&resource=secrets&namespace=default&name=db"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -94,6 +95,7 @@ def test_make_pod_phases_are_consistent(phase: str) -> None:
 async def test_simulated_workload_stays_consistent(seed: int) -> None:
     async with FakeCluster() as cluster:
         await simulate_workload(cluster, seed=seed, period=0, steps=300, pods=12)
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         pods = cluster.objects("pods")
         assert pods
         phases = set()
@@ -105,6 +107,10 @@ async def test_simulated_workload_stays_consistent(seed: int) -> None:
             resource = {"ReplicaSet": "replicasets.apps", "Job": "jobs.batch"}[ref["kind"]]
             owner = cluster.get(resource, pod["metadata"]["namespace"], ref["name"])
             assert owner is not None and owner["metadata"]["uid"] == ref["uid"]
+            # nothing is older than what made it
+            created = pod["metadata"]["creationTimestamp"]
+            assert owner["metadata"]["creationTimestamp"] <= created <= now
+            assert created <= pod["status"]["startTime"] <= now
             assert cluster.get("nodes", None, pod["spec"]["nodeName"]) is not None
             # a Job's pods end; a Deployment's pods restart but never end
             if ref["kind"] == "Job":

@@ -366,11 +366,14 @@ def _count0(value: object) -> int:
 
 def object_payload(resource: Resource | None, obj: Mapping[str, Any]) -> dict[str, Any]:
     """The object page's ``object`` event for ``obj``, which is redacted first (:func:`redact`):
-    the object, its YAML (:func:`object_yaml`), its links (:func:`object_links`) and, for a
-    pod, its containers (:func:`pod_containers`)."""
+    the object, its status as the table shows it (:func:`summarize`), its YAML
+    (:func:`object_yaml`), its links (:func:`object_links`) and, for a pod, its containers
+    (:func:`pod_containers`)."""
     shown = redact(resource, obj)
+    row = summarize(resource.name if resource is not None else "", shown)
     return {
         "object": shown,
+        "status": row["status"],
         "yaml": object_yaml(shown),
         "links": object_links(resource, shown),
         "containers": pod_containers(shown) if _is_pod(resource, shown) else [],

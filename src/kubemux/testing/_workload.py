@@ -56,7 +56,7 @@ def make_event(
         "metadata": {"name": name, "namespace": meta.get("namespace") or "default"},
         "eventTime": now,
         "reportingController": "kubelet",
-        "reportingInstance": "node-1",
+        "reportingInstance": (regarding.get("spec") or {}).get("nodeName") or "node-1",
         "action": reason,
         "reason": reason,
         "type": type_,
@@ -132,7 +132,12 @@ def set_pod_state(pod: dict[str, Any], state: str) -> None:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _ago(0)
+
+
+def _ago(seconds: float) -> str:
+    when = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _suffix(rng: random.Random, n: int = 5) -> str:
@@ -191,6 +196,7 @@ class _Workload:
     name: str  # the Deployment or the Job
     kind: str  # "ReplicaSet" or "Job"
     owner: dict[str, Any]  # the ownerReference its pods carry
+    owner_created: str  # the owner's creationTimestamp
     pods: set[str] = dataclasses.field(default_factory=set)
 
 
@@ -209,7 +215,9 @@ class _Simulation:
     def start(self, pods: int) -> None:
         for name in _NODES:
             if self.cluster.get("nodes", None, name) is None:
-                self.cluster.create("nodes", _node(name))
+                node = _node(name)
+                node["metadata"]["creationTimestamp"] = _ago(86400 * self.rng.uniform(20, 90))
+                self.cluster.create("nodes", node)
         names = list(_SERVICES)
         self.rng.shuffle(names)
         for ns in self.namespaces:
@@ -225,7 +233,12 @@ class _Simulation:
         deployment = self.cluster.create(
             "deployments.apps",
             {
-                "metadata": {"name": name, "namespace": ns, "labels": labels},
+                "metadata": {
+                    "name": name,
+                    "namespace": ns,
+                    "labels": labels,
+                    "creationTimestamp": _ago(86400 * self.rng.uniform(2, 15)),
+                },
                 "spec": {
                     "replicas": 0,
                     "selector": {"matchLabels": labels},
@@ -238,6 +251,7 @@ class _Simulation:
             "replicasets.apps",
             {
                 "metadata": {
+                    "creationTimestamp": deployment["metadata"]["creationTimestamp"],
                     "name": f"{name}-{template_hash}",
                     "namespace": ns,
                     "labels": {**labels, "pod-template-hash": template_hash},
@@ -247,19 +261,24 @@ class _Simulation:
                 "status": {"replicas": 0, "readyReplicas": 0},
             },
         )
-        return _Workload(ns, name, "ReplicaSet", _owner("ReplicaSet", "apps/v1", rs))
+        owner = _owner("ReplicaSet", "apps/v1", rs)
+        return _Workload(ns, name, "ReplicaSet", owner, rs["metadata"]["creationTimestamp"])
 
-    def _job(self, ns: str) -> _Workload:
+    def _job(self, ns: str, created: str | None) -> _Workload:
         name = f"{self.rng.choice(_JOBS)}-{29000000 + next(self.seq)}"
+        meta = {"name": name, "namespace": ns, "labels": {"job-name": name}}
+        if created is not None:
+            meta["creationTimestamp"] = created
         job = self.cluster.create(
             "jobs.batch",
             {
-                "metadata": {"name": name, "namespace": ns, "labels": {"job-name": name}},
+                "metadata": meta,
                 "spec": {"backoffLimit": 0, "completions": 1, "parallelism": 1},
                 "status": {"active": 1},
             },
         )
-        return _Workload(ns, name, "Job", _owner("Job", "batch/v1", job))
+        owner = _owner("Job", "batch/v1", job)
+        return _Workload(ns, name, "Job", owner, job["metadata"]["creationTimestamp"])
 
     # ------------------------------------------------------------ pods
     def add_pod(self, workload: _Workload | None = None, *, initial: bool = False) -> None:
@@ -267,7 +286,7 @@ class _Simulation:
         if workload is None:
             ns = self.rng.choice(self.namespaces)
             if ns == "batch" or not self.services:
-                workload = self._job(ns)
+                workload = self._job(ns, _ago(self.rng.uniform(60, 3600)) if initial else None)
             else:
                 workload = self.rng.choice([w for w in self.services if w.namespace == ns])
         ns = workload.namespace
@@ -286,6 +305,15 @@ class _Simulation:
         if initial:
             state = self.rng.choice(("Running", "Running", "Running", "Pending"))
         set_pod_state(pod, state)
+        if initial:  # it was there before the simulation started
+            age = self.rng.uniform(300, 86400 * 2)
+            started = workload.owner_created if is_job else _ago(age)
+            meta["creationTimestamp"] = pod["status"]["startTime"] = started
+            for container in pod["status"]["containerStatuses"]:
+                if "running" in container["state"]:
+                    container["state"]["running"]["startedAt"] = started
+        else:
+            pod["status"]["startTime"] = _now()
         pod = self.cluster.create("pods", pod)
         if state == "Pending":
             self.starting.add((ns, name))

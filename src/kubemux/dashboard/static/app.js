@@ -631,13 +631,18 @@
         for (const [k, v] of Object.entries(meta.labels || {})) {
           labels.append(el("span", { className: "chip" }, k + "=" + v));
         }
-        const phase = el("span", { className: statusClass(status.phase) }, status.phase || "");
+        // the status as the table shows it (a pod's phase may be Running while it crash-loops)
+        const shown = data.status || status.phase || "";
+        const state = el("span", { className: statusClass(shown) }, shown);
+        if (status.phase && status.phase !== shown) {
+          state.append(el("span", { className: "muted" }, " (phase " + status.phase + ")"));
+        }
         const parts = [
           ...summaryRow("Kind", obj.kind),
           ...summaryRow("Context", context),
           ...summaryRow("Namespace", meta.namespace),
           ...summaryRow("Name", meta.name),
-          ...(status.phase ? summaryRow("Status", phase) : []),
+          ...(shown ? summaryRow("Status", state) : []),
           ...linksRow("Controlled by", links.filter((l) => l.rel === "owner")),
           ...linksRow("Node", links.filter((l) => l.rel === "node")),
           ...summaryRow("Pod IP", status.podIP),
