@@ -139,11 +139,19 @@ async def test_simulated_workload_stays_consistent(seed: int) -> None:
                 if p["metadata"]["ownerReferences"][0]["name"] == job["metadata"]["name"]
             ]
             assert len(mine) == 1  # a Job goes with its pod
+            (cron,) = job["metadata"]["ownerReferences"]
+            assert cron["kind"] == "CronJob"
+            assert cluster.get("cronjobs.batch", "batch", cron["name"]) is not None
             done = {"Succeeded": "succeeded", "Failed": "failed"}.get(mine[0]["status"]["phase"])
             assert set(job["status"]) - {"conditions"} == {done or "active"}
         events = cluster.objects("events.events.k8s.io")
         assert {e["reason"] for e in events} >= {"Scheduled", "Started"}
         assert len(events) > len(pods)
+        # a repeated Event counts up its series instead of piling up
+        series = [e["series"]["count"] for e in events if "series" in e]
+        assert series and min(series) >= 2
+        about = [(e["regarding"]["uid"], e["reason"]) for e in events]
+        assert len(about) == len(set(about))
 
 
 async def test_over_many_seeds_every_state_shows_up() -> None:

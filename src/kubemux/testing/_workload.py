@@ -209,6 +209,8 @@ class _Simulation:
         self.workloads: dict[tuple[str, str], _Workload] = {}  # (namespace, pod) -> owner
         self.ended: list[tuple[str, str]] = []  # pods that succeeded or failed, oldest first
         self.starting: set[tuple[str, str]] = set()  # pods in ContainerCreating
+        self.cronjobs: dict[tuple[str, str], dict[str, Any]] = {}  # (namespace, name) -> it
+        self.events: dict[tuple[str, str, str], str] = {}  # (namespace, uid, reason) -> name
         self.services: list[_Workload] = []
 
     # ------------------------------------------------------------ setup
@@ -265,8 +267,33 @@ class _Simulation:
         return _Workload(ns, name, "ReplicaSet", owner, rs["metadata"]["creationTimestamp"])
 
     def _job(self, ns: str, created: str | None) -> _Workload:
-        name = f"{self.rng.choice(_JOBS)}-{29000000 + next(self.seq)}"
-        meta = {"name": name, "namespace": ns, "labels": {"job-name": name}}
+        """A Job started by one of the namespace's CronJobs (created on first use)."""
+        cron_name = self.rng.choice(_JOBS)
+        cron = self.cronjobs.get((ns, cron_name))
+        if cron is None:
+            cron = self.cluster.create(
+                "cronjobs.batch",
+                {
+                    "metadata": {
+                        "name": cron_name,
+                        "namespace": ns,
+                        "creationTimestamp": _ago(86400 * self.rng.uniform(5, 60)),
+                    },
+                    "spec": {
+                        "schedule": f"{self.rng.randrange(60)} * * * *",
+                        "concurrencyPolicy": "Forbid",
+                        "jobTemplate": {"spec": {"backoffLimit": 0}},
+                    },
+                },
+            )
+            self.cronjobs[(ns, cron_name)] = cron
+        name = f"{cron_name}-{29400000 + next(self.seq)}"  # as a CronJob names them
+        meta: dict[str, Any] = {
+            "name": name,
+            "namespace": ns,
+            "labels": {"job-name": name},
+            "ownerReferences": [_owner("CronJob", "batch/v1", cron)],
+        }
         if created is not None:
             meta["creationTimestamp"] = created
         job = self.cluster.create(
@@ -390,14 +417,30 @@ class _Simulation:
         workload.pods.discard(name)
         if pod is not None:
             self.emit(pod, "Normal", "Killing", "Stopping container app")
+            uid = pod["metadata"]["uid"]
+            for gone in [k for k in self.events if k[1] == uid]:
+                del self.events[gone]  # its Events stay in the cluster, as they would
         if workload.kind == "Job":
             self.cluster.delete("jobs.batch", ns, workload.name)
         else:
             self.sync(workload)
 
     def emit(self, obj: dict[str, Any], type_: str, reason: str, note: str) -> None:
-        event = make_event(obj, reason=reason, note=note, type_=type_, seq=next(self.seq))
-        self.cluster.create("events.events.k8s.io", event)
+        """The Event about ``obj``; a repeated one counts up its series, as a kubelet's do."""
+        meta = obj["metadata"]
+        key = (meta["namespace"], meta["uid"], reason)
+        seen = self.events.get(key)
+        event = None if seen is None else self.cluster.get("events.events.k8s.io", key[0], seen)
+        if event is None:
+            event = make_event(obj, reason=reason, note=note, type_=type_, seq=next(self.seq))
+            self.events[key] = event["metadata"]["name"]
+            self.cluster.create("events.events.k8s.io", event)
+            return
+        count = int((event.get("series") or {}).get("count") or 1) + 1
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        event["series"] = {"count": count, "lastObservedTime": now}
+        event["note"] = note
+        self.cluster.update("events.events.k8s.io", event)
 
     def sync(self, workload: _Workload) -> None:
         """The controllers' part: the owner's status counts what its pods say."""
@@ -448,12 +491,13 @@ async def simulate_workload(
     """Keep ``cluster`` busy the way a real one is.
 
     Creates three nodes, two Deployments (each with its ReplicaSet) per namespace and, in
-    ``batch``, Jobs; then about ``pods`` pods, owned by them. Each step (about ``period``
+    ``batch``, CronJobs and their Jobs; then about ``pods`` pods, owned by them. Each step (about ``period``
     seconds) one thing happens: a pod's state changes (see :func:`set_pod_state`: a
     Deployment's pods run or crash-loop, a Job's pods complete or fail), a pod is replaced
     (a rollout, an eviction), a finished Job is deleted with its pod, a Job starts or a
     Deployment scales. Owners' status counts follow their pods, and every change emits the
-    Event a kubelet would. Runs until cancelled (or for ``steps`` steps).
+    Event a kubelet would (a repeated one counts up its ``series``). Runs until cancelled
+    (or for ``steps`` steps).
 
     Cancellation: stops at once; the cluster keeps what it has.
     """

@@ -569,9 +569,10 @@
     document.title = name + " · kubemux";
     $("back").setAttribute("href", "./?" + new URLSearchParams({ resource }).toString());
 
+    // One term and its value, grouped in a <div> (allowed in a <dl>) so the columns keep them together.
     function summaryRow(term, value) {
       if (value === undefined || value === null || value === "") return [];
-      return [el("dt", null, term), el("dd", null, value)];
+      return [el("div", null, el("dt", null, term), el("dd", null, value))];
     }
 
     // An owner or a node: a link to its own object page when the server knows its resource.
@@ -593,7 +594,7 @@
         dd.append(linkTo(link));
         if (link.controller) dd.append(el("span", { className: "muted" }, " (controller)"));
       });
-      return [el("dt", null, term), dd];
+      return [el("div", null, el("dt", null, term), dd)];
     }
 
     function containerRow(c) {
@@ -649,7 +650,7 @@
           ...summaryRow("Created", meta.creationTimestamp && meta.creationTimestamp + " (" + age(meta.creationTimestamp) + " ago)"),
           ...summaryRow("Resource version", meta.resourceVersion),
         ];
-        if (labels.childElementCount) parts.push(el("dt", null, "Labels"), el("dd", null, labels));
+        if (labels.childElementCount) parts.push(...summaryRow("Labels", labels));
         $("obj-summary").replaceChildren(...parts);
         const containers = data.containers || [];
         $("obj-containers").hidden = containers.length === 0;
