@@ -5,7 +5,8 @@ Needs Debian's ``chromium`` (``/usr/bin/chromium``) and the ``playwright`` packa
 except in CI (``CI=true``), where they must run.
 
 ``KUBEMUX_SCREENSHOT=docs/dashboard.png pytest tests/test_dashboard_browser.py`` also
-takes the README's screenshot, of a simulated workload like ``kubemux demo``.
+takes the docs' screenshots (the table, an object page, the dark theme), of a simulated
+workload like ``kubemux demo``.
 """
 
 from __future__ import annotations

@@ -35,6 +35,11 @@ def test_yaml_is_block_style_in_the_servers_order_without_managed_fields() -> No
     assert back == pod
     assert list(back["metadata"]) == list(pod["metadata"])
     assert "managedFields" in make_pod("web-1", size=3000)["metadata"]  # input untouched
+    shared = {"k": [1, 2]}  # one object twice: written out twice, no anchor and alias
+    assert (
+        views.object_yaml({"a": shared, "b": shared})
+        == "a:\n  k:\n  - 1\n  - 2\nb:\n  k:\n  - 1\n  - 2\n"
+    )
 
 
 def test_a_secrets_yaml_is_redacted() -> None:
