@@ -279,8 +279,8 @@ async def test_demo_watch_prints_to_the_terminal() -> None:
     assert (code, err) == (0, "")
     assert "kubemux demo: 2 simulated contexts" in out
     assert re.search(r"^CONTEXT\s+NAMESPACE\s+NAME\s+READY\s+STATUS", out, re.MULTILINE)
-    assert re.search(r"^sim-0\s+\S+\s+app-\d+", out, re.MULTILINE)
-    assert re.search(r"^sim-1\s+\S+\s+app-\d+", out, re.MULTILINE)
+    assert re.search(r"^sim-0\s+\S+\s+[a-z]+-\w+-\w{5}\s", out, re.MULTILINE)
+    assert re.search(r"^sim-1\s+\S+\s+[a-z]+-\w+-\w{5}\s", out, re.MULTILINE)
     assert "--- kubeconfig edited: added context 'sim-2'" in out
 
 

@@ -5,7 +5,8 @@ Needs Debian's ``chromium`` (``/usr/bin/chromium``) and the ``playwright`` packa
 except in CI (``CI=true``), where they must run.
 
 ``KUBEMUX_SCREENSHOT=docs/dashboard.png pytest tests/test_dashboard_browser.py`` also
-takes the README's screenshot, of a simulated workload like ``kubemux demo``.
+takes the docs' screenshots (the table, an object page, the dark theme), of a simulated
+workload like ``kubemux demo``.
 """
 
 from __future__ import annotations
@@ -14,18 +15,21 @@ import contextlib
 import functools
 import os
 import shutil
+import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import pytest
 
+from kubemux.dashboard.views import summarize
 from kubemux.testing import (
     FakeCluster,
     FakeContext,
     make_event,
     make_pod,
+    set_pod_state,
     simulate_workload,
     write_kubeconfig,
 )
@@ -209,6 +213,190 @@ async def test_object_page_shows_events_as_text(tmp_path: Path) -> None:
             watch.check()
 
 
+def object_url(url: str, context: str, resource: str, namespace: str, name: str) -> str:
+    query = urllib.parse.urlencode(
+        {"context": context, "resource": resource, "namespace": namespace, "name": name}
+    )
+    return f"{url}object?{query}"
+
+
+async def test_object_page_yaml_owner_links_and_containers(tmp_path: Path) -> None:
+    async with FakeCluster() as c:
+        pod = make_pod("web-1", labels={"app": XSS}, node="node-7")
+        pod["metadata"]["ownerReferences"].append(
+            {"apiVersion": "example.com/v1", "kind": "Widget", "name": XSS, "uid": "u"}
+        )
+        pod["spec"]["initContainers"] = [{"name": "migrate", "image": "migrate:2"}]
+        pod["status"]["initContainerStatuses"] = [
+            {
+                "name": "migrate",
+                "ready": False,
+                "restartCount": 0,
+                "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+            }
+        ]
+        pod["spec"]["containers"].append({"name": "sidecar", "image": XSS})
+        pod["status"]["containerStatuses"].append(
+            {
+                "name": "sidecar",
+                "ready": False,
+                "restartCount": 3,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": XSS}},
+            }
+        )
+        c.create("pods", pod)
+        owner = pod["metadata"]["ownerReferences"][0]["name"]
+        c.create("replicasets.apps", {"metadata": {"name": owner, "namespace": "default"}})
+        c.create("nodes", {"metadata": {"name": "node-7", "labels": {"zone": "eu-1"}}})
+        c.create("secrets", {"metadata": {"name": "db"}, "data": {"password": "aHVudGVyMg=="}})
+        path = write_kubeconfig(tmp_path / "config", {"prod": c})
+        async with serving(make_app(path)) as url, browser() as chromium:
+            page = await chromium.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(WAIT_MS)
+            watch = PageWatch(page)
+            await page.goto(object_url(url, "prod", "pods", "default", "web-1"))
+
+            # the YAML, rendered by the server, as text
+            yaml_box = page.locator("#obj-yaml")
+            await expect(yaml_box).to_contain_text("kind: Pod")
+            text = await yaml_box.text_content()
+            assert text is not None and "managedFields" not in text
+            assert (
+                f"app: {XSS}" in text and "\n  ownerReferences:\n  - apiVersion: apps/v1\n" in text
+            )
+
+            # containers: init first, then the others, state and restarts from the status
+            cells = page.locator("#containers tbody tr")
+            await expect(cells).to_have_count(3)
+            await expect(cells.nth(0)).to_contain_text("migrate")
+            await expect(cells.nth(0).locator(".badge-init")).to_have_text("init")
+            await expect(cells.nth(0)).to_contain_text("Terminated: Completed (exit code 0)")
+            await expect(cells.nth(1).locator("td")).to_have_text(
+                ["app", "registry.example.com/web:1.4.2", "yes", "0", "Running"]
+            )
+            await expect(cells.nth(2).locator("td")).to_have_text(
+                ["sidecar", XSS, "no", "3", "Waiting: CrashLoopBackOff"]
+            )
+            assert await cells.nth(2).locator("td").nth(4).get_attribute("title") == XSS
+
+            # owners and the node: links when the kind has a page, text otherwise
+            summary = page.locator("#obj-summary")
+            status = summary.locator("dt:text-is('Status') + dd")
+            await expect(status).to_have_text("CrashLoopBackOff (phase Running)")
+            await expect(summary.locator(".link-unknown")).to_have_text(f"Widget {XSS}")
+            await expect(summary.locator("a.obj-link")).to_have_text(
+                [f"ReplicaSet {owner}", "Node node-7"]
+            )
+            assert await page.locator("img").count() == 0
+            await summary.locator("a.obj-link", has_text="ReplicaSet").click()
+            await page.wait_for_url("**resource=replicasets.apps**")
+            await expect(page.locator("#obj-title")).to_have_text(f"default/{owner}")
+            await expect(page.locator("#obj-yaml")).to_contain_text("kind: ReplicaSet")
+            await expect(page.locator("#obj-containers")).to_be_hidden()
+            await page.go_back()
+            await summary.locator("a.obj-link", has_text="Node").click()
+            await page.wait_for_url("**resource=nodes**")
+            await expect(page.locator("#obj-title")).to_have_text("node-7")
+            await expect(page.locator("#obj-yaml")).to_contain_text("zone: eu-1")
+
+            # a Secret's values never reach the page
+            await page.goto(object_url(url, "prod", "secrets", "default", "db"))
+            await expect(page.locator("#obj-yaml")).to_contain_text("password: (redacted)")
+            assert "aHVudGVyMg" not in await page.content()
+            watch.check()
+
+
+# Text whose contrast with what is behind it is below WCAG AA (4.5:1), as
+# [text, colour, background, ratio]; backgrounds are composed up the tree, animations finished.
+LOW_CONTRAST_JS = """() => {
+  for (const a of document.getAnimations()) a.finish();
+  const parse = (c) => {
+    const m = c.match(/rgba?\\(([^)]+)\\)/);
+    if (!m) return [0, 0, 0, 0];
+    const p = m[1].split(/[\\s,\\/]+/).filter(Boolean).map(Number);
+    return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+  };
+  const over = (top, under) => [0, 1, 2].map((i) => top[i] * top[3] + under[i] * (1 - top[3]));
+  const background = (node) => {
+    const chain = [];
+    for (let n = node; n; n = n.parentElement) chain.unshift(n);
+    let colour = [255, 255, 255];
+    for (const n of chain) colour = over(parse(getComputedStyle(n).backgroundColor), colour);
+    return colour;
+  };
+  const lum = (rgb) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(rgb[0]) + 0.7152 * f(rgb[1]) + 0.0722 * f(rgb[2]);
+  };
+  const bad = [];
+  for (const node of document.body.querySelectorAll("*")) {
+    if (!node.checkVisibility()) continue;
+    const own = [...node.childNodes].some((c) => c.nodeType === 3 && c.textContent.trim());
+    if (!own) continue;
+    const bg = background(node);
+    const fg = over(parse(getComputedStyle(node).color), bg);
+    const [hi, lo] = [lum(fg), lum(bg)].sort((a, b) => b - a);
+    const ratio = (hi + 0.05) / (lo + 0.05);
+    if (ratio < 4.5) bad.push([node.textContent.trim().slice(0, 40), fg, bg, ratio]);
+  }
+  return bad;
+}"""
+LUMINANCE_JS = """(selector) => {
+  const node = document.querySelector(selector);
+  const style = getComputedStyle(node);
+  const lum = (c) => {
+    const [r, g, b] = c.match(/[\\d.]+/g).map(Number);
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
+  };
+  return [lum(style.backgroundColor), lum(style.color)];
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["dark", "light"])
+async def test_theme_follows_the_system_and_all_text_is_readable(
+    tmp_path: Path, scheme: Literal["dark", "light"]
+) -> None:
+    async with FakeCluster() as c:
+        pods = {
+            "web-1": "Running",
+            "web-2": "Pending",
+            "job-1": "Failed",
+            "job-2": "Succeeded",
+            "api-1": "CrashLoopBackOff",
+        }
+        for name, state in pods.items():
+            pod = make_pod(name)
+            set_pod_state(pod, state)
+            pod = c.create("pods", pod)
+        c.create(
+            "events.events.k8s.io", make_event(pod, reason="BackOff", type_="Warning", note="x")
+        )
+        c.create("events.events.k8s.io", make_event(pod, reason="Pulled", note="y", seq=1))
+        path = write_kubeconfig(tmp_path / "config", {"prod": c, "dev": c})
+        async with serving(make_app(path)) as url, browser() as chromium:
+            page = await chromium.new_page(
+                color_scheme=scheme, viewport={"width": 1280, "height": 900}
+            )
+            page.set_default_timeout(WAIT_MS)
+            watch = PageWatch(page)
+            for view in ("table", "object"):
+                if view == "table":
+                    await page.goto(url)
+                    await expect(rows(page)).to_have_count(10)
+                    await expect(page.locator("#conn")).to_have_text("live")
+                else:
+                    await page.goto(object_url(url, "prod", "pods", "default", "api-1"))
+                    await expect(page.locator("#events tbody tr")).to_have_count(2)
+                background, ink = await page.evaluate(LUMINANCE_JS, "html")
+                if scheme == "dark":
+                    assert background < 0.2 and ink > 0.8, (view, background, ink)
+                else:
+                    assert background > 0.9 and ink < 0.2, (view, background, ink)
+                low = await page.evaluate(LOW_CONTRAST_JS)
+                assert low == [], (view, low)
+            watch.check()
+
+
 async def test_page_resynchronises_after_the_server_restarts(tmp_path: Path) -> None:
     async with FakeCluster() as c:
         c.create("pods", make_pod("web-1"))
@@ -236,10 +424,32 @@ async def test_page_resynchronises_after_the_server_restarts(tmp_path: Path) -> 
             assert await page.evaluate("window.__noReload") is True
 
 
+def _showcase(clusters: list[FakeCluster], names: list[str]) -> tuple[str, dict[str, Any]]:
+    """A pod worth a picture: crash-looping if one is, else running (context, pod)."""
+    found: list[tuple[int, str, dict[str, Any]]] = []
+    for name, cluster in zip(names, clusters, strict=False):
+        for pod in cluster.objects("pods"):
+            status = summarize("pods", pod)["status"]
+            rank = {"CrashLoopBackOff": 0, "Running": 1}.get(status, 2)
+            found.append((rank, name, pod))
+    rank, context, pod = min(found, key=lambda item: item[0])
+    return context, pod
+
+
 @pytest.mark.skipif(not os.environ.get("KUBEMUX_SCREENSHOT"), reason="KUBEMUX_SCREENSHOT not set")
 async def test_screenshot(tmp_path: Path) -> None:
-    """The README's picture: ``kubemux demo``'s simulated workload, mid-run."""
+    """The docs' pictures: ``kubemux demo``'s simulated workload, mid-run.
+
+    ``KUBEMUX_SCREENSHOT=docs/dashboard.png`` writes the table (``dashboard.png``), an
+    object page (``dashboard-object.png``) and the table in the dark theme
+    (``dashboard-dark.png``), 1280x800 each.
+    """
     target = Path(os.environ["KUBEMUX_SCREENSHOT"])
+    shots = {
+        view: target.with_name(f"{target.stem}{suffix}{target.suffix}")
+        for view, suffix in (("table", ""), ("object", "-object"), ("dark", "-dark"))
+    }
+    viewport = {"width": 1280, "height": 800}
     clusters = [FakeCluster(tokens={f"token-{i}"}) for i in range(4)]
     async with contextlib.AsyncExitStack() as stack:
         for c in clusters:
@@ -247,12 +457,13 @@ async def test_screenshot(tmp_path: Path) -> None:
         names = ["prod-eu", "prod-us", "staging"]
         contexts: dict[str, Any] = dict(zip(names, clusters, strict=False))
         path = write_kubeconfig(tmp_path / "config", contexts)
-        async with anyio.create_task_group() as tg:
-            for i, c in enumerate(clusters):
-                tg.start_soon(functools.partial(simulate_workload, c, seed=i, period=0.3, pods=7))
-            app = make_app(path, title="kubemux demo", status_period=0.5)
-            async with serving(app) as url, browser() as chromium:
-                page = await chromium.new_page(viewport={"width": 1360, "height": 860})
+        app = make_app(path, title="kubemux demo", status_period=0.5)
+        async with serving(app) as url, browser() as chromium:
+            async with anyio.create_task_group() as tg:
+                for i, c in enumerate(clusters):
+                    workload = functools.partial(simulate_workload, c, seed=i, period=0.3, pods=7)
+                    tg.start_soon(workload)
+                page = await chromium.new_page(viewport=viewport)
                 page.set_default_timeout(WAIT_MS)
                 await page.goto(url)
                 await expect(page.locator("#contexts .card")).to_have_count(3)
@@ -271,8 +482,26 @@ async def test_screenshot(tmp_path: Path) -> None:
                 for card in await page.locator("#contexts .card .state").all():
                     await expect(card).to_have_text("running")
                 target.parent.mkdir(parents=True, exist_ok=True)
-                await page.screenshot(path=str(target), full_page=True, animations="disabled")
-            tg.cancel_scope.cancel()
+                await page.screenshot(path=str(shots["table"]), animations="disabled")
+                tg.cancel_scope.cancel()  # the workload stops: the next pictures stay true
+
+            context, pod = _showcase(clusters, [*names, "dev"])
+            meta = pod["metadata"]
+            await page.goto(object_url(url, context, "pods", meta["namespace"], meta["name"]))
+            await expect(page.locator("#containers tbody tr")).to_have_count(1)
+            await expect(page.locator("#events tbody tr")).not_to_have_count(0)
+            await expect(page.locator("#obj-yaml")).to_contain_text("kind: Pod")
+            await expect(page.locator("#conn")).to_have_text("live")
+            await page.screenshot(path=str(shots["object"]), animations="disabled")
+
+            dark = await chromium.new_page(viewport=viewport, color_scheme="dark")
+            dark.set_default_timeout(WAIT_MS)
+            await dark.goto(url)
+            await expect(dark.locator("#contexts .card .state")).to_have_text(["running"] * 4)
+            await expect(rows(dark)).not_to_have_count(0)
+            await dark.screenshot(path=str(shots["dark"]), animations="disabled")
+        for shot in shots.values():
+            assert shot.read_bytes().startswith(b"\x89PNG")
 
 
 async def test_resource_picker_and_a_typo(tmp_path: Path) -> None:

@@ -30,7 +30,8 @@ Events (``data`` is JSON):
     The contexts panel: sent at the start, after every kubeconfig sync and whenever a state
     or a count changes.
 ``object`` / ``events``
-    The object page: the object (``null`` once deleted) and its Kubernetes Events.
+    The object page: the object (``null`` once deleted) with its YAML, links and a pod's
+    containers (:func:`~.views.object_payload`), and its Kubernetes Events.
 ``problem``
     Something the page should show; ``fatal`` means do not reconnect.
 """
@@ -58,7 +59,7 @@ from kubemux import (
     WatcherRegistry,
 )
 
-from .views import change_payload, event_payload, redact, status_payload, summarize
+from .views import change_payload, event_payload, object_payload, status_payload, summarize
 
 if TYPE_CHECKING:
     from .app import Dashboard
@@ -352,7 +353,7 @@ class Stream:
                         await self._emit("object", {"object": None, "gone": str(exc)})
                     await self._wait_sync(syncs)
                     continue
-                await self._emit("object", {"object": _shown(resource, store.get(ns, name))})
+                await self._emit("object", _shown(resource, store.get(ns, name)))
                 events = await self._events(context, kind, ns, name)
                 await self._emit("events", events)
                 try:
@@ -364,7 +365,7 @@ class Stream:
                             break  # start again with the context's next generation
                         if change.resource == resource.name and change.name == name:
                             obj = change.object if change.type != "DELETED" else None
-                            await self._emit("object", {"object": _shown(resource, obj)})
+                            await self._emit("object", _shown(resource, obj))
                         elif change.resource in EVENT_RESOURCES:
                             fresh = await self._events(context, kind, ns, name)
                             if fresh != events:
@@ -399,5 +400,6 @@ def _drain(first: Change, changes: Subscription) -> list[Change]:
     return batch
 
 
-def _shown(resource: Resource, obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    return redact(resource, obj) if obj is not None else None
+def _shown(resource: Resource, obj: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``object`` event: the object page's view of ``obj``, redacted (``None`` once gone)."""
+    return object_payload(resource, obj) if obj is not None else {"object": None}

@@ -1,4 +1,5 @@
-"""What the dashboard shows, as plain functions: table rows, events, context states, redaction.
+"""What the dashboard shows, as plain functions: table rows, events, context states, redaction,
+and the object page (its YAML, the objects it links to, a pod's containers).
 
 Everything here is synchronous and free of I/O, so it is tested without a server. The browser
 receives these dicts as JSON and builds its DOM with ``textContent`` only: nothing that comes
@@ -10,15 +11,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import yaml
+
 from kubemux import Change, RegistryStatus, Resource
 
 from .._event_index import event_timestamp
 from .._redact import redact_text, redact_url
+from .._resources import BUILTIN_RESOURCES
 
 __all__ = [
     "LAST_APPLIED",
     "change_payload",
     "event_payload",
+    "object_links",
+    "object_payload",
+    "object_yaml",
+    "pod_containers",
     "redact",
     "safe_server",
     "status_payload",
@@ -201,3 +209,172 @@ def status_payload(
     out["kubeconfig_errors"] = {k: redact_text(v) for k, v in status.kubeconfig_errors.items()}
     out["invalid_contexts"] = {k: redact_text(v) for k, v in status.invalid_contexts.items()}
     return out
+
+
+# ---------------------------------------------------------------------- the object page
+_BY_KIND = {(r.group, r.kind): r for r in BUILTIN_RESOURCES if r.group != "events.k8s.io"}
+
+
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """Block style as ``kubectl get -o yaml`` prints it: no anchors, long lines kept whole,
+    multi-line strings as literal blocks."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def object_yaml(obj: Mapping[str, Any]) -> str:
+    """``obj`` as YAML: block style, the keys in the server's order, without
+    ``metadata.managedFields`` (bookkeeping nobody reads). Redact a Secret before
+    (:func:`redact`): this shows what it is given."""
+    out = dict(obj)
+    meta = out.get("metadata")
+    if isinstance(meta, Mapping) and "managedFields" in meta:
+        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    text: str = yaml.dump(
+        out,
+        Dumper=_Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=1 << 30,
+    )
+    return text
+
+
+def _owner_resource(api_version: str, kind: str) -> Resource | None:
+    group = api_version.rpartition("/")[0] if "/" in api_version else ""
+    return _BY_KIND.get((group, kind))
+
+
+def _is_pod(resource: Resource | None, obj: Mapping[str, Any]) -> bool:
+    return obj.get("kind") == "Pod" or (resource is not None and resource.kind == "Pod")
+
+
+def object_links(resource: Resource | None, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The objects ``obj`` points at, for the object page: its owners (``ownerReferences``)
+    and a pod's node.
+
+    Each is ``{"rel": "owner" | "node", "kind", "name", "namespace", "resource",
+    "controller"}``; ``resource`` (``replicasets.apps``, ``nodes``) is None for a kind the
+    dashboard does not know, which the page shows as plain text.
+    """
+    meta = _dict(obj.get("metadata"))
+    namespace = _text(meta.get("namespace"))
+    links: list[dict[str, Any]] = []
+    for ref in _list(meta.get("ownerReferences")):
+        ref = _dict(ref)
+        kind, name = _text(ref.get("kind")), _text(ref.get("name"))
+        if not name:
+            continue
+        target = _owner_resource(_text(ref.get("apiVersion")), kind)
+        links.append(
+            {
+                "rel": "owner",
+                "kind": kind,
+                "name": name,
+                "namespace": namespace if target is None or target.namespaced else "",
+                "resource": None if target is None else target.name,
+                "controller": ref.get("controller") is True,
+            }
+        )
+    node = _text(_dict(obj.get("spec")).get("nodeName")) if _is_pod(resource, obj) else ""
+    if node:
+        links.append(
+            {
+                "rel": "node",
+                "kind": "Node",
+                "name": node,
+                "namespace": "",
+                "resource": "nodes",
+                "controller": False,
+            }
+        )
+    return links
+
+
+def _container_state(status: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(what the table shows, the reason to colour it by, the message)."""
+    state = _dict(status.get("state"))
+    if "running" in state:
+        return "Running", "Running", ""
+    if "terminated" in state:
+        done = _dict(state.get("terminated"))
+        reason = _text(done.get("reason")) or "Terminated"
+        shown = f"Terminated: {reason}"
+        if done.get("exitCode") is not None:
+            shown += f" (exit code {_text(done.get('exitCode'))})"
+        return shown, reason, _text(done.get("message"))
+    waiting = _dict(state.get("waiting"))
+    reason = _text(waiting.get("reason"))
+    return (
+        (f"Waiting: {reason}" if reason else "Waiting"),
+        reason or "Pending",
+        _text(waiting.get("message")),
+    )
+
+
+def pod_containers(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A pod's containers as the object page lists them: init containers first.
+
+    Each is ``{"name", "image", "init", "ready", "restarts", "state", "reason",
+    "message"}`` from the spec joined with the status by name; ``state`` reads like
+    ``Running``, ``Waiting: CrashLoopBackOff`` or ``Terminated: Error (exit code 1)``.
+    """
+    spec = _dict(obj.get("spec"))
+    status = _dict(obj.get("status"))
+    rows: list[dict[str, Any]] = []
+    for init, specs, statuses in (
+        (True, "initContainers", "initContainerStatuses"),
+        (False, "containers", "containerStatuses"),
+    ):
+        by_name = {_text(_dict(c).get("name")): _dict(c) for c in _list(status.get(statuses))}
+        for container in _list(spec.get(specs)):
+            container = _dict(container)
+            name = _text(container.get("name"))
+            found = by_name.get(name, {})
+            shown, reason, message = _container_state(found)
+            rows.append(
+                {
+                    "name": name,
+                    "image": _text(container.get("image")) or _text(found.get("image")),
+                    "init": init,
+                    "ready": found.get("ready") is True,
+                    "restarts": _count0(found.get("restartCount")),
+                    "state": shown,
+                    "reason": reason,
+                    "message": message,
+                }
+            )
+    return rows
+
+
+def _count0(value: object) -> int:
+    try:
+        return max(0, int(str(value)))
+    except ValueError:
+        return 0
+
+
+def object_payload(resource: Resource | None, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object page's ``object`` event for ``obj``, which is redacted first (:func:`redact`):
+    the object, its status as the table shows it (:func:`summarize`), its YAML
+    (:func:`object_yaml`), its links (:func:`object_links`) and, for a pod, its containers
+    (:func:`pod_containers`)."""
+    shown = redact(resource, obj)
+    row = summarize(resource.name if resource is not None else "", shown)
+    return {
+        "object": shown,
+        "status": row["status"],
+        "yaml": object_yaml(shown),
+        "links": object_links(resource, shown),
+        "containers": pod_containers(shown) if _is_pod(resource, shown) else [],
+    }

@@ -46,6 +46,23 @@ def _managed_fields(labels: Mapping[str, str]) -> list[dict[str, Any]]:
     ]
 
 
+def _container_state(phase: str) -> dict[str, Any]:
+    """The container state a pod in ``phase`` has: running, ended, or not started yet."""
+    if phase == "Running":
+        return {"running": {"startedAt": _TIME}}
+    if phase in ("Succeeded", "Failed"):
+        code, reason = (0, "Completed") if phase == "Succeeded" else (1, "Error")
+        return {
+            "terminated": {
+                "exitCode": code,
+                "reason": reason,
+                "startedAt": _TIME,
+                "finishedAt": _TIME,
+            }
+        }
+    return {"waiting": {"reason": "ContainerCreating"}}
+
+
 def make_pod(
     name: str,
     namespace: str = "default",
@@ -68,7 +85,8 @@ def make_pod(
         namespace: ``metadata.namespace``.
         labels: Labels; default ``{"app": <name without its last dash-suffix>}``.
         node: ``spec.nodeName``.
-        phase: ``status.phase``; Ready is true only for ``Running``.
+        phase: ``status.phase``; Ready is true only for ``Running``, and the container
+            runs, has ended (``Succeeded``: exit code 0, ``Failed``: 1) or is being created.
         size: Target size of the JSON encoding in bytes.
         managed_fields: Include ``metadata.managedFields``.
     """
@@ -162,9 +180,7 @@ def make_pod(
                     "imageID": f"registry.example.com/{app}@sha256:{digest}",
                     "containerID": f"containerd://{digest[:32]}",
                     "started": phase == "Running",
-                    "state": {"running": {"startedAt": _TIME}}
-                    if phase == "Running"
-                    else {"waiting": {"reason": "ContainerCreating"}},
+                    "state": _container_state(phase),
                 }
             ],
             "qosClass": "Burstable",

@@ -554,6 +554,8 @@
   }
 
   // ------------------------------------------------------------------ one object
+  // The server sends the object redacted, with its YAML, the objects it links to (owners, a
+  // pod's node) and a pod's containers (views.object_payload); all of it goes in as text.
   function objectView() {
     $("object-view").hidden = false;
     const params = new URLSearchParams(location.search);
@@ -567,9 +569,48 @@
     document.title = name + " · kubemux";
     $("back").setAttribute("href", "./?" + new URLSearchParams({ resource }).toString());
 
+    // One term and its value, grouped in a <div> (allowed in a <dl>) so the columns keep them together.
     function summaryRow(term, value) {
       if (value === undefined || value === null || value === "") return [];
-      return [el("dt", null, term), el("dd", null, value)];
+      return [el("div", null, el("dt", null, term), el("dd", null, value))];
+    }
+
+    // An owner or a node: a link to its own object page when the server knows its resource.
+    function linkTo(link) {
+      const label = link.kind + " " + link.name;
+      if (!link.resource) return el("span", { className: "link-unknown", title: "no page for this kind" }, label);
+      return el(
+        "a",
+        { className: "obj-link", href: objectHref(context, link.resource, link.namespace, link.name) },
+        label,
+      );
+    }
+
+    function linksRow(term, links) {
+      if (!links.length) return [];
+      const dd = el("dd", { className: "links" });
+      links.forEach((link, i) => {
+        if (i) dd.append(", ");
+        dd.append(linkTo(link));
+        if (link.controller) dd.append(el("span", { className: "muted" }, " (controller)"));
+      });
+      return [el("div", null, el("dt", null, term), dd)];
+    }
+
+    function containerRow(c) {
+      const name = el("td", null, c.name);
+      if (c.init) name.append(" ", el("span", { className: "badge badge-init" }, "init"));
+      const state = el("td", { className: "col-state " + statusClass(c.reason) }, c.state);
+      if (c.message) state.title = c.message;
+      return el(
+        "tr",
+        { dataset: { container: c.name } },
+        name,
+        el("td", { className: "col-image" }, c.image),
+        el("td", { className: c.ready ? "st-ok" : "st-warn" }, c.ready ? "yes" : "no"),
+        el("td", { className: "num" }, c.restarts),
+        state,
+      );
     }
 
     const handlers = {
@@ -586,25 +627,35 @@
         $("object-view").classList.remove("is-gone");
         const meta = obj.metadata || {};
         const status = obj.status || {};
-        const spec = obj.spec || {};
+        const links = data.links || [];
         const labels = el("span", { className: "chips" });
         for (const [k, v] of Object.entries(meta.labels || {})) {
           labels.append(el("span", { className: "chip" }, k + "=" + v));
+        }
+        // the status as the table shows it (a pod's phase may be Running while it crash-loops)
+        const shown = data.status || status.phase || "";
+        const state = el("span", { className: statusClass(shown) }, shown);
+        if (status.phase && status.phase !== shown) {
+          state.append(el("span", { className: "muted" }, " (phase " + status.phase + ")"));
         }
         const parts = [
           ...summaryRow("Kind", obj.kind),
           ...summaryRow("Context", context),
           ...summaryRow("Namespace", meta.namespace),
           ...summaryRow("Name", meta.name),
-          ...summaryRow("Status", status.phase),
-          ...summaryRow("Node", spec.nodeName),
+          ...(shown ? summaryRow("Status", state) : []),
+          ...linksRow("Controlled by", links.filter((l) => l.rel === "owner")),
+          ...linksRow("Node", links.filter((l) => l.rel === "node")),
           ...summaryRow("Pod IP", status.podIP),
           ...summaryRow("Created", meta.creationTimestamp && meta.creationTimestamp + " (" + age(meta.creationTimestamp) + " ago)"),
           ...summaryRow("Resource version", meta.resourceVersion),
         ];
-        if (labels.childElementCount) parts.push(el("dt", null, "Labels"), el("dd", null, labels));
+        if (labels.childElementCount) parts.push(...summaryRow("Labels", labels));
         $("obj-summary").replaceChildren(...parts);
-        text($("obj-json"), JSON.stringify(obj, null, 2));
+        const containers = data.containers || [];
+        $("obj-containers").hidden = containers.length === 0;
+        $("containers").tBodies[0].replaceChildren(...containers.map(containerRow));
+        text($("obj-yaml"), data.yaml || "");
       },
       events(events) {
         const tbody = $("events").tBodies[0];
