@@ -993,7 +993,8 @@ async def test_stream_sends_each_contexts_columns_before_its_rows(
             assert stream.cell(("prod", "default", "web"), "Ready") == "1/2"
             a.create("deployments.apps", deployment("api", replicas=3))
             await stream.until(lambda: stream.cell(("prod", "default", "api"), "Ready") == "1/3")
-            assert stream.columns["dev"] == names  # dev has no deployment, but the columns
+            # dev has no deployment, but its columns come all the same
+            await stream.until(lambda: stream.columns.get("dev") == names)
 
 
 async def test_stream_columns_differ_per_context_and_follow_the_server(tmp_path: Path) -> None:
@@ -1059,3 +1060,51 @@ async def test_stream_never_shows_a_secrets_values(tmp_path: Path) -> None:
             assert row["labels"] == {"app": "db"} and row["cells"][0] == "db"
             assert "aHVudGVyMg" not in "\n".join(stream.raw)
             assert views.LAST_APPLIED not in "\n".join(stream.raw)
+
+
+# ---------------------------------------------------------------------- pickers
+async def test_api_resources_and_namespaces_of_every_context(tmp_path: Path) -> None:
+    async with (
+        FakeCluster(tokens={"admin"}) as a,
+        FakeCluster(tokens={"admin", "jane"}) as b,
+        FakeCluster() as dead,
+    ):
+        for ns in ("default", "web"):
+            a.create("namespaces", {"metadata": {"name": ns}})
+        for ns in ("default", "data", "secret-team"):
+            b.create("namespaces", {"metadata": {"name": ns}})
+        b.restrict("jane", user="jane", namespaces=["data"])
+        a.add_crd("example.com", "widgets", "Widget")
+        server = dead.server
+    contexts: dict[str, Any] = {
+        "prod": FakeContext(cluster=a, token="admin"),
+        "dev": FakeContext(cluster=b, token="admin"),
+        "jane": FakeContext(cluster=b, token="jane", namespace="data"),
+        "dead": FakeContext(cluster=server),
+    }
+    async with a, b:
+        path = write_kubeconfig(tmp_path / "config", contexts)
+        async with api_client(path, sync_timeout=5) as client:
+            with anyio.fail_after(TIMEOUT):
+                answer = await client.get("/api/namespaces")
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            by_name = {n["name"]: n["contexts"] for n in body["namespaces"]}
+            assert by_name == {
+                "data": ["dev", "jane"],  # jane may not list namespaces: her own one
+                "default": ["prod", "dev"],
+                "secret-team": ["dev"],
+                "web": ["prod"],
+            }
+            assert [n["name"] for n in body["namespaces"]] == sorted(by_name)
+            assert set(body["errors"]) == {"jane", "dead"}
+            assert body["errors"]["dead"].startswith(f"cannot reach {server}")
+            with anyio.fail_after(TIMEOUT):
+                answer = await client.get("/api/resources")
+            assert answer.status_code == 200, answer.text
+            served = {r["name"]: r for r in answer.json()["resources"]}
+            assert served["pods"]["contexts"] == ["prod", "dev", "jane"]
+            assert served["widgets.example.com"]["contexts"] == ["prod"]
+            assert served["pods"]["namespaced"] and not served["namespaces"]["namespaced"]
+            assert answer.json()["resources"][0]["name"] == "pods"  # kubectl's order
+            assert set(answer.json()["errors"]) == {"dead"}
