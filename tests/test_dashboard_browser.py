@@ -136,10 +136,14 @@ async def test_live_table_follows_clusters_and_kubeconfig(tmp_path: Path) -> Non
             await expect(page.locator("#conn")).to_have_text("live")
             await page.evaluate("window.__noReload = true")
 
-            # cluster data is text, never markup
+            # cluster data is text, never markup (Node is a wide column: shown on demand)
             evil_row = rows(page, "staging")
             await expect(evil_row.locator(".col-status")).to_have_text(XSS)
+            await expect(evil_row.locator(".col-node")).to_have_count(0)
+            await page.check("#wide")
             await expect(evil_row.locator(".col-node")).to_have_text(XSS)
+            await page.uncheck("#wide")
+            await expect(evil_row.locator(".col-node")).to_have_count(0)
             assert await page.locator("img").count() == 0
 
             # rows appear, change and vanish as the clusters change
@@ -297,3 +301,98 @@ async def test_resource_picker_and_a_typo(tmp_path: Path) -> None:
             await page.locator("#resource").blur()
             await expect(page.locator("#banners .banner")).to_have_count(0)
             await expect(rows(page)).to_have_count(1)
+
+
+def aged(pod: dict[str, Any], created: str, restarts: int = 0) -> dict[str, Any]:
+    pod["metadata"]["creationTimestamp"] = created
+    pod["status"]["containerStatuses"][0]["restartCount"] = restarts
+    return pod
+
+
+async def headers(page: Page) -> list[str]:
+    return [t.strip() for t in await page.locator("#rows thead th").all_inner_texts()]
+
+
+async def column(page: Page, name: str) -> list[str]:
+    return await page.locator(f"#rows tbody tr:visible td.col-{name}").all_inner_texts()
+
+
+async def test_server_columns_per_kind_union_and_sorting(tmp_path: Path) -> None:
+    size = {"name": "Size", "type": "integer", "jsonPath": ".spec.size"}
+    color = {"name": "Color", "type": "string", "jsonPath": ".spec.color"}
+    async with FakeCluster() as a, FakeCluster() as b:
+        for name, created, restarts in (
+            ("web-1", "2020-01-01T00:00:00Z", 10),
+            ("web-2", "2024-01-01T00:00:00Z", 2),
+            ("web-9", "2023-01-01T00:00:00Z", 9),
+            ("web-10", "2022-01-01T00:00:00Z", 0),
+        ):
+            a.create("pods", aged(make_pod(name), created, restarts))
+        b.create("pods", make_pod("db-1"))
+        a.add_crd("example.com", "widgets", "Widget", printer_columns=[size])
+        b.add_crd("example.com", "widgets", "Widget", printer_columns=[color, size])
+        a.create("widgets.example.com", {"metadata": {"name": "w1"}, "spec": {"size": 3}})
+        b.create("widgets.example.com", {"metadata": {"name": "w2"}, "spec": {"color": "red"}})
+        path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+        async with serving(make_app(path)) as url, browser() as chromium:
+            page = await chromium.new_page(viewport={"width": 1300, "height": 900})
+            page.set_default_timeout(WAIT_MS)
+            watch = PageWatch(page)
+            await page.goto(url)
+            await expect(rows(page)).to_have_count(5)
+            assert await headers(page) == [
+                "Context", "Namespace", "Name", "Ready", "Status", "Restarts", "Age",
+            ]  # fmt: skip
+
+            # strings naturally, both ways; a live row lands in its place
+            name = page.locator("#rows thead th.col-name")
+            await name.locator("button").click()
+            await expect(name).to_have_attribute("aria-sort", "ascending")
+            await expect(page.locator("#rows thead th.col-age")).to_have_attribute(
+                "aria-sort", "none"
+            )
+            assert await column(page, "name") == ["db-1", "web-1", "web-2", "web-9", "web-10"]
+            await name.locator("button").click()
+            await expect(name).to_have_attribute("aria-sort", "descending")
+            a.create("pods", aged(make_pod("web-3"), "2021-01-01T00:00:00Z", 3))
+            await expect(rows(page)).to_have_count(6)
+            assert await column(page, "name") == [
+                "web-10", "web-9", "web-3", "web-2", "web-1", "db-1",
+            ]  # fmt: skip
+            assert "sort=-Name" in page.url
+
+            # numbers numerically; a modified row moves
+            await page.locator("#rows thead th.col-restarts button").click()
+            assert await column(page, "name") == [
+                "db-1", "web-10", "web-2", "web-3", "web-9", "web-1",
+            ]  # fmt: skip
+            pod = a.get("pods", "default", "web-10")
+            assert pod is not None
+            pod["status"]["containerStatuses"][0]["restartCount"] = 100
+            a.update("pods", pod)
+            await expect(rows(page).last).to_contain_text("web-10")
+            # ages by time: the youngest first
+            await page.locator("#rows thead th.col-age button").click()
+            assert await column(page, "name") == [
+                "db-1", "web-2", "web-9", "web-10", "web-3", "web-1",
+            ]  # fmt: skip
+
+            # a Deployment has its own columns, not a pod's
+            await page.fill("#resource", "deployments.apps")
+            await page.press("#resource", "Enter")
+            await page.locator("#resource").blur()
+            await expect(page.locator("#rows thead th.col-up-to-date")).to_have_count(1)
+            assert await headers(page) == [
+                "Context", "Namespace", "Name", "Ready", "Up-to-date", "Available", "Age",
+            ]  # fmt: skip
+
+            # a kind whose columns differ per context: the union, by name
+            await page.fill("#resource", "widgets.v1.example.com")
+            await page.locator("#resource").blur()
+            await expect(rows(page)).to_have_count(2)
+            await expect(page.locator("#rows thead th.col-color")).to_have_count(1)
+            assert await headers(page) == ["Context", "Namespace", "Name", "Color", "Size"]
+            assert await rows(page, "dev").locator("td.col-color").inner_text() == "red"
+            assert await rows(page, "prod").locator("td.col-color").inner_text() == ""
+            assert await rows(page, "prod").locator("td.col-size").inner_text() == "3"
+            watch.check()
