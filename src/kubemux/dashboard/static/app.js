@@ -256,7 +256,8 @@
   const LISTED_HELP = "listed: when the context's informers last completed a full LIST " +
     "(the server's status; a LIST happens at start, after a reload and after a watch expired)";
   const EVENT_HELP = "last event: when this page last received a live change " +
-    "(added, modified or deleted) of the shown resource from this context";
+    "(added, modified or deleted) of the shown resource from this context, not counting " +
+    "the rows of a LIST";
 
   function contextCard(c) {
     const card = el("article", { className: "card", dataset: { context: c.name } });
@@ -460,6 +461,7 @@
     let terms = [];
     let current = null; // the highlighted entry (j/k)
     let synced = false;
+    const listing = new Set(); // contexts whose next changes come from a LIST
     let served = null; // resource name -> discovery entry (every context's, merged)
 
     const keyOf = (c) => c.context + "\u0000" + c.namespace + "\u0000" + c.name;
@@ -747,6 +749,9 @@
       },
       columns(data) {
         setColumns(data.context, data.columns);
+        // after the snapshot, a context's columns come right before the rows of its LIST
+        // (it synced later, was reloaded, or its columns changed): not events
+        if (synced) listing.add(data.context);
       },
       changes(batch) {
         const now = Date.now();
@@ -762,10 +767,11 @@
               layout();
             }
           }
-          if (synced && ["ADDED", "MODIFIED", "DELETED"].includes(c.type)) {
+          if (synced && !listing.has(c.context) && ["ADDED", "MODIFIED", "DELETED"].includes(c.type)) {
             contextsState.lastEvent.set(c.context, now);
           }
         }
+        listing.clear();
         updateCount();
       },
       contexts(payload) {
