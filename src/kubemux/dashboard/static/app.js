@@ -486,13 +486,14 @@
       const same = next.length === shown.length &&
         next.every((s, i) => s.name === shown[i].name && s.col.type === shown[i].col.type);
       shown = next;
-      if (same) return;
+      if (same) return false;
       renderHead();
       for (const entry of order) {
         buildCells(entry);
         fillRow(entry);
       }
-      resort();
+      if (sort.column) resort();
+      return true;
     }
 
     function renderHead() {
@@ -705,16 +706,22 @@
       for (const entry of [...rows.values()]) if (entry.context === context) removeEntry(entry);
     }
 
+    // A context's columns: the layout changes only if the union does, and only that
+    // context's rows are filled again (none, usually: its columns come before its rows).
     function setColumns(context, columns) {
+      const before = columnsBy.get(context);
+      if (before && JSON.stringify(before) === JSON.stringify(columns)) return;
       columnsBy.set(context, columns);
       indexBy.set(context, new Map(columns.map((col, i) => [col.name, i])));
-      layout();
+      if (layout()) return; // every row was filled again
+      let filled = false;
       for (const entry of rows.values()) {
         if (entry.context === context) {
           fillRow(entry);
+          filled = true;
         }
       }
-      resort();
+      if (filled && sort.column) resort();
     }
 
     function updateCount() {
