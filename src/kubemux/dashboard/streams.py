@@ -28,6 +28,7 @@ Events (``data`` is JSON):
 
 ``reset``
     Starts every (re)subscription: mark what you hold as stale; the snapshot follows.
+    ``{"resource", "namespace", "namespaced", "title"}`` (``resource`` the full name).
 ``synced``
     The snapshot is complete: drop what is still stale.
 ``columns``

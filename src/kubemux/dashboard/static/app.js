@@ -842,7 +842,9 @@
     // picker; a name none serves gets the server's answer (with suggestions) as a banner.
     let servedNames = null; // names, short names and kinds any context serves
     let checkedContext = null;
+    let discoveredAt = 0;
     async function discover() {
+      discoveredAt = Date.now();
       try {
         const answer = await fetch("api/resources");
         if (!answer.ok) return;
@@ -986,6 +988,9 @@
       start();
     });
     namespaceInput.addEventListener("focus", loadNamespaces);
+    resourceInput.addEventListener("focus", () => {
+      if (Date.now() - discoveredAt > 10000) discover(); // contexts come and go
+    });
     filterInput.addEventListener("input", () => {
       syncUrl();
       refilter();
