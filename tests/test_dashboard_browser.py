@@ -331,7 +331,8 @@ async def test_server_columns_per_kind_union_and_sorting(tmp_path: Path) -> None
             a.create("pods", aged(make_pod(name), created, restarts))
         b.create("pods", make_pod("db-1"))
         a.add_crd("example.com", "widgets", "Widget", printer_columns=[size])
-        b.add_crd("example.com", "widgets", "Widget", printer_columns=[color, size])
+        evil = {"name": XSS, "type": "string", "jsonPath": ".spec.color", "description": XSS}
+        b.add_crd("example.com", "widgets", "Widget", printer_columns=[color, size, evil])
         a.create("widgets.example.com", {"metadata": {"name": "w1"}, "spec": {"size": 3}})
         b.create("widgets.example.com", {"metadata": {"name": "w2"}, "spec": {"color": "red"}})
         path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
@@ -392,7 +393,8 @@ async def test_server_columns_per_kind_union_and_sorting(tmp_path: Path) -> None
             await page.locator("#resource").blur()
             await expect(rows(page)).to_have_count(2)
             await expect(page.locator("#rows thead th.col-color")).to_have_count(1)
-            assert await headers(page) == ["Context", "Namespace", "Name", "Color", "Size"]
+            assert await headers(page) == ["Context", "Namespace", "Name", "Color", "Size", XSS]
+            assert await page.locator("img").count() == 0  # a column's name is text too
             assert await rows(page, "dev").locator("td.col-color").inner_text() == "red"
             assert await rows(page, "prod").locator("td.col-color").inner_text() == ""
             assert await rows(page, "prod").locator("td.col-size").inner_text() == "3"
