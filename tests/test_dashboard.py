@@ -1108,3 +1108,30 @@ async def test_api_resources_and_namespaces_of_every_context(tmp_path: Path) -> 
             assert served["pods"]["namespaced"] and not served["namespaces"]["namespaced"]
             assert answer.json()["resources"][0]["name"] == "pods"  # kubectl's order
             assert set(answer.json()["errors"]) == {"dead"}
+
+
+async def test_stream_of_a_user_who_may_read_some_namespaces(tmp_path: Path) -> None:
+    """A forbidden cluster-wide LIST: the table view of the user's namespaces, in every
+    stream's snapshot (not only as the live rows of its first LIST)."""
+    async with FakeCluster(tokens={"admin", "jane"}) as c:
+        for ns in ("a", "b", "c"):
+            c.create("pods", make_pod(f"{ns}-1", ns))
+        c.restrict("jane", user="jane", namespaces=["a", "b"])
+        contexts: dict[str, Any] = {
+            "admin": FakeContext(cluster=c, token="admin"),
+            "jane": FakeContext(cluster=c, token="jane"),
+        }
+        path = write_kubeconfig(tmp_path / "config", contexts)
+        options = {**FAST, "namespaces": {"jane": ["a", "b"]}}
+        async with served(path, registry_options=options) as url:
+            async with event_stream(url) as first:
+                await first.until(
+                    lambda: first.names("jane") == {"a-1", "b-1"} and "jane" in first.columns
+                )
+                assert first.names("admin") == {"a-1", "b-1", "c-1"}
+            async with event_stream(url) as second:  # the views run: all from the snapshot
+                await second.until_event("synced")
+                assert second.names("jane") == {"a-1", "b-1"}
+                assert second.columns["jane"][:2] == ["Name", "Ready"]
+                c.create("pods", make_pod("b-2", "b"))
+                await second.until(lambda: second.names("jane") == {"a-1", "b-1", "b-2"})

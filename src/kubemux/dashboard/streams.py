@@ -68,6 +68,7 @@ from kubemux import (
     Change,
     ContextNotFound,
     KubemuxError,
+    MultiTableStore,
     Resource,
     Store,
     SubscriberOverflow,
@@ -183,7 +184,9 @@ class SnapshotCache:
     the same object at the same resourceVersion, size and columns. Concurrent streams wanting the same snapshot wait for one
     encoding. An entry also keeps each object's encoded row (by the object's bytes), so the
     next encoding, after a few changes, summarises only the objects that changed. At most
-    ``max_entries`` entries (least recently used go first).
+    ``max_entries`` entries (least recently used go first). :attr:`scoped` keeps the table
+    views over a user's readable namespaces (a forbidden cluster-wide LIST), which
+    ``registry.store()`` does not name, for every stream's snapshot.
     """
 
     def __init__(self, max_entries: int = 256) -> None:
@@ -192,21 +195,29 @@ class SnapshotCache:
         self.summarized = 0  # objects summarised for snapshots (for tests and benches)
         self._entries: OrderedDict[tuple[str, str, str | None], _Snapshot] = OrderedDict()
         self._busy: dict[tuple[str, str, str | None], anyio.Event] = {}
+        # (context, resource) -> a table view over the namespaces the context's user may
+        # read (its cluster-wide LIST was forbidden): registry.store() does not name it
+        self.scoped: dict[tuple[str, str], TableStore | MultiTableStore] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def clear(self) -> None:
         self._entries.clear()
+        self.scoped.clear()
 
     async def events(
-        self, context: str, resource: Resource, namespace: str | None, store: TableStore
+        self,
+        context: str,
+        resource: Resource,
+        namespace: str | None,
+        store: TableStore | MultiTableStore,
     ) -> list[bytes]:
         """The ``columns`` and ``changes`` events that replay ``store`` (filtered by
         ``namespace``)."""
         key = (context, resource.name, namespace)
         while True:
-            version = (store.resource_version, len(store), store.columns)
+            version = (_resource_version(store), len(store), store.columns)
             entry = self._entries.get(key)
             if entry is not None and entry.store is store and entry.version == version:
                 self._entries.move_to_end(key)
@@ -244,6 +255,13 @@ class SnapshotCache:
         finally:
             del self._busy[key]
             done.set()
+
+
+def _resource_version(store: Store) -> str:
+    """A store's resourceVersion; a multi-namespace view's, that of each namespace."""
+    if isinstance(store, MultiTableStore):
+        return ",".join(part.resource_version for part in store.stores.values())
+    return store.resource_version
 
 
 def _row(context: str, raw: bytes) -> bytes:
@@ -327,16 +345,21 @@ class Stream:
                     continue
             return  # the registry closed the subscription
 
-    def _table_store(self, context: str, resource: Resource) -> TableStore | None:
+    def _table_store(self, context: str, resource: Resource) -> TableStore | MultiTableStore | None:
+        """The context's synced table view of ``resource``, or None; never starts one."""
         store = self._registry.store(context, resource, view="table")
-        return store if isinstance(store, TableStore) else None
+        if isinstance(store, TableStore):
+            return store
+        scoped = self._dash.snapshots.scoped.get((context, resource.name))
+        # a stopped generation's stores are cleared: no longer synced
+        return scoped if scoped is not None and scoped.has_synced else None
 
     async def _replay(
         self,
         context: str,
         resource: Resource,
         namespace: str | None,
-        store: TableStore,
+        store: TableStore | MultiTableStore,
         sent: dict[str, tuple[TableColumn, ...]],
     ) -> None:
         """A context's columns and rows, from the shared snapshot cache."""
@@ -400,6 +423,8 @@ class Stream:
             try:
                 store = await registry.table(name, resource)
                 self._watch_errors.pop(name, None)
+                if isinstance(store, MultiTableStore):
+                    self._dash.snapshots.scoped[name, resource.name] = store
                 if name not in self._sent and store.columns:  # an empty table has columns too
                     self._sent[name] = store.columns
                     await self._write(columns_event(name, resource, store.columns))
@@ -417,6 +442,9 @@ class Stream:
                         tg.start_soon(start, name)
                 for gone in set(self._watch_errors) - set(registry.contexts):
                     del self._watch_errors[gone]
+                scoped = self._dash.snapshots.scoped
+                for key in [k for k in scoped if k[0] not in registry.contexts]:
+                    del scoped[key]
                 await self._wait_sync(syncs)
 
     async def _contexts_loop(self) -> None:
