@@ -78,6 +78,7 @@ class EventStream:
         self.rows: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.stale: set[tuple[str, str, str]] = set()
         self.contexts: dict[str, Any] = {}
+        self.columns: dict[str, list[str]] = {}  # context -> column names
         self.seen: list[tuple[str, Any]] = []
         self.raw: list[str] = []
 
@@ -110,6 +111,8 @@ class EventStream:
             self.stale = set()
         elif event == "contexts":
             self.contexts = {c["name"]: c for c in data["contexts"]}
+        elif event == "columns":
+            self.columns[data["context"]] = [c["name"] for c in data["columns"]]
         elif event == "changes":
             for c in data:
                 if c["type"] in ("ADDED", "MODIFIED"):
@@ -121,6 +124,8 @@ class EventStream:
                 else:  # RESET, REMOVED
                     for key in [k for k in self.rows if k[0] == c["context"]]:
                         del self.rows[key]
+                    if c["type"] == "REMOVED":
+                        self.columns.pop(c["context"], None)
 
     async def until(self, predicate: Callable[[], bool]) -> None:
         with anyio.fail_after(TIMEOUT):
@@ -133,6 +138,13 @@ class EventStream:
                 event, data = await self.next()
                 if event == name:
                     return data
+
+    def cell(self, key: tuple[str, str, str], column: str) -> Any:
+        """A row's cell in the named column of its context (None if it has no such column)."""
+        names = self.columns.get(key[0], [])
+        if key not in self.rows or column not in names:
+            return None
+        return self.rows[key]["cells"][names.index(column)]
 
     def names(self, context: str | None = None) -> set[str]:
         return {n for (c, _, n) in self.rows if context is None or c == context}
@@ -443,7 +455,8 @@ async def test_stream_snapshot_then_live_changes(
         assert pod is not None
         pod["status"]["phase"] = "Failed"
         a.update("pods", pod)
-        await stream.until(lambda: stream.rows[("prod", "default", "web-1")]["status"] == "Failed")
+        web1 = ("prod", "default", "web-1")
+        await stream.until(lambda: stream.cell(web1, "Status") == "Failed")
         a.delete("pods", "default", "web-2")
         await stream.until(lambda: "web-2" not in stream.names())
         await stream.until(
@@ -904,3 +917,221 @@ async def test_table_api_typo_and_resource_picker(
         with anyio.fail_after(TIMEOUT):
             unknown = await client.get("/api/contexts/nope/resources")
         assert unknown.status_code == 404
+
+
+# ---------------------------------------------------------------------- the live table's columns
+def test_change_payload_of_a_table_row() -> None:
+    row = {
+        "cells": ["web-1", "1/1", "Running", 0, "5m"],
+        "metadata": {
+            "name": "web-1",
+            "namespace": "default",
+            "labels": {"app": XSS},
+            "annotations": {views.LAST_APPLIED: "secret"},
+            "creationTimestamp": "2025-01-01T00:00:00Z",
+        },
+    }
+    change = Change("prod", "pods", "MODIFIED", row, view="table")
+    assert views.change_payload(change) == {
+        "type": "MODIFIED",
+        "context": "prod",
+        "namespace": "default",
+        "name": "web-1",
+        "row": {
+            "cells": ["web-1", "1/1", "Running", 0, "5m"],
+            "labels": {"app": XSS},
+            "created": "2025-01-01T00:00:00Z",
+        },
+    }
+
+
+def deployment(name: str, replicas: int = 2) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"spec": {"containers": [{"name": "c", "image": "nginx"}]}},
+        },
+        "status": {"replicas": replicas, "readyReplicas": 1, "availableReplicas": 1},
+    }
+
+
+async def test_stream_sends_each_contexts_columns_before_its_rows(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, b = clusters
+    a.create("deployments.apps", deployment("web"))
+    path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+    async with served(path) as url:
+        async with event_stream(url) as stream:
+            await stream.until(lambda: stream.names() == {"web-1", "web-2", "db-1"})
+            # every context's columns came before its first row
+            for context in ("prod", "dev"):
+                first_row = next(
+                    i
+                    for i, (e, d) in enumerate(stream.seen)
+                    if e == "changes" and any(c["context"] == context for c in d)
+                )
+                assert any(
+                    e == "columns" and d["context"] == context for e, d in stream.seen[:first_row]
+                )
+            assert stream.columns["prod"][:3] == ["Name", "Ready", "Status"]
+            assert "Node" in stream.columns["prod"]  # wide columns come too, the page hides them
+            for key, row in stream.rows.items():
+                assert len(row["cells"]) == len(stream.columns[key[0]])
+                assert set(row) == {"cells", "labels", "created"}
+            assert stream.cell(("dev", "data", "db-1"), "Name") == "db-1"
+            assert stream.cell(("dev", "data", "db-1"), "Status") == "Running"
+            reset = next(d for e, d in stream.seen if e == "reset")
+            assert reset["namespaced"] is True
+        async with event_stream(url, "?resource=deployments.apps") as stream:
+            await stream.until(lambda: stream.names() == {"web"})
+            names = stream.columns["prod"]
+            assert names[:4] == ["Name", "Ready", "Up-to-date", "Available"]
+            assert "Status" not in names and "Restarts" not in names
+            assert stream.cell(("prod", "default", "web"), "Ready") == "1/2"
+            a.create("deployments.apps", deployment("api", replicas=3))
+            await stream.until(lambda: stream.cell(("prod", "default", "api"), "Ready") == "1/3")
+            # dev has no deployment, but its columns come all the same
+            await stream.until(lambda: stream.columns.get("dev") == names)
+
+
+async def test_stream_columns_differ_per_context_and_follow_the_server(tmp_path: Path) -> None:
+    """A CRD with other printer columns in each cluster; one cluster edits them live."""
+    size = {"name": "Size", "type": "integer", "jsonPath": ".spec.size"}
+    color = {"name": "Color", "type": "string", "jsonPath": ".spec.color"}
+    async with FakeCluster() as a, FakeCluster() as b:
+        a.add_crd("example.com", "widgets", "Widget", printer_columns=[size])
+        b.add_crd("example.com", "widgets", "Widget", printer_columns=[color, size])
+        a.create("widgets.example.com", {"metadata": {"name": "w1"}, "spec": {"size": 3}})
+        b.create(
+            "widgets.example.com",
+            {"metadata": {"name": "w9", "namespace": "x"}, "spec": {"size": 9, "color": "red"}},
+        )
+        path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+        query = "?resource=widgets.v1.example.com"
+        async with served(path) as url, event_stream(url, query) as stream:
+            await stream.until(lambda: stream.names() == {"w1", "w9"})
+            assert stream.columns == {"prod": ["Name", "Size"], "dev": ["Name", "Color", "Size"]}
+            assert stream.cell(("prod", "default", "w1"), "Size") == 3
+            assert stream.cell(("dev", "x", "w9"), "Color") == "red"
+            # prod's columns change: its columns come again, and its rows with them (a
+            # relist keeps an unchanged object's resourceVersion: no MODIFIED for w1)
+            crd = a.get("customresourcedefinitions", None, "widgets.example.com")
+            assert crd is not None
+            crd["spec"]["versions"][0]["additionalPrinterColumns"] = [size, color]
+            a.update("customresourcedefinitions", crd)
+            a.drop_watches()  # the next watch's first event carries the new columns
+            a.create(
+                "widgets.example.com",
+                {"metadata": {"name": "w2"}, "spec": {"size": 5, "color": "blue"}},
+            )
+            await stream.until(
+                lambda: (
+                    stream.columns["prod"] == ["Name", "Size", "Color"]
+                    and stream.cell(("prod", "default", "w2"), "Color") == "blue"
+                    and len(stream.rows[("prod", "default", "w1")]["cells"]) == 3
+                )
+            )
+            assert stream.columns["dev"] == ["Name", "Color", "Size"]
+
+
+async def test_stream_never_shows_a_secrets_values(tmp_path: Path) -> None:
+    async with FakeCluster() as c:
+        c.create(
+            "secrets",
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": "db",
+                    "namespace": "default",
+                    "labels": {"app": "db"},
+                    "annotations": {views.LAST_APPLIED: '{"data":{"password":"aHVudGVyMg=="}}'},
+                },
+                "data": {"password": "aHVudGVyMg=="},
+            },
+        )
+        path = write_kubeconfig(tmp_path / "config", {"prod": c})
+        async with served(path) as url, event_stream(url, "?resource=secrets") as stream:
+            await stream.until(lambda: stream.names() == {"db"})
+            row = stream.rows[("prod", "default", "db")]
+            assert row["labels"] == {"app": "db"} and row["cells"][0] == "db"
+            assert "aHVudGVyMg" not in "\n".join(stream.raw)
+            assert views.LAST_APPLIED not in "\n".join(stream.raw)
+
+
+# ---------------------------------------------------------------------- pickers
+async def test_api_resources_and_namespaces_of_every_context(tmp_path: Path) -> None:
+    async with (
+        FakeCluster(tokens={"admin"}) as a,
+        FakeCluster(tokens={"admin", "jane"}) as b,
+        FakeCluster() as dead,
+    ):
+        for ns in ("default", "web"):
+            a.create("namespaces", {"metadata": {"name": ns}})
+        for ns in ("default", "data", "secret-team"):
+            b.create("namespaces", {"metadata": {"name": ns}})
+        b.restrict("jane", user="jane", namespaces=["data"])
+        a.add_crd("example.com", "widgets", "Widget")
+        server = dead.server
+    contexts: dict[str, Any] = {
+        "prod": FakeContext(cluster=a, token="admin"),
+        "dev": FakeContext(cluster=b, token="admin"),
+        "jane": FakeContext(cluster=b, token="jane", namespace="data"),
+        "dead": FakeContext(cluster=server),
+    }
+    async with a, b:
+        path = write_kubeconfig(tmp_path / "config", contexts)
+        async with api_client(path, sync_timeout=5) as client:
+            with anyio.fail_after(TIMEOUT):
+                answer = await client.get("/api/namespaces")
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            by_name = {n["name"]: n["contexts"] for n in body["namespaces"]}
+            assert by_name == {
+                "data": ["dev", "jane"],  # jane may not list namespaces: her own one
+                "default": ["prod", "dev"],
+                "secret-team": ["dev"],
+                "web": ["prod"],
+            }
+            assert [n["name"] for n in body["namespaces"]] == sorted(by_name)
+            assert set(body["errors"]) == {"jane", "dead"}
+            assert body["errors"]["dead"].startswith(f"cannot reach {server}")
+            with anyio.fail_after(TIMEOUT):
+                answer = await client.get("/api/resources")
+            assert answer.status_code == 200, answer.text
+            served = {r["name"]: r for r in answer.json()["resources"]}
+            assert served["pods"]["contexts"] == ["prod", "dev", "jane"]
+            assert served["widgets.example.com"]["contexts"] == ["prod"]
+            assert served["pods"]["namespaced"] and not served["namespaces"]["namespaced"]
+            assert answer.json()["resources"][0]["name"] == "pods"  # kubectl's order
+            assert set(answer.json()["errors"]) == {"dead"}
+
+
+async def test_stream_of_a_user_who_may_read_some_namespaces(tmp_path: Path) -> None:
+    """A forbidden cluster-wide LIST: the table view of the user's namespaces, in every
+    stream's snapshot (not only as the live rows of its first LIST)."""
+    async with FakeCluster(tokens={"admin", "jane"}) as c:
+        for ns in ("a", "b", "c"):
+            c.create("pods", make_pod(f"{ns}-1", ns))
+        c.restrict("jane", user="jane", namespaces=["a", "b"])
+        contexts: dict[str, Any] = {
+            "admin": FakeContext(cluster=c, token="admin"),
+            "jane": FakeContext(cluster=c, token="jane"),
+        }
+        path = write_kubeconfig(tmp_path / "config", contexts)
+        options = {**FAST, "namespaces": {"jane": ["a", "b"]}}
+        async with served(path, registry_options=options) as url:
+            async with event_stream(url) as first:
+                await first.until(
+                    lambda: first.names("jane") == {"a-1", "b-1"} and "jane" in first.columns
+                )
+                assert first.names("admin") == {"a-1", "b-1", "c-1"}
+            async with event_stream(url) as second:  # the views run: all from the snapshot
+                await second.until_event("synced")
+                assert second.names("jane") == {"a-1", "b-1"}
+                assert second.columns["jane"][:2] == ["Name", "Ready"]
+                c.create("pods", make_pod("b-2", "b"))
+                await second.until(lambda: second.names("jane") == {"a-1", "b-1", "b-2"})

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import shutil
 import urllib.parse
 from collections.abc import AsyncIterator
@@ -140,10 +141,14 @@ async def test_live_table_follows_clusters_and_kubeconfig(tmp_path: Path) -> Non
             await expect(page.locator("#conn")).to_have_text("live")
             await page.evaluate("window.__noReload = true")
 
-            # cluster data is text, never markup
+            # cluster data is text, never markup (Node is a wide column: shown on demand)
             evil_row = rows(page, "staging")
             await expect(evil_row.locator(".col-status")).to_have_text(XSS)
+            await expect(evil_row.locator(".col-node")).to_have_count(0)
+            await page.check("#wide")
             await expect(evil_row.locator(".col-node")).to_have_text(XSS)
+            await page.uncheck("#wide")
+            await expect(evil_row.locator(".col-node")).to_have_count(0)
             assert await page.locator("img").count() == 0
 
             # rows appear, change and vanish as the clusters change
@@ -526,3 +531,242 @@ async def test_resource_picker_and_a_typo(tmp_path: Path) -> None:
             await page.locator("#resource").blur()
             await expect(page.locator("#banners .banner")).to_have_count(0)
             await expect(rows(page)).to_have_count(1)
+
+
+def aged(pod: dict[str, Any], created: str, restarts: int = 0) -> dict[str, Any]:
+    pod["metadata"]["creationTimestamp"] = created
+    pod["status"]["containerStatuses"][0]["restartCount"] = restarts
+    return pod
+
+
+async def headers(page: Page) -> list[str]:
+    return [t.strip() for t in await page.locator("#rows thead th").all_inner_texts()]
+
+
+async def column(page: Page, name: str) -> list[str]:
+    return await page.locator(f"#rows tbody tr:visible td.col-{name}").all_inner_texts()
+
+
+async def test_server_columns_per_kind_union_and_sorting(tmp_path: Path) -> None:
+    size = {"name": "Size", "type": "integer", "jsonPath": ".spec.size"}
+    color = {"name": "Color", "type": "string", "jsonPath": ".spec.color"}
+    async with FakeCluster() as a, FakeCluster() as b:
+        for name, created, restarts in (
+            ("web-1", "2020-01-01T00:00:00Z", 10),
+            ("web-2", "2024-01-01T00:00:00Z", 2),
+            ("web-9", "2023-01-01T00:00:00Z", 9),
+            ("web-10", "2022-01-01T00:00:00Z", 0),
+        ):
+            a.create("pods", aged(make_pod(name), created, restarts))
+        b.create("pods", make_pod("db-1"))
+        a.add_crd("example.com", "widgets", "Widget", printer_columns=[size])
+        evil = {"name": XSS, "type": "string", "jsonPath": ".spec.color", "description": XSS}
+        b.add_crd("example.com", "widgets", "Widget", printer_columns=[color, size, evil])
+        a.create("widgets.example.com", {"metadata": {"name": "w1"}, "spec": {"size": 3}})
+        b.create("widgets.example.com", {"metadata": {"name": "w2"}, "spec": {"color": "red"}})
+        path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+        async with serving(make_app(path)) as url, browser() as chromium:
+            page = await chromium.new_page(viewport={"width": 1300, "height": 900})
+            page.set_default_timeout(WAIT_MS)
+            watch = PageWatch(page)
+            await page.goto(url)
+            await expect(rows(page)).to_have_count(5)
+            assert await headers(page) == [
+                "Context", "Namespace", "Name", "Ready", "Status", "Restarts", "Age",
+            ]  # fmt: skip
+
+            # strings naturally, both ways; a live row lands in its place
+            name = page.locator("#rows thead th.col-name")
+            await name.locator("button").click()
+            await expect(name).to_have_attribute("aria-sort", "ascending")
+            await expect(page.locator("#rows thead th.col-age")).to_have_attribute(
+                "aria-sort", "none"
+            )
+            assert await column(page, "name") == ["db-1", "web-1", "web-2", "web-9", "web-10"]
+            await name.locator("button").click()
+            await expect(name).to_have_attribute("aria-sort", "descending")
+            a.create("pods", aged(make_pod("web-3"), "2021-01-01T00:00:00Z", 3))
+            await expect(rows(page)).to_have_count(6)
+            assert await column(page, "name") == [
+                "web-10", "web-9", "web-3", "web-2", "web-1", "db-1",
+            ]  # fmt: skip
+            assert "sort=-Name" in page.url
+
+            # numbers numerically; a modified row moves
+            await page.locator("#rows thead th.col-restarts button").click()
+            assert await column(page, "name") == [
+                "db-1", "web-10", "web-2", "web-3", "web-9", "web-1",
+            ]  # fmt: skip
+            pod = a.get("pods", "default", "web-10")
+            assert pod is not None
+            pod["status"]["containerStatuses"][0]["restartCount"] = 100
+            a.update("pods", pod)
+            await expect(rows(page).last).to_contain_text("web-10")
+            # ages by time: the youngest first
+            await page.locator("#rows thead th.col-age button").click()
+            assert await column(page, "name") == [
+                "db-1", "web-2", "web-9", "web-10", "web-3", "web-1",
+            ]  # fmt: skip
+
+            # a Deployment has its own columns, not a pod's
+            await page.fill("#resource", "deployments.apps")
+            await page.press("#resource", "Enter")
+            await page.locator("#resource").blur()
+            await expect(page.locator("#rows thead th.col-up-to-date")).to_have_count(1)
+            assert await headers(page) == [
+                "Context", "Namespace", "Name", "Ready", "Up-to-date", "Available", "Age",
+            ]  # fmt: skip
+
+            # a kind whose columns differ per context: the union, by name
+            await page.fill("#resource", "widgets.v1.example.com")
+            await page.locator("#resource").blur()
+            await expect(rows(page)).to_have_count(2)
+            await expect(page.locator("#rows thead th.col-color")).to_have_count(1)
+            assert await headers(page) == ["Context", "Namespace", "Name", "Color", "Size", XSS]
+            assert await page.locator("img").count() == 0  # a column's name is text too
+            assert await rows(page, "dev").locator("td.col-color").inner_text() == "red"
+            assert await rows(page, "prod").locator("td.col-color").inner_text() == ""
+            assert await rows(page, "prod").locator("td.col-size").inner_text() == "3"
+            watch.check()
+
+
+async def test_context_filter_colours_and_compact_cards(tmp_path: Path) -> None:
+    async with FakeCluster() as a, FakeCluster() as b:
+        a.create("pods", make_pod("web-1"))
+        b.create("pods", make_pod("db-1"))
+        names = [f"ctx-{i}" for i in range(8)]  # more than 6: the cards collapse
+        contexts: dict[str, Any] = {n: (a if i % 2 else b) for i, n in enumerate(names)}
+        path = write_kubeconfig(tmp_path / "config", contexts)
+        async with serving(make_app(path)) as url, browser() as chromium:
+            page = await chromium.new_page(viewport={"width": 1300, "height": 900})
+            page.set_default_timeout(WAIT_MS)
+            watch = PageWatch(page)
+            await page.goto(url)
+            await expect(rows(page)).to_have_count(8)
+            await expect(page.locator("#contexts .card")).to_have_count(8)
+
+            # compact beyond 6 contexts, with a toggle
+            toggle = page.locator("#contexts-toggle")
+            await expect(page.locator("#contexts")).to_have_class("cards compact")
+            await expect(toggle).to_have_attribute("aria-expanded", "false")
+            await expect(page.locator(".card .card-where").first).to_be_hidden()
+            await toggle.click()
+            await expect(page.locator("#contexts")).to_have_class("cards")
+            await expect(toggle).to_have_attribute("aria-expanded", "true")
+            await expect(page.locator(".card .card-where").first).to_be_visible()
+
+            # one colour per context, the palette's in sorted-name order, everywhere the same
+            colour = "el => getComputedStyle(el).backgroundColor"
+            cards = {}
+            for name in names:
+                dot = page.locator(f'.card[data-context="{name}"] .dot')
+                cards[name] = await dot.evaluate(colour)
+                row = rows(page, name).locator(".dot")
+                assert await row.evaluate(colour) == cards[name]
+                chip = page.locator(f'#ctx-filter .dot[data-ctx="{name}"]')
+                assert await chip.evaluate(colour) == cards[name]
+            assert len(set(cards.values())) == 8
+            assert cards["ctx-0"] == "rgb(230, 25, 75)" and cards["ctx-1"] == "rgb(60, 180, 75)"
+
+            # show only some contexts
+            for name in names[2:]:
+                await page.locator(f'#ctx-filter input[data-context="{name}"]').uncheck()
+            await expect(page.locator("#rows tbody tr:visible")).to_have_count(2)
+            await expect(page.locator("#count")).to_have_text("2 of 8 pods")
+            assert "hide=ctx-7" in page.url
+            a.create("pods", make_pod("web-2"))  # live rows of a hidden context stay hidden
+            await expect(rows(page)).to_have_count(12)
+            await expect(page.locator("#rows tbody tr:visible")).to_have_count(3)
+            await page.click("#ctx-all")
+            await expect(page.locator("#rows tbody tr:visible")).to_have_count(12)
+            # the choice survives a reload
+            await page.locator('#ctx-filter input[data-context="ctx-0"]').uncheck()
+            await page.reload()
+            await expect(rows(page)).to_have_count(12)
+            await expect(page.locator("#rows tbody tr:visible")).to_have_count(11)
+            await expect(
+                page.locator('#ctx-filter input[data-context="ctx-0"]')
+            ).not_to_be_checked()
+            watch.check()
+
+
+async def test_keyboard_shortcuts(tmp_path: Path) -> None:
+    async with FakeCluster() as c:
+        for name in ("web-1", "web-2", "web-3"):
+            c.create("pods", make_pod(name))
+        path = write_kubeconfig(tmp_path / "config", {"prod": c})
+        async with serving(make_app(path)) as url, browser() as chromium:
+            page = await chromium.new_page()
+            page.set_default_timeout(WAIT_MS)
+            watch = PageWatch(page)
+            await page.goto(url)
+            await expect(rows(page)).to_have_count(3)
+            current = page.locator("#rows tbody tr.current")
+            # "/" focuses the filter; typing j and k there types them
+            await page.keyboard.press("/")
+            await expect(page.locator("#filter")).to_be_focused()
+            await page.keyboard.type("jk")
+            await expect(page.locator("#filter")).to_have_value("jk")
+            await expect(current).to_have_count(0)
+            await page.fill("#filter", "")
+            await page.locator("#filter").blur()
+            # j/k move the highlighted row
+            await page.keyboard.press("j")
+            await expect(current).to_contain_text("web-1")
+            await expect(current).to_have_attribute("aria-current", "true")
+            await page.keyboard.press("j")
+            await page.keyboard.press("j")
+            await page.keyboard.press("j")  # stays on the last row
+            await expect(current).to_contain_text("web-3")
+            await page.keyboard.press("k")
+            await expect(current).to_contain_text("web-2")
+            # Enter opens it
+            await page.keyboard.press("Enter")
+            await page.wait_for_url("**/object?**name=web-2**")
+            await expect(page.locator("#obj-title")).to_have_text("default/web-2")
+            watch.check()
+
+
+async def test_cards_say_when_listed_and_when_the_last_event_came(tmp_path: Path) -> None:
+    async with FakeCluster() as c:
+        c.create("pods", make_pod("web-1"))
+        path = write_kubeconfig(tmp_path / "config", {"prod": c})
+        async with serving(make_app(path)) as url, browser() as chromium:
+            page = await chromium.new_page()
+            page.set_default_timeout(WAIT_MS)
+            await page.goto(url)
+            await expect(rows(page)).to_have_count(1)
+            listed = page.locator('.card[data-context="prod"] .listed')
+            last = page.locator('.card[data-context="prod"] .last-event')
+            await expect(listed).to_have_text(re.compile(r"^listed \d+s ago$"))
+            await expect(listed).to_have_attribute("title", re.compile("full LIST"))
+            await expect(last).to_have_text("no pods event since the page opened")
+            await expect(last).to_have_attribute("title", re.compile("live change"))
+            c.create("pods", make_pod("web-2"))
+            await expect(rows(page)).to_have_count(2)
+            await expect(last).to_have_text(re.compile(r"^last pods event \d+s ago$"))
+
+
+async def test_pickers_offer_every_contexts_resources_and_namespaces(tmp_path: Path) -> None:
+    async with FakeCluster() as a, FakeCluster() as b:
+        a.create("pods", make_pod("web-1"))
+        for ns in ("default", "empty-a"):
+            a.create("namespaces", {"metadata": {"name": ns}})
+        b.create("namespaces", {"metadata": {"name": "empty-b"}})
+        b.add_crd("example.com", "widgets", "Widget")  # only the second context serves it
+        path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+        async with serving(make_app(path)) as url, browser() as chromium:
+            page = await chromium.new_page()
+            page.set_default_timeout(WAIT_MS)
+            await page.goto(url)
+            await expect(rows(page)).to_have_count(1)
+            await expect(
+                page.locator('#resources option[value="widgets.example.com"]')
+            ).to_have_count(1)
+            widgets = page.locator('#resources option[value="widgets.example.com"]')
+            await expect(widgets).to_have_attribute("label", "Widget · dev")
+            # namespaces of the clusters, not only those of the rows shown
+            for ns in ("default", "empty-a", "empty-b"):
+                await expect(page.locator(f'#namespaces option[value="{ns}"]')).to_have_count(1)
+            empty_b = page.locator('#namespaces option[value="empty-b"]')
+            await expect(empty_b).to_have_attribute("label", "empty-b · dev")

@@ -101,6 +101,12 @@ async def test_table_view_has_server_columns_and_live_rows(
         assert widgets.row("default", "w-1").cells[1] == "big"  # type: ignore[union-attr]
         objects = await registry.watch("c", "pods", namespace="default")
         assert objects is not pods  # the object view is a different informer
+        # store() finds either view without starting one
+        assert registry.store("c", "pods", "default") is objects
+        assert registry.store("c", "pods", "default", view="table") is pods
+        assert registry.store("c", "pods", view="table") is None  # not running cluster-wide
+        with pytest.raises(ValueError, match="view must be"):
+            registry.store("c", "pods", view="rows")
         async with (
             registry.subscribe("widgets", ["c"], view="table", snapshot=False) as rows,
             registry.subscribe("widgets", ["c"], snapshot=False) as plain,

@@ -430,11 +430,15 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        view: str = "objects",
     ) -> Store | None:
         """The synced store of a running informer, or None (never starts anything).
 
-        The arguments name the informer as :meth:`watch` does.
+        The arguments name the informer as :meth:`watch` does; ``view="table"`` names the
+        :meth:`table` view (a :class:`TableStore`).
         """
+        if view not in ("objects", "table"):
+            raise ValueError(f"view must be 'objects' or 'table', not {view!r}")
         gen = self._table.gens.get(context)
         if gen is None or not gen.is_running:
             return None
@@ -445,7 +449,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             res = connection.resolve_cached(resource) if connection is not None else None
         if res is None:
             return None
-        slot = gen.slots.get(informer_key(res, namespace, label_selector, field_selector))
+        slot = gen.slots.get(informer_key(res, namespace, label_selector, field_selector, view))
         if slot is None or not slot.store.has_synced:
             return None
         gen.last_used = time.monotonic()

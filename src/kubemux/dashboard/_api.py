@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import orjson
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 
-from kubemux import KubemuxError, Resource, UnknownResource, parse_resource
+from kubemux import Forbidden, KubemuxError, Resource, UnknownResource, parse_resource
 
-from ._state import Problem, _dashboard, _json
+from .._redact import redact_text
+from ._state import Dashboard, Problem, _dashboard, _json
 from .views import event_payload, redact
 
 STATIC = Path(__file__).resolve().parent / "static"
+FAN_OUT = 16  # contexts asked at once by the endpoints that ask every context
 
 
 def _param(request: Request, name: str) -> str:
@@ -175,3 +179,81 @@ async def _api_events(request: Request) -> Response:
             }
         )
     raise Problem(503, f"the events of context {context!r} are not synced yet", retry_after=1)
+
+
+async def _every_context(
+    dashboard: Dashboard, ask: Callable[[str], Awaitable[Any]]
+) -> tuple[list[str], dict[str, Any], dict[str, str]]:
+    """``ask(context)`` for every context, ``FAN_OUT`` at a time, all within one
+    ``sync_timeout``: (the contexts in kubeconfig order, their answers, their errors).
+    A context that has not answered in time is in neither."""
+    contexts = list(dashboard.registry.contexts)
+    answers: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    limiter = anyio.CapacityLimiter(FAN_OUT)
+
+    async def one(context: str) -> None:
+        async with limiter:
+            try:
+                answers[context] = await ask(context)
+            except KubemuxError as exc:
+                errors[context] = redact_text(str(exc))
+
+    with anyio.move_on_after(dashboard.sync_timeout):
+        async with anyio.create_task_group() as tg:
+            for context in contexts:
+                tg.start_soon(one, context)
+    return contexts, answers, errors
+
+
+async def _api_all_resources(request: Request) -> Response:
+    """What the contexts serve (discovery), merged: each resource once, with the contexts
+    serving it; in the first context's (kubectl's priority) order, then the others'."""
+    dashboard = _dashboard(request)
+    registry = dashboard.registry
+    contexts, answers, errors = await _every_context(dashboard, registry.resources)
+    merged: dict[str, dict[str, Any]] = {}
+    for context in contexts:
+        for r in answers.get(context, ()):
+            item = merged.get(r.name)
+            if item is None:
+                item = merged[r.name] = {
+                    "name": r.name,
+                    "kind": r.kind,
+                    "namespaced": r.namespaced,
+                    "short_names": list(r.short_names),
+                    "contexts": [],
+                }
+            item["contexts"].append(context)
+    pending = [c for c in contexts if c not in answers and c not in errors]
+    return _json({"resources": list(merged.values()), "errors": errors, "pending": pending})
+
+
+async def _api_namespaces(request: Request) -> Response:
+    """The namespaces of every context's cluster (a live table view of ``namespaces`` in
+    each), merged by name with the contexts that have them. Where the user may not list
+    namespaces, the context's own namespace from the kubeconfig stands in (and the error
+    is in ``errors``)."""
+    dashboard = _dashboard(request)
+    registry = dashboard.registry
+
+    forbidden: dict[str, str] = {}
+
+    async def names(context: str) -> list[str]:
+        try:
+            table = await registry.table(context, "namespaces")
+        except Forbidden as exc:
+            forbidden[context] = redact_text(str(exc))
+            cfg = registry.contexts.get(context)
+            return [(cfg.namespace if cfg is not None else None) or "default"]
+        return [row.name for row in table.rows()]
+
+    contexts, answers, errors = await _every_context(dashboard, names)
+    errors.update(forbidden)
+    merged: dict[str, list[str]] = {}
+    for context in contexts:
+        for name in answers.get(context, ()):
+            merged.setdefault(name, []).append(context)
+    pending = [c for c in contexts if c not in answers and c not in errors]
+    namespaces = [{"name": n, "contexts": merged[n]} for n in sorted(merged)]
+    return _json({"namespaces": namespaces, "errors": errors, "pending": pending})

@@ -18,6 +18,11 @@ JSON API (errors are ``{"error": message, "status": code}``):
     One object (``_`` as namespace for cluster-scoped objects).
 ``GET /api/contexts/{context}/resources``
     What the context's cluster serves (discovery), for a resource picker.
+``GET /api/resources``
+    What every context serves, merged (each resource with the contexts serving it);
+    ``errors`` and ``pending`` (not answered within ``sync_timeout``) name the others.
+``GET /api/namespaces``
+    Every context's namespaces, merged by name (each with the contexts that have it).
 ``GET /api/contexts/{context}/{resource}/table?namespace=``
     The server's columns for the resource (``kubectl get``'s) and one row of cells per
     object. A name the cluster does not serve: 404 with ``suggestions``.
@@ -54,9 +59,11 @@ from kubemux import WatcherRegistry
 
 from ._api import (
     STATIC,
+    _api_all_resources,
     _api_contexts,
     _api_events,
     _api_list,
+    _api_namespaces,
     _api_not_found,
     _api_object,
     _api_resources,
@@ -131,6 +138,8 @@ def create_app(
         Route("/object", _page),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
         Route("/api/contexts", _api_contexts),
+        Route("/api/resources", _api_all_resources),
+        Route("/api/namespaces", _api_namespaces),
         Route("/api/contexts/{context}/resources", _api_resources),
         Route("/api/contexts/{context}/{resource}/table", _api_table),
         Route("/api/contexts/{context}/events/{kind}/{namespace}/{name}", _api_events),

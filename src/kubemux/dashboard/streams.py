@@ -1,5 +1,11 @@
 """Server-sent event streams: the live table and the live object page.
 
+The live table is each context's table view of the resource (:meth:`WatcherRegistry.table
+<kubemux.WatcherRegistry.table>`: the API server's columns and cells, ``kubectl get``'s), so
+a Deployment shows its own columns and a custom resource its printer columns. Rows carry
+the cells and labels only, never the annotations: nothing of a Secret's values reaches
+the page.
+
 One stream per browser tab. Each writes encoded events straight into its HTTP response
 (:class:`~._sse._EventStream`, a plain ASGI response: no helper tasks but the one noticing a
 disconnect), so a slow browser applies back-pressure to the stream, never to an informer (the registry's subscription
@@ -8,7 +14,8 @@ buffer takes the slack, and a subscriber that overflows it starts again from a s
 The work per stream is bounded, whatever the number of streams and however they read:
 
 - a table's snapshot is read from the stores, not queued per subscriber: it is encoded once
-  per (context, resource, namespace, store version) in slices of ``BATCH`` rows, yielding
+  per (context, resource, namespace, store version and columns), its ``columns`` event and
+  then slices of ``BATCH`` rows, yielding
   to the event loop between slices, and every stream shares those bytes
   (:class:`SnapshotCache`);
 - a live change is summarised and encoded once, whichever streams send it (:func:`encoded`);
@@ -21,11 +28,21 @@ Events (``data`` is JSON):
 
 ``reset``
     Starts every (re)subscription: mark what you hold as stale; the snapshot follows.
+    ``{"resource", "namespace", "namespaced", "title"}`` (``resource`` the full name).
 ``synced``
     The snapshot is complete: drop what is still stale.
+``columns``
+    ``{"context", "resource", "columns": [{"name", "type", "format", "description",
+    "priority"}]}``: the columns of that context's table view (the server's, as ``kubectl
+    get`` prints them; ``priority`` > 0 for ``-o wide`` ones). Sent before the first row of
+    a context (in its snapshot, or before its first live change after a ``RESET``) and
+    again when the server's columns change (the context's rows follow again). Contexts may
+    differ: the page shows the union by name.
 ``changes``
-    A batch of row changes: ``ADDED``/``MODIFIED`` (with ``row``), ``DELETED``, ``RESET``
-    (forget that context's rows) and ``REMOVED`` (the context stopped: drop its rows).
+    A batch of row changes: ``ADDED``/``MODIFIED`` (with ``row``: ``cells``, one per column
+    of the context's last ``columns``, ``labels`` and ``created``), ``DELETED``, ``RESET``
+    (forget that context's rows; its columns come again before its next row) and
+    ``REMOVED`` (the context stopped: drop its rows and its columns).
 ``contexts``
     The contexts panel: sent at the start, after every kubeconfig sync and whenever a state
     or a count changes.
@@ -52,19 +69,36 @@ from kubemux import (
     Change,
     ContextNotFound,
     KubemuxError,
+    MultiTableStore,
     Resource,
     Store,
     SubscriberOverflow,
     Subscription,
+    TableColumn,
+    TableStore,
     WatcherRegistry,
 )
 
-from .views import change_payload, event_payload, object_payload, status_payload, summarize
+from .views import (
+    change_payload,
+    column_payload,
+    event_payload,
+    object_payload,
+    status_payload,
+    table_row,
+)
 
 if TYPE_CHECKING:
     from .app import Dashboard
 
-__all__ = ["EVENT_RESOURCES", "SnapshotCache", "Stream", "encode_event", "encoded"]
+__all__ = [
+    "EVENT_RESOURCES",
+    "SnapshotCache",
+    "Stream",
+    "columns_event",
+    "encode_event",
+    "encoded",
+]
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +143,33 @@ def encoded(change: Change) -> bytes:
     return raw
 
 
+_columns_events: OrderedDict[tuple[str, str, tuple[TableColumn, ...]], bytes] = OrderedDict()
+
+
+def columns_event(context: str, resource: Resource, columns: tuple[TableColumn, ...]) -> bytes:
+    """The ``columns`` event of one context's table view, encoded once for every stream."""
+    key = (context, resource.name, columns)
+    raw = _columns_events.get(key)
+    if raw is None:
+        data = {
+            "context": context,
+            "resource": resource.name,
+            "columns": [column_payload(c) for c in columns],
+        }
+        raw = _columns_events[key] = encode_event("columns", data)
+        if len(_columns_events) > ENCODED_CHANGES:
+            _columns_events.popitem(last=False)
+    return raw
+
+
+Version = tuple[str, int, tuple[TableColumn, ...]]
+
+
 class _Snapshot:
     __slots__ = ("events", "rows", "store", "version")
 
     def __init__(
-        self, store: Store, version: tuple[str, int], events: list[bytes], rows: dict[bytes, bytes]
+        self, store: Store, version: Version, events: list[bytes], rows: dict[bytes, bytes]
     ) -> None:
         self.store = store
         self.version = version
@@ -124,12 +180,14 @@ class _Snapshot:
 class SnapshotCache:
     """Encoded table snapshots, shared by every stream.
 
-    One entry per (context, resource, namespace): the ``changes`` events (``BATCH`` rows
-    each) that replay a store, valid while the store is the same object at the same
-    resourceVersion and size. Concurrent streams wanting the same snapshot wait for one
+    One entry per (context, resource, namespace): the ``columns`` event and the ``changes``
+    events (``BATCH`` rows each) that replay a table view's store, valid while the store is
+    the same object at the same resourceVersion, size and columns. Concurrent streams wanting the same snapshot wait for one
     encoding. An entry also keeps each object's encoded row (by the object's bytes), so the
     next encoding, after a few changes, summarises only the objects that changed. At most
-    ``max_entries`` entries (least recently used go first).
+    ``max_entries`` entries (least recently used go first). :attr:`scoped` keeps the table
+    views over a user's readable namespaces (a forbidden cluster-wide LIST), which
+    ``registry.store()`` does not name, for every stream's snapshot.
     """
 
     def __init__(self, max_entries: int = 256) -> None:
@@ -138,20 +196,29 @@ class SnapshotCache:
         self.summarized = 0  # objects summarised for snapshots (for tests and benches)
         self._entries: OrderedDict[tuple[str, str, str | None], _Snapshot] = OrderedDict()
         self._busy: dict[tuple[str, str, str | None], anyio.Event] = {}
+        # (context, resource) -> a table view over the namespaces the context's user may
+        # read (its cluster-wide LIST was forbidden): registry.store() does not name it
+        self.scoped: dict[tuple[str, str], TableStore | MultiTableStore] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def clear(self) -> None:
         self._entries.clear()
+        self.scoped.clear()
 
     async def events(
-        self, context: str, resource: Resource, namespace: str | None, store: Store
+        self,
+        context: str,
+        resource: Resource,
+        namespace: str | None,
+        store: TableStore | MultiTableStore,
     ) -> list[bytes]:
-        """The ``changes`` events that replay ``store`` (filtered by ``namespace``)."""
+        """The ``columns`` and ``changes`` events that replay ``store`` (filtered by
+        ``namespace``)."""
         key = (context, resource.name, namespace)
         while True:
-            version = (store.resource_version, len(store))
+            version = (_resource_version(store), len(store), store.columns)
             entry = self._entries.get(key)
             if entry is not None and entry.store is store and entry.version == version:
                 self._entries.move_to_end(key)
@@ -165,14 +232,14 @@ class SnapshotCache:
             known = entry.rows if entry is not None else {}
             raws = store.list_raw(namespace)  # the store at one instant; slices follow it
             rows: dict[bytes, bytes] = {}
-            events: list[bytes] = []
+            events = [columns_event(context, resource, version[2])]
             fresh = 0
             for start in range(0, len(raws), BATCH):
                 batch = []
                 for raw in raws[start : start + BATCH]:
                     row = known.get(raw)
                     if row is None:
-                        row = _row(context, resource, raw)
+                        row = _row(context, raw)
                         fresh += 1
                         if fresh % SLICE == 0:
                             await anyio.lowlevel.checkpoint()  # the event loop stays responsive
@@ -191,9 +258,17 @@ class SnapshotCache:
             done.set()
 
 
-def _row(context: str, resource: Resource, raw: bytes) -> bytes:
-    obj = orjson.loads(raw)
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
+def _resource_version(store: Store) -> str:
+    """A store's resourceVersion; a multi-namespace view's, that of each namespace."""
+    if isinstance(store, MultiTableStore):
+        return ",".join(part.resource_version for part in store.stores.values())
+    return store.resource_version
+
+
+def _row(context: str, raw: bytes) -> bytes:
+    row = orjson.loads(raw)  # a table view's row: {"cells": [...], "metadata": {...}}
+    row = row if isinstance(row, dict) else {}
+    meta = row.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     return orjson.dumps(
         {
@@ -201,7 +276,7 @@ def _row(context: str, resource: Resource, raw: bytes) -> bytes:
             "context": context,
             "namespace": str(meta.get("namespace") or ""),
             "name": str(meta.get("name") or ""),
-            "row": summarize(resource.name, obj),
+            "row": table_row(row),
         }
     )
 
@@ -214,6 +289,7 @@ class Stream:
         self._registry: WatcherRegistry = dashboard.registry  # raises 503 if not running
         self._write = write
         self._watch_errors: dict[str, str] = {}
+        self._sent: dict[str, tuple[TableColumn, ...]] = {}  # context -> columns sent
         self._first = True
 
     async def _emit(self, event: str, data: object) -> None:
@@ -238,45 +314,121 @@ class Stream:
     async def _pump_table(self, resource: Resource, namespace: str | None) -> None:
         registry = self._registry
         while True:
-            subscription = registry.subscribe(resource, namespace=namespace, snapshot=False)
+            subscription = registry.subscribe(
+                resource, namespace=namespace, snapshot=False, view="table"
+            )
             async with subscription as changes:
                 await self._emit(
                     "reset",
-                    {"resource": resource.name, "namespace": namespace, "title": self._dash.title},
+                    {
+                        "resource": resource.name,
+                        "namespace": namespace,
+                        "namespaced": resource.namespaced,
+                        "title": self._dash.title,
+                    },
                 )
                 # The snapshot comes from the stores, after subscribing: a change made
                 # meanwhile is both in it and queued, and applying it twice is harmless.
+                sent = self._sent
+                sent.clear()
                 for context in list(registry.contexts):
-                    store = registry.store(context, resource)
+                    store = self._table_store(context, resource)
                     if store is None:
-                        continue  # not synced: its rows arrive as changes once it is
-                    cache = self._dash.snapshots
-                    for event in await cache.events(context, resource, namespace, store):
-                        await self._write(event)
+                        continue  # not synced: its columns and rows arrive once it is
+                    await self._replay(context, resource, namespace, store, sent)
                 await self._emit("synced", {})
                 try:
                     async for change in changes:
                         batch = _drain(change, changes)
-                        await self._write(
-                            encode_event("changes", b"[" + b",".join(map(encoded, batch)) + b"]")
-                        )
+                        await self._send_changes(batch, resource, namespace, sent)
                 except SubscriberOverflow as exc:
                     log.info("dashboard stream fell behind, resynchronising: %s", exc)
                     continue
             return  # the registry closed the subscription
 
-    async def _keep_watching(self, resource: Resource) -> None:
-        """Make every context watch ``resource``, also contexts added later.
+    def _table_store(self, context: str, resource: Resource) -> TableStore | MultiTableStore | None:
+        """The context's synced table view of ``resource``, or None; never starts one."""
+        store = self._registry.store(context, resource, view="table")
+        if isinstance(store, TableStore):
+            return store
+        scoped = self._dash.snapshots.scoped.get((context, resource.name))
+        # a stopped generation's stores are cleared: no longer synced
+        return scoped if scoped is not None and scoped.has_synced else None
 
-        The registry's own backoff paces retries: within it ``watch()`` fails at once.
+    async def _replay(
+        self,
+        context: str,
+        resource: Resource,
+        namespace: str | None,
+        store: TableStore | MultiTableStore,
+        sent: dict[str, tuple[TableColumn, ...]],
+    ) -> None:
+        """A context's columns and rows, from the shared snapshot cache."""
+        events = await self._dash.snapshots.events(context, resource, namespace, store)
+        for event in events:
+            await self._write(event)
+        sent[context] = store.columns
+
+    async def _send_changes(
+        self,
+        batch: list[Change],
+        resource: Resource,
+        namespace: str | None,
+        sent: dict[str, tuple[TableColumn, ...]],
+    ) -> None:
+        """A batch of live changes, each context's columns first where the page lacks them.
+
+        A context's store is looked at once per batch. A context whose columns changed
+        (the server's printer columns were edited) gets its columns and its rows again.
+        """
+        pending: list[Change] = []
+        checked: set[str] = set()
+
+        async def flush() -> None:
+            if pending:
+                raw = b"[" + b",".join(map(encoded, pending)) + b"]"
+                pending.clear()
+                await self._write(encode_event("changes", raw))
+
+        for change in batch:
+            context = change.context
+            if change.type in ("RESET", "REMOVED"):
+                sent.pop(context, None)
+                checked.discard(context)
+            elif change.type != "DELETED" and context not in checked:
+                checked.add(context)
+                store = self._table_store(context, resource)
+                before = sent.get(context)
+                if store is not None and store.columns and store.columns is not before:
+                    if before is None:
+                        await flush()
+                        await self._write(columns_event(context, resource, store.columns))
+                        sent[context] = store.columns
+                    elif store.columns != before:
+                        await flush()
+                        await self._replay(context, resource, namespace, store, sent)
+                    else:
+                        sent[context] = store.columns  # the same columns, listed again
+            pending.append(change)
+        await flush()
+
+    async def _keep_watching(self, resource: Resource) -> None:
+        """Make every context keep a table view of ``resource``, also contexts added later.
+
+        The registry's own backoff paces retries: within it ``table()`` fails at once.
         """
         registry = self._registry
         busy: set[str] = set()
 
         async def start(name: str) -> None:
             try:
-                await registry.watch(name, resource)
+                store = await registry.table(name, resource)
                 self._watch_errors.pop(name, None)
+                if isinstance(store, MultiTableStore):
+                    self._dash.snapshots.scoped[name, resource.name] = store
+                if name not in self._sent and store.columns:  # an empty table has columns too
+                    self._sent[name] = store.columns
+                    await self._write(columns_event(name, resource, store.columns))
             except KubemuxError as exc:
                 self._watch_errors[name] = str(exc)
             finally:
@@ -286,11 +438,14 @@ class Stream:
             while True:
                 syncs = registry.kubeconfig_syncs
                 for name in list(registry.contexts):
-                    if name not in busy and registry.store(name, resource) is None:
+                    if name not in busy and self._table_store(name, resource) is None:
                         busy.add(name)
                         tg.start_soon(start, name)
                 for gone in set(self._watch_errors) - set(registry.contexts):
                     del self._watch_errors[gone]
+                scoped = self._dash.snapshots.scoped
+                for key in [k for k in scoped if k[0] not in registry.contexts]:
+                    del scoped[key]
                 await self._wait_sync(syncs)
 
     async def _contexts_loop(self) -> None:

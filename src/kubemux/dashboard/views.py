@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from kubemux import Change, RegistryStatus, Resource
+from kubemux import Change, RegistryStatus, Resource, TableColumn
 
 from .._event_index import event_timestamp
 from .._redact import redact_text, redact_url
@@ -22,6 +22,7 @@ from .._resources import BUILTIN_RESOURCES
 __all__ = [
     "LAST_APPLIED",
     "change_payload",
+    "column_payload",
     "event_payload",
     "object_links",
     "object_payload",
@@ -31,6 +32,7 @@ __all__ = [
     "safe_server",
     "status_payload",
     "summarize",
+    "table_row",
 ]
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -99,8 +101,39 @@ def summarize(resource: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
+def table_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """One row of a table view (``{"cells", "metadata"}``, see :class:`kubemux.TableStore`)
+    as the page shows it: the server's cells, the labels (for the filter) and the
+    creation time (the page ages it live).
+
+    Nothing else of the metadata goes to the page: not the annotations, which may hold a
+    whole Secret (``kubectl.kubernetes.io/last-applied-configuration``).
+    """
+    meta = _dict(row.get("metadata"))
+    return {
+        "cells": _list(row.get("cells")),
+        "labels": {str(k): _text(v) for k, v in _dict(meta.get("labels")).items()},
+        "created": _text(meta.get("creationTimestamp")),
+    }
+
+
+def column_payload(column: TableColumn) -> dict[str, Any]:
+    """A table view's column definition as JSON."""
+    return {
+        "name": column.name,
+        "type": column.type,
+        "format": column.format,
+        "description": column.description,
+        "priority": column.priority,
+    }
+
+
 def change_payload(change: Change) -> dict[str, Any]:
-    """A subscription change as the browser's table consumes it."""
+    """A subscription change as the browser's table consumes it.
+
+    ``row`` is :func:`table_row` for a table view's change (``change.view == "table"``),
+    :func:`summarize` for an object's.
+    """
     out: dict[str, Any] = {"type": change.type, "context": change.context}
     if change.type in ("RESET", "REMOVED"):
         out["resource"] = change.resource
@@ -108,8 +141,8 @@ def change_payload(change: Change) -> dict[str, Any]:
     out["namespace"] = change.namespace
     out["name"] = change.name
     if change.type != "DELETED":
-        obj = change.object
-        out["row"] = summarize(change.resource, obj or {})
+        obj = change.object or {}
+        out["row"] = table_row(obj) if change.view == "table" else summarize(change.resource, obj)
     return out
 
 

@@ -37,8 +37,19 @@
     return "object?" + params.toString();
   }
 
-  // A stable colour per context name (FNV-1a, spread by the golden ratio), so rows from
-  // different contexts are easy to tell apart, also for names that differ in one letter.
+  // A colour per context: a fixed palette of 20 distinct colours, given out in sorted-name
+  // order of the contexts known (so two contexts never share one while there are 20 or
+  // fewer); beyond 20, a stable hue from the name (FNV-1a, spread by the golden ratio).
+  // Every dot of a context (cards, filter chips, rows) carries its name and is recoloured
+  // when the set of contexts changes, so a context has one colour everywhere.
+  const PALETTE = [
+    "#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4",
+    "#42d4f4", "#f032e6", "#9a6324", "#469990", "#800000",
+    "#bfef45", "#000075", "#808000", "#ffe119", "#fabed4",
+    "#dcbeff", "#aaffc3", "#ffd8b1", "#a9a9a9", "#1d2330",
+  ];
+  const colours = new Map(); // context -> palette colour
+
   function hue(name) {
     let h = 0x811c9dc5;
     for (const byte of new TextEncoder().encode(name)) {
@@ -47,9 +58,31 @@
     return Math.floor(((h * 0.618033988749895) % 1) * 360);
   }
 
+  function colourOf(name) {
+    return colours.get(name) || "hsl(" + hue(name) + " 65% 50%)";
+  }
+
+  // Give out the palette for these context names; true if a colour changed.
+  function assignColours(names) {
+    const sorted = [...new Set(names)].sort();
+    let changed = sorted.length !== colours.size;
+    const next = new Map();
+    sorted.slice(0, PALETTE.length).forEach((name, i) => {
+      next.set(name, PALETTE[i]);
+      if (colours.get(name) !== PALETTE[i]) changed = true;
+    });
+    if (!changed) return false;
+    colours.clear();
+    for (const [name, colour] of next) colours.set(name, colour);
+    for (const d of document.querySelectorAll(".dot[data-ctx]")) {
+      d.style.setProperty("--ctx-colour", colourOf(d.dataset.ctx));
+    }
+    return true;
+  }
+
   function dot(name) {
-    const d = el("span", { className: "dot", "aria-hidden": "true" });
-    d.style.setProperty("--hue", String(hue(name)));
+    const d = el("span", { className: "dot", "aria-hidden": "true", dataset: { ctx: name } });
+    d.style.setProperty("--ctx-colour", colourOf(name));
     return d;
   }
 
@@ -169,7 +202,17 @@
   }
 
   // ------------------------------------------------------------------ contexts panel
-  const contextsState = { previous: null, cards: new Map() };
+  // Cards for up to COMPACT_AFTER contexts; beyond, a compact list (name and state) that a
+  // toggle expands. lastEvent: when this page last received a live change of the shown
+  // resource from each context (the server's status has the time of the last full LIST).
+  const COMPACT_AFTER = 6;
+  const contextsState = {
+    previous: null,
+    cards: new Map(),
+    expanded: false,
+    resource: "",
+    lastEvent: new Map(), // context -> ms
+  };
 
   function logActivity(message, kind) {
     const list = $("activity");
@@ -210,7 +253,13 @@
     contextsState.previous = now;
   }
 
-  function contextCard(c, resource) {
+  const LISTED_HELP = "listed: when the context's informers last completed a full LIST " +
+    "(the server's status; a LIST happens at start, after a reload and after a watch expired)";
+  const EVENT_HELP = "last event: when this page last received a live change " +
+    "(added, modified or deleted) of the shown resource from this context, not counting " +
+    "the rows of a LIST";
+
+  function contextCard(c) {
     const card = el("article", { className: "card", dataset: { context: c.name } });
     const head = el("div", { className: "card-head" });
     const name = el("span", { className: "ctx-name" });
@@ -219,14 +268,18 @@
     head.append(dot(c.name), name, current, state);
     const where = el("div", { className: "card-where muted" });
     const counts = el("div", { className: "card-counts" });
+    const listed = el("span", { className: "listed", title: LISTED_HELP });
+    const lastEvent = el("span", { className: "last-event", title: EVENT_HELP });
+    const sync = el("div", { className: "card-sync muted" }, listed, " · ", lastEvent);
     const error = el("div", { className: "card-error" });
-    card.append(head, where, counts, error);
-    card._parts = { name, current, state, where, counts, error };
+    card.append(head, where, counts, sync, error);
+    card._parts = { name, current, state, where, counts, listed, lastEvent, error };
     return card;
   }
 
-  function fillCard(card, c, resource) {
+  function fillCard(card, c) {
     const p = card._parts;
+    const resource = contextsState.resource;
     text(p.name, c.name);
     p.current.hidden = !c.current;
     text(p.state, c.state);
@@ -239,9 +292,9 @@
       a === resource ? -1 : b === resource ? 1 : a.localeCompare(b),
     );
     for (const res of names) parts.push(c.objects[res] + " " + res);
-    p.counts.dataset.lastSync = c.last_sync ? String(c.last_sync) : "";
-    p.counts.dataset.text = parts.join(" · ") || "no watchers yet";
-    renderCounts(p.counts);
+    text(p.counts, parts.join(" · ") || "no watchers yet");
+    card.dataset.lastSync = c.last_sync ? String(c.last_sync) : "";
+    renderSync(card);
     let err = c.last_error || "";
     if (err && c.retry_in) err += " (retry in " + Math.ceil(c.retry_in) + "s)";
     text(p.error, err);
@@ -249,14 +302,25 @@
     card.classList.toggle("card-bad", Boolean(err));
   }
 
-  function renderCounts(node) {
-    const last = Number(node.dataset.lastSync);
-    const synced = last ? " · synced " + duration(Date.now() / 1000 - last) + " ago" : "";
-    text(node, node.dataset.text + synced);
+  // "listed N ago" (the last full LIST) and "last <resource> event N ago" (this page's last
+  // live change from the context), each with a tooltip saying which it is.
+  function renderSync(card) {
+    const p = card._parts;
+    const last = Number(card.dataset.lastSync);
+    text(p.listed, last ? "listed " + duration(Date.now() / 1000 - last) + " ago" : "not listed yet");
+    const resource = contextsState.resource || "object";
+    const seen = contextsState.lastEvent.get(card.dataset.context);
+    text(
+      p.lastEvent,
+      seen
+        ? "last " + resource + " event " + duration((Date.now() - seen) / 1000) + " ago"
+        : "no " + resource + " event since the page opened",
+    );
   }
 
-  function renderContexts(payload, resource) {
+  function renderContexts(payload, onContexts) {
     noteContextChanges(payload);
+    assignColours(payload.contexts.map((c) => c.name));
     const box = $("contexts");
     const seen = new Set();
     const order = [];
@@ -264,16 +328,17 @@
       seen.add(c.name);
       let card = contextsState.cards.get(c.name);
       if (!card) {
-        card = contextCard(c, resource);
+        card = contextCard(c);
         contextsState.cards.set(c.name, card);
       }
-      fillCard(card, c, resource);
+      fillCard(card, c);
       order.push(card);
     }
     for (const [name, card] of contextsState.cards) {
       if (!seen.has(name)) {
         card.remove();
         contextsState.cards.delete(name);
+        contextsState.lastEvent.delete(name);
       }
     }
     order.forEach((card, i) => {
@@ -285,6 +350,7 @@
       const empty = box.querySelector(".empty");
       if (empty) empty.remove();
     }
+    layoutContexts();
     text($("syncs"), payload.kubeconfig_syncs ? "kubeconfig synced " + payload.kubeconfig_syncs + "×" : "");
     setBanners(
       "kubeconfig:",
@@ -294,82 +360,308 @@
       "invalid:",
       Object.entries(payload.invalid_contexts).map(([name, why]) => [name, "context " + name + " cannot be used: " + why]),
     );
+    if (onContexts) onContexts(payload.contexts.map((c) => c.name));
   }
 
+  function layoutContexts() {
+    const many = contextsState.cards.size > COMPACT_AFTER;
+    const toggle = $("contexts-toggle");
+    toggle.hidden = !many;
+    const compact = many && !contextsState.expanded;
+    $("contexts").classList.toggle("compact", compact);
+    toggle.setAttribute("aria-expanded", String(!compact));
+    text(toggle, compact ? "show details" : "compact list");
+  }
+
+  $("contexts-toggle").addEventListener("click", () => {
+    contextsState.expanded = !contextsState.expanded;
+    layoutContexts();
+  });
+
   // ------------------------------------------------------------------ the table
+  // Each context sends the columns of its table view (the API server's, kubectl's) before
+  // its rows; the table shows their union by name, in first-seen order (a column new to
+  // the union goes before the next column of its own table that is already there, so Age
+  // stays last), after CONTEXT and, for namespaced kinds, NAMESPACE. Wide columns
+  // (priority > 0, kubectl's -o wide) only with the "wide" toggle.
+  const collator = new Intl.Collator(undefined, { numeric: true, sensitivity: "base" });
+  const DURATION = /^(?:(\d+)y)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/;
+  const ISO = /^\d{4}-\d\d-\d\dT/;
+
+  function durationSeconds(value) {
+    const m = DURATION.exec(value);
+    if (!m || !value) return NaN;
+    const [y, d, h, min, s] = m.slice(1).map((x) => Number(x || 0));
+    return (((y * 365 + d) * 24 + h) * 60 + min) * 60 + s;
+  }
+
+  function cellText(value) {
+    if (value === null || value === undefined) return "";
+    if (typeof value === "object") return JSON.stringify(value);
+    return String(value);
+  }
+
+  function slug(name) {
+    return name.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-|-$/g, "");
+  }
+
+  function isAge(col) {
+    return col.name.toLowerCase() === "age";
+  }
+
+  function unionColumns(tables) {
+    const out = [];
+    const at = new Map(); // name -> column
+    for (const columns of tables) {
+      columns.forEach((col, i) => {
+        if (at.has(col.name)) return;
+        at.set(col.name, col);
+        let before = -1;
+        for (const later of columns.slice(i + 1)) {
+          const where = out.findIndex((c) => c.name === later.name);
+          if (where >= 0) {
+            before = where;
+            break;
+          }
+        }
+        if (before >= 0) out.splice(before, 0, col);
+        else out.push(col);
+      });
+    }
+    return out;
+  }
+
   function tableView() {
     $("table-view").hidden = false;
     const params = new URLSearchParams(location.search);
     const resourceInput = $("resource");
     const namespaceInput = $("namespace");
     const filterInput = $("filter");
+    const wideInput = $("wide");
     resourceInput.value = params.get("resource") || "pods";
     namespaceInput.value = params.get("namespace") || "";
     filterInput.value = params.get("q") || "";
+    wideInput.checked = params.get("wide") === "1";
+    const hidden = new Set(params.getAll("hide")); // contexts not shown
+    const sortParam = params.get("sort") || "";
+    const sort = { column: sortParam.replace(/^-/, "") || null, desc: sortParam.startsWith("-") };
 
-    const tbody = $("rows").tBodies[0];
-    const rows = new Map(); // key -> {tr, context, namespace, name, stale}
-    let order = []; // sorted keys
-    const namespaces = new Set();
+    const table = $("rows");
+    const thead = table.tHead;
+    const tbody = table.tBodies[0];
+    const rows = new Map(); // key -> entry {tr, key, context, namespace, name, row, at, stale, value}
+    let order = []; // entries, sorted
+    const rowNamespaces = new Set();
+    const columnsBy = new Map(); // context -> [column], in arrival order
+    const indexBy = new Map(); // context -> Map(column name -> cell index)
+    let shown = []; // the columns on screen: {name, kind, col}
     let resource = resourceInput.value.trim();
+    let namespaced = true;
     let stream = null;
     let terms = [];
+    let current = null; // the highlighted entry (j/k)
+    let synced = false;
+    const listing = new Set(); // contexts whose next changes come from a LIST
+    let served = null; // resource name -> discovery entry (every context's, merged)
 
     const keyOf = (c) => c.context + "\u0000" + c.namespace + "\u0000" + c.name;
 
-    function position(key) {
+    // ---------------------------------------------------------------- columns
+    function layout() {
+      const union = unionColumns([...columnsBy.values()]);
+      if (!union.some((c) => c.format === "name")) {
+        union.unshift({ name: "Name", type: "string", format: "name", description: "", priority: 0 });
+      }
+      const info = served && served.get(resource);
+      const withNamespace = info ? info.namespaced : namespaced;
+      const next = [{ name: "Context", kind: "context", col: { type: "string", description: "The kubeconfig context." } }];
+      if (withNamespace) {
+        next.push({ name: "Namespace", kind: "namespace", col: { type: "string", description: "The object's namespace." } });
+      }
+      for (const col of union) {
+        if (col.priority > 0 && !wideInput.checked) continue;
+        if (withNamespace && col.name === "Namespace") continue;
+        next.push({ name: col.name, kind: col.format === "name" ? "name" : "cell", col });
+      }
+      const same = next.length === shown.length &&
+        next.every((s, i) => s.name === shown[i].name && s.col.type === shown[i].col.type);
+      shown = next;
+      if (same) return false;
+      renderHead();
+      for (const entry of order) {
+        buildCells(entry);
+        fillRow(entry);
+      }
+      if (sort.column) resort();
+      return true;
+    }
+
+    function renderHead() {
+      const tr = el("tr");
+      for (const s of shown) {
+        const numeric = s.col.type === "integer" || s.col.type === "number";
+        const button = el("button", { type: "button", className: "sort", title: s.col.description || null }, s.name);
+        const th = el("th", { scope: "col", className: "col-" + slug(s.name) + (numeric ? " num" : "") }, button);
+        th.setAttribute("aria-sort", sort.column === s.name ? (sort.desc ? "descending" : "ascending") : "none");
+        button.addEventListener("click", () => {
+          if (sort.column === s.name) sort.desc = !sort.desc;
+          else {
+            sort.column = s.name;
+            sort.desc = false;
+          }
+          syncUrl();
+          renderHead();
+          resort();
+        });
+        tr.append(th);
+      }
+      thead.replaceChildren(tr);
+    }
+
+    // ---------------------------------------------------------------- rows
+    function cellOf(entry, name) {
+      const index = indexBy.get(entry.context);
+      const i = index ? index.get(name) : undefined;
+      return i === undefined ? undefined : entry.row.cells[i];
+    }
+
+    function buildCells(entry) {
+      const tds = shown.map((s) => {
+        const numeric = s.col.type === "integer" || s.col.type === "number";
+        return el("td", { className: "col-" + slug(s.name) + (numeric ? " num" : "") });
+      });
+      entry.tr.replaceChildren(...tds);
+      entry.tds = tds;
+    }
+
+    function fillRow(entry) {
+      const r = entry.row;
+      const search = [entry.context, entry.namespace, entry.name];
+      entry.ages = [];
+      shown.forEach((s, i) => {
+        const td = entry.tds[i];
+        if (s.kind === "context") {
+          if (!td.firstChild) td.append(dot(entry.context), el("span", null, entry.context));
+          return;
+        }
+        if (s.kind === "namespace") {
+          text(td, entry.namespace);
+          return;
+        }
+        const value = cellOf(entry, s.name);
+        if (s.kind === "name") {
+          const label = cellText(value) || entry.name;
+          let link = td.firstChild;
+          if (!link) {
+            link = el("a", { href: objectHref(entry.context, resource, entry.namespace, entry.name) });
+            td.append(link);
+          }
+          text(link, label);
+          return;
+        }
+        const shownText = cellText(value);
+        search.push(shownText);
+        let iso = null;
+        if (isAge(s.col) && r.created) iso = r.created;
+        else if (typeof value === "string" && ISO.test(value) && (s.col.type === "date" || isAge(s.col))) iso = value;
+        if (iso) {
+          td.dataset.time = iso;
+          td.title = iso;
+          entry.ages.push(td);
+          text(td, age(iso));
+        } else {
+          text(td, shownText);
+        }
+        if (s.name.toLowerCase() === "status") {
+          td.className = "col-status " + statusClass(shownText);
+        }
+      });
+      const labels = Object.entries(r.labels || {}).map(([k, v]) => k + "=" + v);
+      entry.tr.title = labels.join("\n");
+      entry.tr.dataset.search = [...search, ...labels].join(" ").toLowerCase();
+      applyFilter(entry);
+    }
+
+    function applyFilter(entry) {
+      const hay = entry.tr.dataset.search || "";
+      entry.tr.hidden = hidden.has(entry.context) || !terms.every((t) => hay.includes(t));
+      if (entry.tr.hidden && current === entry) highlight(null);
+    }
+
+    // ---------------------------------------------------------------- sorting
+    // The sort value of a row in the sorted column: numbers for numeric columns (a cell
+    // like "3 (5m ago)" counts as 3), a time for ages and dates (the creation time, or
+    // when the row came minus the age the server printed), else text, compared naturally.
+    function sortValue(entry) {
+      const s = shown.find((x) => x.name === sort.column);
+      if (!s) return "";
+      if (s.kind === "context") return entry.context;
+      if (s.kind === "namespace") return entry.namespace;
+      const value = cellOf(entry, s.name);
+      if (s.kind === "name") return cellText(value) || entry.name;
+      const type = s.col.type;
+      if (type === "integer" || type === "number") {
+        const n = parseFloat(cellText(value));
+        return Number.isNaN(n) ? "" : n;
+      }
+      if (isAge(s.col) || type === "date") {
+        const iso = isAge(s.col) && entry.row.created ? entry.row.created : value;
+        if (typeof iso === "string" && ISO.test(iso)) {
+          const t = Date.parse(iso);
+          if (!Number.isNaN(t)) return -t; // ascending: the youngest first
+        }
+        const seconds = durationSeconds(cellText(value));
+        if (!Number.isNaN(seconds)) return seconds * 1000 - entry.at;
+      }
+      return cellText(value);
+    }
+
+    function compare(a, b) {
+      if (sort.column) {
+        const x = a.value;
+        const y = b.value;
+        let c = 0;
+        if (x === "" || y === "") c = x === y ? 0 : x === "" ? 1 : -1; // empty cells last
+        else if (typeof x === "number" && typeof y === "number") c = x - y;
+        else if (typeof x === "number") c = -1;
+        else if (typeof y === "number") c = 1;
+        else c = collator.compare(x, y);
+        if (c !== 0) return sort.desc && x !== "" && y !== "" ? -c : c;
+      }
+      return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
+    }
+
+    function position(entry) {
       let lo = 0;
       let hi = order.length;
       while (lo < hi) {
         const mid = (lo + hi) >> 1;
-        if (order[mid] < key) lo = mid + 1;
+        if (compare(order[mid], entry) < 0) lo = mid + 1;
         else hi = mid;
       }
       return lo;
     }
 
-    function makeRow(c) {
-      const tr = el("tr", { dataset: { context: c.context } });
-      const cells = {};
-      for (const col of ["context", "namespace", "name", "status", "ready", "restarts", "node", "age"]) {
-        const td = el("td", { className: "col-" + col });
-        cells[col] = td;
-        tr.append(td);
-      }
-      cells.context.append(dot(c.context), el("span", null, c.context));
-      const link = el("a", { href: objectHref(c.context, resource, c.namespace, c.name) }, c.name);
-      cells.name.append(link);
-      text(cells.namespace, c.namespace);
-      cells.ready.classList.add("num");
-      cells.restarts.classList.add("num");
-      cells.age.classList.add("num");
-      tr._cells = cells;
-      return tr;
+    function place(entry) {
+      const i = position(entry);
+      order.splice(i, 0, entry);
+      const next = order[i + 1];
+      tbody.insertBefore(entry.tr, next ? next.tr : null);
     }
 
-    function fillRow(tr, c) {
-      const r = c.row;
-      const cells = tr._cells;
-      text(cells.status, r.status);
-      cells.status.className = "col-status " + statusClass(r.status);
-      text(cells.ready, r.ready);
-      text(cells.restarts, r.restarts === null || r.restarts === undefined ? "" : r.restarts);
-      text(cells.node, r.node);
-      tr.dataset.created = r.created || "";
-      text(cells.age, age(r.created));
-      const labels = Object.entries(r.labels || {}).map(([k, v]) => k + "=" + v);
-      tr.title = labels.join("\n");
-      tr.dataset.search = [c.context, c.namespace, c.name, r.status, r.node, ...labels]
-        .join(" ")
-        .toLowerCase();
-      applyFilter(tr);
+    function unplace(entry) {
+      const i = position(entry);
+      if (order[i] === entry) order.splice(i, 1);
+      else order.splice(order.indexOf(entry), 1); // not where its value says: look
     }
 
-    function applyFilter(tr) {
-      const hay = tr.dataset.search || "";
-      tr.hidden = !terms.every((t) => hay.includes(t));
+    function resort() {
+      for (const entry of order) entry.value = sortValue(entry);
+      order.sort(compare);
+      tbody.append(...order.map((e) => e.tr));
     }
 
+    // ---------------------------------------------------------------- changes
     function flash(tr) {
       tr.classList.remove("flash");
       void tr.offsetWidth; // restart the animation
@@ -379,50 +671,70 @@
     function upsert(c) {
       const key = keyOf(c);
       let entry = rows.get(key);
-      if (entry) {
-        entry.stale = false;
-      } else {
-        const tr = makeRow(c);
-        entry = { tr, context: c.context, stale: false };
+      const fresh = !entry;
+      if (fresh) {
+        const tr = el("tr", { dataset: { context: c.context } });
+        entry = { tr, key, context: c.context, namespace: c.namespace, name: c.name };
         rows.set(key, entry);
-        const i = position(key);
-        order.splice(i, 0, key);
-        const next = order[i + 1];
-        tbody.insertBefore(tr, next ? rows.get(next).tr : null);
-        if (c.namespace && !namespaces.has(c.namespace)) {
-          namespaces.add(c.namespace);
-          const list = $("namespaces");
-          list.replaceChildren(...[...namespaces].sort().map((ns) => el("option", { value: ns })));
+        entry.row = c.row;
+        entry.at = Date.now();
+        buildCells(entry);
+        if (c.namespace && !rowNamespaces.has(c.namespace)) {
+          rowNamespaces.add(c.namespace);
+          renderNamespaces();
         }
+      } else {
+        unplace(entry);
+        entry.row = c.row;
+        entry.at = Date.now();
       }
-      fillRow(entry.tr, c);
+      entry.stale = false;
+      fillRow(entry);
+      entry.value = sortValue(entry);
+      place(entry);
       flash(entry.tr);
     }
 
-    function removeKey(key) {
-      const entry = rows.get(key);
-      if (!entry) return;
+    function removeEntry(entry) {
+      if (current === entry) highlight(null);
+      unplace(entry);
       entry.tr.remove();
-      rows.delete(key);
-      order.splice(position(key), 1);
+      rows.delete(entry.key);
     }
 
     function removeContext(context) {
-      for (const [key, entry] of [...rows]) if (entry.context === context) removeKey(key);
+      for (const entry of [...rows.values()]) if (entry.context === context) removeEntry(entry);
+    }
+
+    // A context's columns: the layout changes only if the union does, and only that
+    // context's rows are filled again (none, usually: its columns come before its rows).
+    function setColumns(context, columns) {
+      const before = columnsBy.get(context);
+      if (before && JSON.stringify(before) === JSON.stringify(columns)) return;
+      columnsBy.set(context, columns);
+      indexBy.set(context, new Map(columns.map((col, i) => [col.name, i])));
+      if (layout()) return; // every row was filled again
+      let filled = false;
+      for (const entry of rows.values()) {
+        if (entry.context === context) {
+          fillRow(entry);
+          filled = true;
+        }
+      }
+      if (filled && sort.column) resort();
     }
 
     function updateCount() {
-      let shown = 0;
-      for (const entry of rows.values()) if (!entry.tr.hidden) shown += 1;
+      let visible = 0;
+      for (const entry of rows.values()) if (!entry.tr.hidden) visible += 1;
       const total = rows.size;
-      text($("count"), shown === total ? total + " " + resource : shown + " of " + total + " " + resource);
+      text($("count"), visible === total ? total + " " + resource : visible + " of " + total + " " + resource);
       const empty = $("empty");
-      empty.hidden = shown > 0;
+      empty.hidden = visible > 0;
       if (!total) text(empty, synced ? "No " + resource + "." : "Waiting for objects…");
       else text(empty, "No " + resource + " match the filter.");
     }
 
-    let synced = false;
     const handlers = {
       reset(data) {
         synced = false;
@@ -431,23 +743,46 @@
           text($("title"), data.title);
           document.title = data.title;
         }
+        if (data.resource) resource = data.resource;
+        contextsState.resource = resource;
+        namespaced = data.namespaced !== false;
+        layout();
         updateCount();
       },
       synced() {
-        for (const [key, entry] of [...rows]) if (entry.stale) removeKey(key);
+        for (const entry of [...rows.values()]) if (entry.stale) removeEntry(entry);
         synced = true;
         updateCount();
       },
+      columns(data) {
+        setColumns(data.context, data.columns);
+        // after the snapshot, a context's columns come right before the rows of its LIST
+        // (it synced later, was reloaded, or its columns changed): not events
+        if (synced) listing.add(data.context);
+      },
       changes(batch) {
+        const now = Date.now();
         for (const c of batch) {
           if (c.type === "ADDED" || c.type === "MODIFIED") upsert(c);
-          else if (c.type === "DELETED") removeKey(keyOf(c));
-          else if (c.type === "RESET" || c.type === "REMOVED") removeContext(c.context);
+          else if (c.type === "DELETED") {
+            const entry = rows.get(keyOf(c));
+            if (entry) removeEntry(entry);
+          } else if (c.type === "RESET" || c.type === "REMOVED") {
+            removeContext(c.context);
+            if (c.type === "REMOVED" && columnsBy.delete(c.context)) {
+              indexBy.delete(c.context);
+              layout();
+            }
+          }
+          if (synced && !listing.has(c.context) && ["ADDED", "MODIFIED", "DELETED"].includes(c.type)) {
+            contextsState.lastEvent.set(c.context, now);
+          }
         }
+        listing.clear();
         updateCount();
       },
       contexts(payload) {
-        renderContexts(payload, resource);
+        renderContexts(payload, renderContextFilter);
       },
     };
 
@@ -457,8 +792,14 @@
       rows.clear();
       order = [];
       tbody.replaceChildren();
+      columnsBy.clear();
+      indexBy.clear();
+      highlight(null);
       synced = false;
       resource = resourceInput.value.trim() || "pods";
+      contextsState.resource = resource;
+      contextsState.lastEvent.clear();
+      layout();
       const query = new URLSearchParams({ resource });
       const ns = namespaceInput.value.trim();
       if (ns) query.set("namespace", ns);
@@ -467,37 +808,97 @@
       checkResource(resource);
     }
 
-    // The cluster's own resource list (discovery) for the picker; a name it does not serve
-    // gets the server's answer (with suggestions) as a banner, never a silent empty table.
-    let served = null; // Set of names, short names and kinds the first context serves
+    // ---------------------------------------------------------------- context filter
+    let filterNames = "";
+    function renderContextFilter(names) {
+      const joined = names.join("\u0000");
+      if (joined === filterNames) return;
+      filterNames = joined;
+      const box = $("ctx-filter");
+      const chips = names.map((name) => {
+        const box = el("input", { type: "checkbox", dataset: { context: name } });
+        box.checked = !hidden.has(name);
+        box.addEventListener("change", () => {
+          if (box.checked) hidden.delete(name);
+          else hidden.add(name);
+          refilter();
+          syncUrl();
+        });
+        return el("label", { className: "ctx-chip", title: name }, box, dot(name), el("span", null, name));
+      });
+      box.replaceChildren(...chips);
+      $("ctx-filter-box").hidden = names.length < 2;
+    }
+
+    $("ctx-all").addEventListener("click", () => {
+      hidden.clear();
+      for (const box of $("ctx-filter").querySelectorAll("input")) box.checked = true;
+      refilter();
+      syncUrl();
+    });
+
+    // ---------------------------------------------------------------- pickers
+    // What the watched contexts serve (discovery, merged by the server) for the resource
+    // picker; a name none serves gets the server's answer (with suggestions) as a banner.
+    let servedNames = null; // names, short names and kinds any context serves
     let checkedContext = null;
+    let discoveredAt = 0;
     async function discover() {
+      discoveredAt = Date.now();
       try {
-        const status = await (await fetch("api/contexts")).json();
-        const names = status.contexts.map((c) => c.name);
-        checkedContext = status.current_context && names.includes(status.current_context)
-          ? status.current_context : names[0];
-        if (!checkedContext) return;
-        const answer = await fetch("api/contexts/" + encodeURIComponent(checkedContext) + "/resources");
+        const answer = await fetch("api/resources");
         if (!answer.ok) return;
-        const list = (await answer.json()).resources;
-        served = new Set();
+        const body = await answer.json();
+        const list = body.resources;
+        if (!list.length) return;
+        served = new Map(list.map((r) => [r.name, r]));
+        servedNames = new Set();
         for (const r of list) {
-          served.add(r.name);
-          served.add(r.name.split(".")[0]);
-          served.add(r.kind.toLowerCase());
-          for (const short of r.short_names) served.add(short);
+          servedNames.add(r.name);
+          servedNames.add(r.name.split(".")[0]);
+          servedNames.add(r.kind.toLowerCase());
+          for (const short of r.short_names) servedNames.add(short);
         }
-        $("resources").replaceChildren(...list.map((r) => el("option", { value: r.name })));
+        checkedContext = list[0].contexts[0];
+        $("resources").replaceChildren(
+          ...list.map((r) => el("option", { value: r.name, label: r.kind + " · " + r.contexts.join(", ") })),
+        );
+        layout();
       } catch (err) {
         served = null; // the static list stays
       }
     }
 
+    let clusterNamespaces = new Map(); // name -> contexts
+    function renderNamespaces() {
+      const names = new Set([...clusterNamespaces.keys(), ...rowNamespaces]);
+      $("namespaces").replaceChildren(
+        ...[...names].sort().map((ns) => {
+          const where = clusterNamespaces.get(ns);
+          return el("option", { value: ns, label: where ? ns + " · " + where.join(", ") : ns });
+        }),
+      );
+    }
+
+    let namespacesAt = 0;
+    async function loadNamespaces() {
+      if (Date.now() - namespacesAt < 5000) return;
+      namespacesAt = Date.now();
+      try {
+        const answer = await fetch("api/namespaces");
+        if (!answer.ok) return;
+        const body = await answer.json();
+        clusterNamespaces = new Map(body.namespaces.map((n) => [n.name, n.contexts]));
+        renderNamespaces();
+      } catch (err) {
+        // the namespaces seen in rows stay
+      }
+    }
+
     async function checkResource(name) {
       setBanner("resource", null);
-      if (!served) await discover();
-      if (!served || !checkedContext || served.has(name.toLowerCase())) return;
+      if (!servedNames) await discover();
+      if (!servedNames || !checkedContext || servedNames.has(name.toLowerCase())) return;
       try {
         const path = "api/contexts/" + encodeURIComponent(checkedContext) + "/" +
           encodeURIComponent(name) + "/table";
@@ -516,16 +917,67 @@
       if (res && res !== "pods") query.set("resource", res);
       if (namespaceInput.value.trim()) query.set("namespace", namespaceInput.value.trim());
       if (filterInput.value.trim()) query.set("q", filterInput.value.trim());
+      if (wideInput.checked) query.set("wide", "1");
+      if (sort.column) query.set("sort", (sort.desc ? "-" : "") + sort.column);
+      for (const name of hidden) query.append("hide", name);
       const qs = query.toString();
       history.replaceState(null, "", qs ? "?" + qs : location.pathname);
     }
 
     function refilter() {
       terms = filterInput.value.toLowerCase().split(/\s+/).filter(Boolean);
-      for (const entry of rows.values()) applyFilter(entry.tr);
+      for (const entry of rows.values()) applyFilter(entry);
       updateCount();
     }
 
+    // ---------------------------------------------------------------- keyboard
+    // "/" focuses the filter, j/k move the highlighted row, Enter opens it; never while
+    // typing in a field.
+    function highlight(entry) {
+      if (current) {
+        current.tr.classList.remove("current");
+        current.tr.removeAttribute("aria-current");
+      }
+      current = entry;
+      if (entry) {
+        entry.tr.classList.add("current");
+        entry.tr.setAttribute("aria-current", "true");
+        entry.tr.scrollIntoView({ block: "nearest" });
+      }
+    }
+
+    function move(step) {
+      const visible = order.filter((e) => !e.tr.hidden);
+      if (!visible.length) return;
+      const i = current ? visible.indexOf(current) : -1;
+      const next = i < 0 ? (step > 0 ? 0 : visible.length - 1) : Math.min(visible.length - 1, Math.max(0, i + step));
+      highlight(visible[next]);
+    }
+
+    function typing(target) {
+      if (!target || !(target instanceof Element)) return false;
+      return target.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(target.tagName);
+    }
+
+    document.addEventListener("keydown", (ev) => {
+      if (ev.defaultPrevented || ev.ctrlKey || ev.metaKey || ev.altKey || typing(ev.target)) return;
+      if (ev.key === "/") {
+        ev.preventDefault();
+        filterInput.focus();
+        filterInput.select();
+      } else if (ev.key === "j" || ev.key === "k") {
+        ev.preventDefault();
+        move(ev.key === "j" ? 1 : -1);
+      } else if (ev.key === "Enter" && current && !["A", "BUTTON"].includes(ev.target.tagName)) {
+        const link = current.tr.querySelector(".col-name a, a");
+        if (link) {
+          ev.preventDefault();
+          location.href = link.href;
+        }
+      }
+    });
+
+    // ---------------------------------------------------------------- wiring
     $("controls").addEventListener("submit", (ev) => ev.preventDefault());
     resourceInput.addEventListener("change", () => {
       syncUrl();
@@ -535,22 +987,32 @@
       syncUrl();
       start();
     });
+    namespaceInput.addEventListener("focus", loadNamespaces);
+    resourceInput.addEventListener("focus", () => {
+      if (Date.now() - discoveredAt > 10000) discover(); // contexts come and go
+    });
     filterInput.addEventListener("input", () => {
       syncUrl();
       refilter();
     });
+    wideInput.addEventListener("change", () => {
+      syncUrl();
+      layout();
+      updateCount();
+    });
 
-    // Ages and "synced … ago" move with the clock; nothing is fetched.
+    // Ages and "… ago" move with the clock; nothing is fetched.
     setInterval(() => {
       for (const entry of rows.values()) {
-        const tr = entry.tr;
-        if (!tr.hidden) text(tr._cells.age, age(tr.dataset.created));
+        if (entry.tr.hidden) continue;
+        for (const td of entry.ages) text(td, age(td.dataset.time));
       }
-      for (const card of contextsState.cards.values()) renderCounts(card._parts.counts);
+      for (const card of contextsState.cards.values()) renderSync(card);
     }, 1000);
 
     refilter();
     start();
+    loadNamespaces();
   }
 
   // ------------------------------------------------------------------ one object
