@@ -239,20 +239,9 @@ class Stream:
         while True:
             subscription = registry.subscribe(resource, namespace=namespace, snapshot=False)
             async with subscription as changes:
-                await self._emit(
-                    "reset",
-                    {"resource": resource.name, "namespace": namespace, "title": self._dash.title},
-                )
                 # The snapshot comes from the stores, after subscribing: a change made
                 # meanwhile is both in it and queued, and applying it twice is harmless.
-                for context in list(registry.contexts):
-                    store = registry.store(context, resource)
-                    if store is None:
-                        continue  # not synced: its rows arrive as changes once it is
-                    cache = self._dash.snapshots
-                    for event in await cache.events(context, resource, namespace, store):
-                        await self._write(event)
-                await self._emit("synced", {})
+                await self.replay_table(resource, namespace)
                 try:
                     async for change in changes:
                         batch = _drain(change, changes)
@@ -263,6 +252,27 @@ class Stream:
                     log.info("dashboard stream fell behind, resynchronising: %s", exc)
                     continue
             return  # the registry closed the subscription
+
+    async def replay_table(self, resource: Resource, namespace: str | None) -> None:
+        """``reset``, the rows every synced store holds now, ``synced``.
+
+        Whatever changes after the stores are read must reach the page some other way: a
+        subscription entered before (:meth:`_pump_table`), or a view's live events queued
+        for the connection since it joined (:mod:`._broadcast`).
+        """
+        registry = self._registry
+        await self._emit(
+            "reset",
+            {"resource": resource.name, "namespace": namespace, "title": self._dash.title},
+        )
+        for context in list(registry.contexts):
+            store = registry.store(context, resource)
+            if store is None:
+                continue  # not synced: its rows arrive as changes once it is
+            cache = self._dash.snapshots
+            for event in await cache.events(context, resource, namespace, store):
+                await self._write(event)
+        await self._emit("synced", {})
 
     async def _keep_watching(self, resource: Resource) -> None:
         """Make every context watch ``resource``, also contexts added later.
