@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,8 @@ log = logging.getLogger("kubemux.dashboard.app")
 
 PENDING_BYTES = 1 << 20  # bytes queued on a connection before it starts again from a snapshot
 WAKE_SLICE = 64  # writers woken per turn of the event loop
+LARGE_WRITE = 64 * 1024  # a write at least this large is paced (see _Pacer)
+TURN_BYTES = 1 << 20  # bytes of large writes per turn of the event loop, at most
 RETRY = b"retry: %d\r\n\r\n" % RETRY_MS  # EventSource reconnection delay, first on every stream
 
 
@@ -62,6 +65,7 @@ class Connection:
 
     __slots__ = (
         "_lock",
+        "_pacer",
         "_send",
         "_waiter",
         "behind",
@@ -74,13 +78,14 @@ class Connection:
         "stalled",
     )
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, pacer: _Pacer) -> None:
         self._send = send
+        self._pacer = pacer
         # An asyncio lock: uncontended (nearly always) it takes no turn of the event loop.
         self._lock = asyncio.Lock()
         self._waiter: asyncio.Future[None] | None = None
         self.pending: list[bytes] = [RETRY]  # queued events, shared bytes
-        self.queued = 0  # their size
+        self.queued = len(RETRY)  # their size
         self.live = True  # False while catching up: what is queued waits
         self.behind = False  # the queue overflowed: start again from a snapshot
         self.since: float | None = None  # when the write under way began
@@ -91,8 +96,11 @@ class Connection:
     async def write(self, data: bytes) -> None:
         """Send ``data`` now, after anything queued (it blocks while the client does not read)."""
         async with self._lock:
+            size = len(data) + (self.queued if self.live else 0)
+            if size >= LARGE_WRITE:  # paced before it is copied: waiting holds no copy
+                await self._pacer.pace(size)
             if self.pending and self.live:
-                data = b"".join((*self.pending, data))
+                data = b"".join((*self.pending, data))  # what was queued meanwhile too
                 self.pending.clear()
                 self.queued = 0
             self.since = time.monotonic()
@@ -128,6 +136,45 @@ class Connection:
         """Write what is queued, all at once."""
         if self.pending:
             await self.write(b"")
+
+
+class _Pacer:
+    """At most ``TURN_BYTES`` of large writes per turn of the event loop, first come first
+    served: a few hundred streams catching up at once (each a snapshot of megabytes, each
+    write copied into the kernel) are spread over turns of a few milliseconds each."""
+
+    def __init__(self) -> None:
+        self._used = 0  # bytes written this turn
+        self._waiting: deque[tuple[asyncio.Future[None], int]] = deque()
+        self._reset_soon = False
+
+    async def pace(self, size: int) -> None:
+        """Return when ``size`` bytes may be written in this turn."""
+        if not self._waiting and (self._used == 0 or self._used + size <= TURN_BYTES):
+            self._used += size
+            self._next_turn()
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.append((waiter, size))
+        self._next_turn()
+        await waiter  # cancelled: _reset skips it
+
+    def _next_turn(self) -> None:
+        if not self._reset_soon:
+            self._reset_soon = True
+            asyncio.get_running_loop().call_soon(self._reset)
+
+    def _reset(self) -> None:
+        """A new turn: let the next writers go (they write in the turn after this one)."""
+        self._reset_soon = False
+        self._used = 0
+        while self._waiting and (self._used == 0 or self._used + self._waiting[0][1] <= TURN_BYTES):
+            waiter, size = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                self._used += size
+        if self._used:
+            self._next_turn()
 
 
 class _ViewStream(Stream):
@@ -219,6 +266,7 @@ class Hub:
         self.dashboard = dashboard
         self.views: dict[tuple[Resource, str | None], _View] = {}
         self.connections: set[Connection] = set()
+        self.pacer = _Pacer()
         self._tg: anyio.abc.TaskGroup | None = None
 
     def __repr__(self) -> str:

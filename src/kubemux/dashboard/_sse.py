@@ -92,11 +92,11 @@ class _EventStream(Response):
         try:
             await dashboard.admit()
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            conn = Connection(send)
             async with contextlib.AsyncExitStack() as stack:
                 hub = dashboard.hub
                 if not hub.is_running:  # a mounted app (no lifespan): a hub of its own
                     hub = await stack.enter_async_context(Hub(dashboard).running())
+                conn = Connection(send, hub.pacer)
                 dashboard.stream_scopes.add(conn.scope)
                 hub.connections.add(conn)
                 try:
