@@ -1,8 +1,11 @@
 """Server-sent event streams: the live table and the live object page.
 
-One stream per browser tab. Each writes encoded events straight into its HTTP response
-(:class:`~._sse._EventStream`, a plain ASGI response: no helper tasks but the one noticing a
-disconnect), so a slow browser applies back-pressure to the stream, never to an informer (the registry's subscription
+One :class:`Stream` per live table (resource and namespace), however many browser tabs
+show it, and one per object page. A table's stream writes into a view shared by its tabs'
+connections (:mod:`._broadcast`: the events are queued on each connection, written by the
+connection's own task, and a connection that falls behind starts again from a snapshot); an
+object page's writes straight into its HTTP response (:class:`~._sse._EventStream`). So a
+slow browser never slows another browser nor an informer (the registry's subscription
 buffer takes the slack, and a subscriber that overflows it starts again from a snapshot).
 
 The work per stream is bounded, whatever the number of streams and however they read:
@@ -13,9 +16,10 @@ The work per stream is bounded, whatever the number of streams and however they 
   (:class:`SnapshotCache`);
 - a live change is summarised and encoded once, whichever streams send it (:func:`encoded`);
 - the contexts panel is built once per state for every stream (:meth:`Stream._contexts`);
-- a stream holds at most its subscription buffer and one encoded event; the app admits new
-  streams at a bounded rate (a burst of connections is spread out), closes a stream whose client has taken nothing for ``stream_send_timeout`` and answers
-  503 beyond ``max_streams`` (see :mod:`.app`).
+- a connection holds at most ``_broadcast.PENDING_BYTES`` of queued (shared) events; the
+  app admits new streams at a bounded rate (a burst of connections is spread out), closes
+  a stream whose client has taken nothing for ``stream_send_timeout`` and answers 503
+  beyond ``max_streams`` (see :mod:`.app`).
 
 Events (``data`` is JSON):
 
