@@ -1,11 +1,11 @@
-"""``GET /api/stream``: server-sent events as a plain ASGI response (see :mod:`.streams`)."""
+"""``GET /api/stream``: server-sent events as a plain ASGI response (see :mod:`.streams`
+and, for how the events reach the connections, :mod:`._broadcast`)."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import functools
 import logging
-import time
 from collections.abc import Callable, Coroutine
 
 import anyio
@@ -15,10 +15,13 @@ from starlette.types import Receive, Scope, Send
 
 from kubemux import parse_resource
 
+from ._broadcast import Connection, Hub
 from ._state import Dashboard, Problem, _dashboard
 from .streams import Stream
 
 log = logging.getLogger("kubemux.dashboard.app")  # the name it had before the split
+
+Run = Callable[[Hub, Connection], Coroutine[None, None, None]]
 
 
 async def _api_stream(request: Request) -> Response:
@@ -37,31 +40,37 @@ async def _api_stream(request: Request) -> Response:
     context, name = query.get("context"), query.get("name")
     if context and name:
         ns = query.get("namespace") or ""
-        return _EventStream(dashboard, lambda stream: stream.object(context, resource, ns, name))
-    namespace = query.get("namespace") or None
-    return _EventStream(dashboard, lambda stream: stream.table(resource, namespace))
+
+        async def run_object(hub: Hub, conn: Connection) -> None:
+            await Stream(dashboard, conn.write).object(context, resource, ns, name)
+
+        return _EventStream(dashboard, run_object)
+    namespace = (query.get("namespace") or None) if resource.namespaced else None
+
+    async def run_table(hub: Hub, conn: Connection) -> None:
+        await hub.follow_table(conn, resource, namespace)
+
+    return _EventStream(dashboard, run_table)
 
 
-async def _fail(message: str, stream: Stream) -> None:
-    await stream.fail(message)
+async def _fail(message: str, hub: Hub, conn: Connection) -> None:
+    await Stream(hub.dashboard, conn.write).fail(message)
 
 
 class _EventStream(Response):
     """An event stream, counted against ``max_streams``: a plain ASGI response.
 
-    No helper task per stream but one that notices the client leaving: the
-    :class:`~.streams.Stream` writes straight into the connection, each write bounded by
-    ``stream_send_timeout`` (a client that stopped reading is disconnected, quietly: that is
-    a client's business), and :meth:`Dashboard.close_streams` cancels every stream at once.
-    At most ``ADMIT_PER_TICK`` streams start per turn of the event loop; the others wait
-    their turn (a burst of connections is spread over a few turns, never one long one).
+    Its task writes the stream's events (a table's come from the view it joins, see
+    :mod:`._broadcast`); one helper task notices the client leaving. The hub's sweep ends
+    it when a write has waited more than ``stream_send_timeout`` (a client that stopped
+    reading is disconnected, quietly: that is a client's business), and
+    :meth:`Dashboard.close_streams` ends every stream at once. Streams start at a bounded
+    rate (:meth:`Dashboard.admit`): a burst of connections is spread out.
     """
 
     media_type = "text/event-stream"
 
-    def __init__(
-        self, dashboard: Dashboard, run: Callable[[Stream], Coroutine[None, None, None]]
-    ) -> None:
+    def __init__(self, dashboard: Dashboard, run: Run) -> None:
         super().__init__()
         self.raw_headers = [
             (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -83,31 +92,28 @@ class _EventStream(Response):
         try:
             await dashboard.admit()
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            # An asyncio lock: uncontended (nearly always) it takes no turn of the event
-            # loop, where anyio's does; a write costs no timer either (see _Watch).
-            lock = asyncio.Lock()
-            async with anyio.create_task_group() as tg:
-                watch = _Watch(receive, tg.cancel_scope, dashboard.stream_send_timeout)
-
-                async def write(data: bytes) -> None:
-                    async with lock:
-                        watch.since = time.monotonic()
-                        await send({"type": "http.response.body", "body": data, "more_body": True})
-                        watch.since = None
-
-                dashboard.stream_scopes.add(tg.cancel_scope)
+            async with contextlib.AsyncExitStack() as stack:
+                hub = dashboard.hub
+                if not hub.is_running:  # a mounted app (no lifespan): a hub of its own
+                    hub = await stack.enter_async_context(Hub(dashboard).running())
+                conn = Connection(send, hub.pacer)
+                dashboard.stream_scopes.add(conn.scope)
+                hub.connections.add(conn)
                 try:
-                    tg.start_soon(watch.run)
-                    await self._run(Stream(dashboard, write))
-                    tg.cancel_scope.cancel()
+                    with conn.scope:
+                        async with anyio.create_task_group() as tg:
+                            tg.start_soon(_notice_leaving, receive, conn)
+                            await self._run(hub, conn)
+                            tg.cancel_scope.cancel()
                 finally:
-                    dashboard.stream_scopes.discard(tg.cancel_scope)
-            if watch.stalled:
+                    hub.connections.discard(conn)
+                    dashboard.stream_scopes.discard(conn.scope)
+            if conn.stalled:
                 log.info(
                     "closed an event stream whose client took nothing for %.0fs",
                     dashboard.stream_send_timeout,
                 )
-            elif not watch.gone:
+            elif not conn.gone:
                 with anyio.move_on_after(1):
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:  # the client went away mid-write
@@ -116,28 +122,9 @@ class _EventStream(Response):
             self._uncount()
 
 
-class _Watch:
-    """A stream's one helper task: it ends the stream when the client disconnects, or when
-    a write has waited more than ``timeout`` (looked at every ``timeout / 4``)."""
-
-    def __init__(self, receive: Receive, scope: anyio.CancelScope, timeout: float) -> None:
-        self.receive = receive
-        self.scope = scope
-        self.timeout = timeout
-        self.since: float | None = None  # when the pending write began
-        self.gone = False
-        self.stalled = False
-
-    async def run(self) -> None:
-        while True:
-            with anyio.move_on_after(self.timeout / 4):
-                if (await self.receive())["type"] == "http.disconnect":
-                    self.gone = True
-                    self.scope.cancel("the client went away")
-                    return
-                continue
-            since = self.since
-            if since is not None and time.monotonic() - since > self.timeout:
-                self.stalled = True
-                self.scope.cancel("the client stopped reading")
-                return
+async def _notice_leaving(receive: Receive, conn: Connection) -> None:
+    """End the stream when its client disconnects (one wait, no timer)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    conn.gone = True
+    conn.scope.cancel("the client went away")

@@ -31,6 +31,7 @@ from kubemux import (
 )
 
 from .._redact import redact_text
+from ._broadcast import Hub
 from .streams import SnapshotCache
 from .views import status_payload
 
@@ -130,6 +131,7 @@ class Dashboard:
             self.prom = prometheus_client.CollectorRegistry()
         self._metrics_registered = False
         self.snapshots = SnapshotCache()
+        self.hub = Hub(self)  # the event streams' views, run in the lifespan
         self._contexts_cache: tuple[int, float, bytes] | None = None
         self._external = registry
         self._registry: WatcherRegistry | None = registry
@@ -192,7 +194,8 @@ class Dashboard:
                 callback(None)
             try:
                 with self._registered(self._external):
-                    yield
+                    async with self.hub.running():
+                        yield
             finally:
                 self._end_streams()
             return
@@ -206,7 +209,8 @@ class Dashboard:
                     callback(None)
                 try:
                     with self._registered(registry):
-                        yield
+                        async with self.hub.running():
+                            yield
                 finally:
                     self._end_streams()
                     self._registry = None

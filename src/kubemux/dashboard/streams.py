@@ -6,9 +6,12 @@ a Deployment shows its own columns and a custom resource its printer columns. Ro
 the cells and labels only, never the annotations: nothing of a Secret's values reaches
 the page.
 
-One stream per browser tab. Each writes encoded events straight into its HTTP response
-(:class:`~._sse._EventStream`, a plain ASGI response: no helper tasks but the one noticing a
-disconnect), so a slow browser applies back-pressure to the stream, never to an informer (the registry's subscription
+One :class:`Stream` per live table (resource and namespace), however many browser tabs
+show it, and one per object page. A table's stream writes into a view shared by its tabs'
+connections (:mod:`._broadcast`: the events are queued on each connection, written by the
+connection's own task, and a connection that falls behind starts again from a snapshot); an
+object page's writes straight into its HTTP response (:class:`~._sse._EventStream`). So a
+slow browser never slows another browser nor an informer (the registry's subscription
 buffer takes the slack, and a subscriber that overflows it starts again from a snapshot).
 
 The work per stream is bounded, whatever the number of streams and however they read:
@@ -20,9 +23,10 @@ The work per stream is bounded, whatever the number of streams and however they 
   (:class:`SnapshotCache`);
 - a live change is summarised and encoded once, whichever streams send it (:func:`encoded`);
 - the contexts panel is built once per state for every stream (:meth:`Stream._contexts`);
-- a stream holds at most its subscription buffer and one encoded event; the app admits new
-  streams at a bounded rate (a burst of connections is spread out), closes a stream whose client has taken nothing for ``stream_send_timeout`` and answers
-  503 beyond ``max_streams`` (see :mod:`.app`).
+- a connection holds at most ``_broadcast.PENDING_BYTES`` of queued (shared) events; the
+  app admits new streams at a bounded rate (a burst of connections is spread out), closes
+  a stream whose client has taken nothing for ``stream_send_timeout`` and answers 503
+  beyond ``max_streams`` (see :mod:`.app`).
 
 Events (``data`` is JSON):
 
@@ -318,33 +322,43 @@ class Stream:
                 resource, namespace=namespace, snapshot=False, view="table"
             )
             async with subscription as changes:
-                await self._emit(
-                    "reset",
-                    {
-                        "resource": resource.name,
-                        "namespace": namespace,
-                        "namespaced": resource.namespaced,
-                        "title": self._dash.title,
-                    },
-                )
                 # The snapshot comes from the stores, after subscribing: a change made
                 # meanwhile is both in it and queued, and applying it twice is harmless.
-                sent = self._sent
-                sent.clear()
-                for context in list(registry.contexts):
-                    store = self._table_store(context, resource)
-                    if store is None:
-                        continue  # not synced: its columns and rows arrive once it is
-                    await self._replay(context, resource, namespace, store, sent)
-                await self._emit("synced", {})
+                await self.replay_table(resource, namespace)
                 try:
                     async for change in changes:
                         batch = _drain(change, changes)
-                        await self._send_changes(batch, resource, namespace, sent)
+                        await self._send_changes(batch, resource, namespace, self._sent)
                 except SubscriberOverflow as exc:
                     log.info("dashboard stream fell behind, resynchronising: %s", exc)
                     continue
             return  # the registry closed the subscription
+
+    async def replay_table(self, resource: Resource, namespace: str | None) -> None:
+        """``reset``, each synced context's columns and rows as its store holds them now,
+        ``synced``.
+
+        Whatever changes after the stores are read must reach the page some other way: a
+        subscription entered before (:meth:`_pump_table`), or a view's live events queued
+        for the connection since it joined (:mod:`._broadcast`).
+        """
+        await self._emit(
+            "reset",
+            {
+                "resource": resource.name,
+                "namespace": namespace,
+                "namespaced": resource.namespaced,
+                "title": self._dash.title,
+            },
+        )
+        sent = self._sent
+        sent.clear()
+        for context in list(self._registry.contexts):
+            store = self._table_store(context, resource)
+            if store is None:
+                continue  # not synced: its columns and rows arrive once it is
+            await self._replay(context, resource, namespace, store, sent)
+        await self._emit("synced", {})
 
     def _table_store(self, context: str, resource: Resource) -> TableStore | MultiTableStore | None:
         """The context's synced table view of ``resource``, or None; never starts one."""
