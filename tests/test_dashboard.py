@@ -531,8 +531,8 @@ async def test_reconnect_resynchronises(
         b.create("pods", make_pod("db-2", "data"))
         registry = app.state.dashboard.registry
         with anyio.fail_after(TIMEOUT):
-            await a.wait_for(lambda: len(registry.store("prod", "pods")) == 1)
-            await b.wait_for(lambda: len(registry.store("dev", "pods")) == 2)
+            await a.wait_for(lambda: len(registry.store("prod", "pods", view="table")) == 1)
+            await b.wait_for(lambda: len(registry.store("dev", "pods", view="table")) == 2)
         async with event_stream(url) as second:
             second.rows = dict(first.rows)  # what the page still shows
             assert await second.until_event("reset") is not None
@@ -1135,3 +1135,25 @@ async def test_stream_of_a_user_who_may_read_some_namespaces(tmp_path: Path) -> 
                 assert second.columns["jane"][:2] == ["Name", "Ready"]
                 c.create("pods", make_pod("b-2", "b"))
                 await second.until(lambda: second.names("jane") == {"a-1", "b-1", "b-2"})
+
+
+async def test_the_live_resource_costs_each_cluster_one_watch(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    """The dashboard's autowatched resource is its table view: a page showing it opens no
+    second (full-object) watch of the same resource."""
+    a, b = clusters
+    path = write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b})
+    async with served(path) as url, event_stream(url) as stream:
+        await stream.until(lambda: stream.names() == {"web-1", "web-2", "db-1"})
+        with anyio.fail_after(TIMEOUT):
+            for cluster in (a, b):
+                await cluster.wait_for(lambda c=cluster: c.open_watches == 1)
+        for cluster in (a, b):
+            lists = [
+                r
+                for r in cluster.requests
+                if r.path.endswith("/pods")
+                and (not r.is_watch or r.query.get("sendInitialEvents") == "true")
+            ]
+            assert len(lists) == 1  # one LIST (the table view's), no full-object one

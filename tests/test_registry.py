@@ -523,3 +523,26 @@ async def test_status_version_moves_with_states_not_with_objects(
                 tg.start_soon(registry.stop_watcher, "a")
                 await registry.wait_status_change(before)
             assert registry.status().contexts["a"].state == "idle"
+
+
+async def test_autowatch_in_the_table_view(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    """autowatch_view="table": every context keeps the server's table of the resource (and
+    no full-object watch of it) from the start."""
+    a, b = two_clusters
+    a.create("pods", make_pod("web-1"))
+    path = _kubeconfig(tmp_path, {"a": a, "b": b})
+    with pytest.raises(ValueError, match="autowatch_view"):
+        WatcherRegistry.from_kubeconfig(str(path), autowatch=["pods"], autowatch_view="rows")
+    registry = WatcherRegistry.from_kubeconfig(
+        str(path), autowatch=["pods"], autowatch_view="table"
+    )
+    async with registry:
+        with anyio.fail_after(TIMEOUT):
+            await a.wait_for(lambda: registry.store("a", "pods", view="table") is not None)
+            await b.wait_for(lambda: registry.store("b", "pods", view="table") is not None)
+        table = registry.store("a", "pods", view="table")
+        assert table is not None and "web-1" in [r.name for r in table.rows()]
+        assert registry.store("a", "pods") is None  # no full-object informer
+        assert a.open_watches == 1

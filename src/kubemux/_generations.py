@@ -50,7 +50,7 @@ class Generations:
         publisher: Callable[[ContextGeneration, Slot], ChangeSink],
         final: Callable[[ContextGeneration, str, str, str], None],
         status_changed: Callable[[], None],
-        autowatch: Iterable[Resource],
+        autowatch: Iterable[tuple[InformerKey, Resource]],
         stop_timeout: float,
     ) -> None:
         self._source = source
@@ -224,7 +224,7 @@ class Generations:
     def autostart(self, name: str, specs: Specs) -> None:
         """Start the autowatched and ``specs`` informers of ``name`` (caller holds its lock
         or runs before any other task could)."""
-        wanted = {InformerKey(r.name): r for r in self._autowatch}
+        wanted = dict(self._autowatch)
         wanted.update(dict(specs))
         if not wanted or self.state != "open" or name not in self._source.contexts:
             return

@@ -74,6 +74,9 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         autowatch: Resources every context watches as soon as it is known (and again after
             a reload); failed starts are retried in the background with ``start_backoff``
             and shown in :meth:`status`. Without it, nothing starts until :meth:`watch`.
+        autowatch_view: ``"objects"`` (full objects, as :meth:`watch`) or ``"table"`` (the
+            server's columns and rows, as :meth:`table`; what a UI that lists objects needs,
+            without a second watch of the same resource).
         start_backoff: Delays before a failed start may be tried again.
         start_timeout: Upper bound on starting a context (building its client, running its
             exec plugin); past it the start fails with :class:`StartTimeout` and backs off.
@@ -105,6 +108,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         *,
         settings: WatchSettings | None = None,
         autowatch: Sequence[ResourceSpec] = (),
+        autowatch_view: str = "objects",
         start_backoff: Backoff | None = None,
         start_timeout: float = 30.0,
         stop_timeout: float = 5.0,
@@ -127,8 +131,12 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             source = KubeconfigSource.static(source)
         KubeconfigFollower.__init__(self, source)
         self.settings = settings or WatchSettings()
+        if autowatch_view not in ("objects", "table"):
+            raise ValueError(f"autowatch_view must be 'objects' or 'table', not {autowatch_view!r}")
         self._autowatch = tuple(parse_resource(r) for r in autowatch)
-        self._autowatch_keys = frozenset(InformerKey(r.name) for r in self._autowatch)
+        self._autowatch_keys = frozenset(
+            InformerKey(r.name, view=autowatch_view) for r in self._autowatch
+        )
         self._stop_timeout = stop_timeout
         self._subscriber_buffer = subscriber_buffer
         self._transform = transform
@@ -164,7 +172,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             publisher=publisher.for_slot,
             final=publisher.final,
             status_changed=self._status_changed,
-            autowatch=self._autowatch,
+            autowatch=[(InformerKey(r.name, view=autowatch_view), r) for r in self._autowatch],
             stop_timeout=stop_timeout,
         )
         self._starter = Starter(

@@ -199,7 +199,13 @@ class Dashboard:
             finally:
                 self._end_streams()
             return
-        options: dict[str, Any] = {"autowatch": [self.resource], **self.registry_options}
+        # The live table shows the server's columns: the table view is the one watch of the
+        # default resource (an object page watches full objects while it is open).
+        options: dict[str, Any] = {
+            "autowatch": [self.resource],
+            "autowatch_view": "table",
+            **self.registry_options,
+        }
         started = False
         try:
             async with WatcherRegistry.from_kubeconfig(self.kubeconfig, **options) as registry:
