@@ -297,6 +297,45 @@ async def test_a_table_view_is_counted(tmp_path: Path, cluster: FakeCluster) -> 
         assert event_age is not None and 0 <= event_age < TIMEOUT
 
 
+async def test_a_shared_watch_follower_is_counted(
+    redis_server: Any, tmp_path: Path, cluster: FakeCluster
+) -> None:
+    """A follower (kubemux.share) reports the changes it applied from the leader's stream,
+    its store's bytes, since when it follows and when it last applied a change."""
+    pytest.importorskip("redis")
+    from kubemux.share import Redis
+
+    def engine() -> Redis:
+        return Redis(redis_server.url, prefix="m", lease_ttl=1.5, acquire_period=0.25)
+
+    path = str(write_kubeconfig(tmp_path / "config", {"prod": cluster}))
+    lead = WatcherRegistry.from_kubeconfig(path, follow=False, settings=QUICK, share=engine())
+    follow = WatcherRegistry.from_kubeconfig(
+        path, follow=False, settings=QUICK, share=engine(), share_lead=False
+    )
+    async with lead, follow:
+        prom = CollectorRegistry()
+        kubemux.metrics.register(follow, prom)
+        with anyio.fail_after(TIMEOUT):
+            await lead.watch("prod", "pods")
+            store = await follow.watch("prod", "pods")
+            assert follow.status().contexts["prod"].informers[0].share_role == "follower"
+            before = scrape(prom)
+            async with follow.subscribe("pods", snapshot=False) as changes:
+                cluster.create("pods", make_pod("web-7"))
+                cluster.delete("pods", "default", "web-0")
+                seen = await _changes_seen(changes, {("ADDED", "web-7"), ("DELETED", "web-0")})
+            s = scrape(prom)
+            cached = _cached_bytes(store)
+    assert value(before, "kubemux_events_total", **PODS) == 0
+    assert value(s, "kubemux_events_total", **PODS) == seen == 2
+    assert value(s, "kubemux_cached_bytes", **PODS) == cached > 0
+    following = value(s, "kubemux_watch_age_seconds", **PODS)
+    event_age = value(s, "kubemux_last_event_age_seconds", **PODS)
+    assert following is not None and 0 <= following < TIMEOUT
+    assert event_age is not None and 0 <= event_age <= following
+
+
 def test_error_types_are_bounded() -> None:
     errors: dict[str, int] = {}
     kinds = [type(f"Failure{i}", (Exception,), {}) for i in range(MAX_ERROR_TYPES * 3)]
