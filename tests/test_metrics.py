@@ -209,6 +209,35 @@ async def test_events_bytes_and_ages_are_counted(tmp_path: Path, cluster: FakeCl
         assert isinstance(doc["watch_started"], float) and isinstance(doc["last_event"], float)
 
 
+async def test_bookmarks_move_last_event_but_are_not_events(tmp_path: Path) -> None:
+    async with FakeCluster(bookmark_period=0.05) as cluster:
+        cluster.create("pods", make_pod("web-0"))
+        async with open_registry(tmp_path, cluster, QUICK) as watchers:
+            prom = CollectorRegistry()
+            kubemux.metrics.register(watchers, prom)
+            with anyio.fail_after(TIMEOUT):
+                await watchers.watch("prod", "pods")
+                # nothing changes in the cluster: only bookmarks can set it
+                await cluster.wait_for(
+                    lambda: (
+                        value(scrape(prom), "kubemux_last_event_age_seconds", **PODS) is not None
+                    )
+                )
+                assert value(scrape(prom), "kubemux_events_total", **PODS) == 0
+                # counts carry over a new watch (the first one's are folded in when it ends)
+                async with watchers.subscribe("pods", snapshot=False) as changes:
+                    cluster.create("pods", make_pod("web-1"))
+                    await _changes_seen(changes, {("ADDED", "web-1")})
+                    assert cluster.drop_watches() == 1
+                    await cluster.wait_for(
+                        lambda: value(scrape(prom), "kubemux_reconnects_total", **PODS) == 1
+                    )
+                    cluster.create("pods", make_pod("web-2"))
+                    await _changes_seen(changes, {("ADDED", "web-2")})
+                s = scrape(prom)
+        assert value(s, "kubemux_events_total", **PODS) == 2
+
+
 async def test_a_relist_counts_what_it_changed(tmp_path: Path, cluster: FakeCluster) -> None:
     """Changes a relist finds (missed while away) count as events, as subscribers see them."""
     async with open_registry(tmp_path, cluster, QUICK) as watchers:

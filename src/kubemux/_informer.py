@@ -110,8 +110,10 @@ class Informer(Lister):
         self._failures = 0
         self._last_failure_at = -math.inf
         self._rv = ""
-        self._delivered = 0  # events and bookmarks of the current watch
-        self._events = 0  # changes applied after the first LIST (status: events_applied)
+        # events_applied = _events + _delivered - _marks, at any time (see _watch_once)
+        self._delivered = 0  # events and bookmarks of the current (or last) watch
+        self._marks = 0  # its bookmarks, and what was already folded into _events
+        self._events = 0  # changes applied: relists' and finished watches'
         self._errors: dict[str, int] = {}  # failures by exception class name
         self._watch_started: float | None = None  # wall clock; None while not watching
         self._last_event: float | None = None  # wall clock of the last event or bookmark
@@ -153,7 +155,7 @@ class Informer(Lister):
             skipped_lines=self._skipped,
             last_error=self._last_error,
             last_sync=self._last_sync,
-            events_applied=self._events,
+            events_applied=self._events + self._delivered - self._marks,
             bytes_cached=self.store._bytes,
             errors_by_type=dict(self._errors),
             watch_started=self._watch_started,
@@ -242,7 +244,6 @@ class Informer(Lister):
                 finally:
                     self._progress.end()
             started = time.monotonic()
-            self._delivered = 0
             try:
                 self._set_state(WATCHING, self._last_error)
                 await self._watch_once()
@@ -292,18 +293,19 @@ class Informer(Lister):
         clock = time.monotonic
         yield_at = clock() + _MAX_BUSY
         skipped_before = self._skipped
-        # Per event, the hot path adds to a local; counters and the clock are touched once
-        # per block (the monotonic clock read for yielding, turned into wall-clock time).
-        applied = 0  # object events of this block applied on the fast path, not yet counted
-        seen = 0  # self._delivered when last_event was last set
+        # The hot path counts nothing new per event: events are what was delivered less the
+        # bookmarks (counted on the slow path); last_event comes from the clock read once per
+        # block anyway (to yield), plus the wall-clock offset taken when the watch opened.
+        self._delivered = self._marks = 0
+        seen = 0  # self._delivered when last_event was set
         try:
             async with self._open_watch(params) as blocks:
                 self._watch_started = time.time()
                 to_wall = self._watch_started - clock()
                 async for block in blocks:
                     for etype, item in self._decode(block):
-                        if isinstance(item, bytes):  # not an object event as written by the server
-                            new_rv = handle(item)  # counts the events it applies
+                        if isinstance(item, bytes):  # not an object event as the server writes it
+                            new_rv = handle(item)
                             if new_rv is not None:
                                 self._rv = new_rv
                                 self._delivered += 1
@@ -312,11 +314,7 @@ class Informer(Lister):
                         if change is not None and on_change is not None:
                             on_change(change.type, change.entry, change.old)
                         self._rv = item.resource_version
-                        applied += 1
-                    if applied:
-                        self._events += applied
-                        self._delivered += applied
-                        applied = 0
+                        self._delivered += 1
                     now = clock()
                     if self._delivered != seen:
                         seen = self._delivered
@@ -333,9 +331,9 @@ class Informer(Lister):
                         await anyio.lowlevel.checkpoint()
                         yield_at = clock() + _MAX_BUSY
         finally:
-            # a block cut short (an in-stream ERROR, cancellation) still counts what it applied
-            self._events += applied
-            self._delivered += applied
+            # fold this watch's events in (_delivered stays: the caller reports it)
+            self._events += self._delivered - self._marks
+            self._marks = self._delivered
             self._watch_started = None
 
     def _handle_line(self, line: bytes) -> str | None:
@@ -350,6 +348,7 @@ class Informer(Lister):
                 rv = store._prepare(raw).resource_version
                 if rv:
                     store.resource_version = rv
+                    self._marks += 1  # delivered, not an event
                     return rv
                 return None
             if etype == "ERROR":
@@ -365,7 +364,6 @@ class Informer(Lister):
             self._skip(f"{etype} event without metadata.name/resourceVersion")
             return None
         change = store._apply(etype, entry)
-        self._events += 1
         if change is not None and self._on_change is not None:
             self._on_change(change.type, change.entry, change.old)
         return entry.resource_version
