@@ -2,9 +2,9 @@
 
 A custom collector reads :meth:`WatcherRegistry.status() <kubemux.WatcherRegistry.status>` when
 Prometheus scrapes, and at no other time: the informers keep their counters whether or not
-anything scrapes them (an integer add per event, a clock read per block of watch lines), a
-context that goes (removed, stopped, reaped) disappears from the next scrape by itself, and
-the labels are bounded by what the application watches, never by the objects:
+anything scrapes them (an integer add per event, no extra clock read), a context that goes
+(removed, stopped, reaped) disappears from the next scrape by itself, and the labels are
+bounded by what the application watches, never by the objects:
 
 - ``context``: the kubeconfig context (only those in use: starting, running, failing);
 - ``resource``: the informer's resource (``pods``, ``deployments.apps``);
