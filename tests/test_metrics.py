@@ -383,8 +383,14 @@ async def test_series_go_with_the_context(tmp_path: Path, cluster: FakeCluster) 
         kubemux.metrics.register(watchers, prom)
         with anyio.fail_after(TIMEOUT):
             await watchers.watch("prod", "pods")
+            await _watching(cluster, prom)
         before = scrape(prom)
-        assert "kubemux_objects" in series_of(before, "prod")
+        assert {
+            "kubemux_objects",
+            "kubemux_events_total",
+            "kubemux_cached_bytes",
+            "kubemux_watch_age_seconds",
+        } <= set(series_of(before, "prod"))
 
         assert await watchers.stop_watcher("prod")
         after = scrape(prom)

@@ -98,8 +98,8 @@ class InformerStatus:
     transform), kept up to date by the store: nothing is scanned to report it."""
     errors_by_type: Mapping[str, int] = dataclasses.field(default_factory=dict)
     """Failures recorded since the informer started, by exception class name
-    (``Forbidden``, ``ServerTimeout``, ``ProtocolError``, ...). At most ``MAX_ERROR_TYPES``
-    names; failures of further types are counted under ``"other"``."""
+    (``Forbidden``, ``ServerTimeout``, ``ProtocolError``, ...). At most 16 names; failures of
+    further types are counted under ``"other"``."""
     watch_started: float | None = None
     """Wall-clock time the current watch was opened (its response began); None while not
     watching (listing, backing off)."""
