@@ -17,10 +17,16 @@ from prometheus_client import CollectorRegistry, generate_latest, make_asgi_app
 from prometheus_client.parser import text_string_to_metric_families
 
 import kubemux.metrics
-from kubemux import WatcherRegistry
+from kubemux import Backoff, WatcherRegistry, WatchSettings
+from kubemux._informer_types import MAX_ERROR_TYPES, count_error
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 
 TIMEOUT = 10
+# quick retries, and a watch cut at once is not a failure of its own (only what is injected)
+QUICK = WatchSettings(
+    backoff=Backoff(initial_delay=0.02, max_delay=0.1), min_healthy_watch=0.0, page_size=2
+)
+PODS = {"context": "prod", "resource": "pods", "scope": "*"}
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -53,14 +59,18 @@ async def cluster() -> AsyncIterator[FakeCluster]:
 
 
 @contextlib.asynccontextmanager
-async def open_registry(tmp_path: Path, cluster: FakeCluster) -> AsyncIterator[WatcherRegistry]:
+async def open_registry(
+    tmp_path: Path, cluster: FakeCluster, settings: WatchSettings | None = None
+) -> AsyncIterator[WatcherRegistry]:
     """A registry over two contexts: "prod" (the cluster) and "dev" (never started).
 
     Not a fixture: the registry's task group must be entered and left by the test's task.
     """
     async with FakeCluster() as idle:
         path = write_kubeconfig(tmp_path / "config", {"prod": cluster, "dev": idle})
-        async with WatcherRegistry.from_kubeconfig(str(path), follow=False) as registry:
+        async with WatcherRegistry.from_kubeconfig(
+            str(path), follow=False, settings=settings
+        ) as registry:
             yield registry
 
 
@@ -126,14 +136,261 @@ async def test_values_follow_the_cluster(tmp_path: Path, cluster: FakeCluster) -
             )
 
 
+async def _changes_seen(changes: Any, expected: set[tuple[str, str]]) -> int:
+    """Read ``changes`` until every (type, name) of ``expected`` came; how many came."""
+    count = 0
+    async for change in changes:
+        count += 1
+        expected.discard((change.type, change.name))
+        if not expected:
+            break
+    return count
+
+
+async def _watching(cluster: FakeCluster, prom: CollectorRegistry) -> None:
+    """Until the informer's watch is open (its response began: the server knows earlier)."""
+    await cluster.wait_for(
+        lambda: value(scrape(prom), "kubemux_watch_age_seconds", **PODS) is not None
+    )
+
+
+def _cached_bytes(store: Any) -> int:
+    return sum(len(raw) for raw in store.list_raw())
+
+
+async def test_events_bytes_and_ages_are_counted(tmp_path: Path, cluster: FakeCluster) -> None:
+    """Each watch event adds one to kubemux_events_total; kubemux_cached_bytes is the size of
+    what the store holds; the watch and its last event are seconds old."""
+    async with open_registry(tmp_path, cluster, QUICK) as watchers:
+        prom = CollectorRegistry()
+        kubemux.metrics.register(watchers, prom)
+        with anyio.fail_after(TIMEOUT):
+            store = await watchers.watch("prod", "pods")
+            await _watching(cluster, prom)
+            before = scrape(prom)
+            assert value(before, "kubemux_events_total", **PODS) == 0  # the LIST is not events
+            assert value(before, "kubemux_cached_bytes", **PODS) == _cached_bytes(store) > 0
+            async with watchers.subscribe("pods", snapshot=False) as changes:
+                cluster.create("pods", make_pod("web-7"))
+                cluster.create("pods", make_pod("web-8", "data"))
+                pod = cluster.get("pods", "default", "web-1")
+                assert pod is not None
+                pod["metadata"]["labels"] = {"tier": "front", "padding": "x" * 500}
+                cluster.update("pods", pod)
+                cluster.delete("pods", "default", "web-0")
+                cluster.delete("pods", "data", "web-8")
+                seen = await _changes_seen(
+                    changes,
+                    {
+                        ("ADDED", "web-7"),
+                        ("MODIFIED", "web-1"),
+                        ("DELETED", "web-0"),
+                        ("DELETED", "web-8"),
+                    },
+                )
+            after = scrape(prom)
+        assert seen == 5
+        assert value(after, "kubemux_events_total", **PODS) == 5  # exactly one per event
+        assert value(after, "kubemux_objects", **PODS) == len(store) == 4
+        assert value(after, "kubemux_cached_bytes", **PODS) == _cached_bytes(store)
+        assert value(after, "kubemux_cached_bytes", **PODS) != value(
+            before, "kubemux_cached_bytes", **PODS
+        )
+        watch_age = value(after, "kubemux_watch_age_seconds", **PODS)
+        event_age = value(after, "kubemux_last_event_age_seconds", **PODS)
+        assert watch_age is not None and 0 <= watch_age < TIMEOUT
+        assert event_age is not None and 0 <= event_age <= watch_age
+        assert value(after, "kubemux_reconnects_total", **PODS) == 0
+        # the same fields in status() and in its JSON form
+        informer = watchers.status().contexts["prod"].informers[0]
+        assert informer.events_applied == 5 and informer.bytes_cached == _cached_bytes(store)
+        doc = watchers.status().to_json()["contexts"][0]["informers"][0]
+        assert doc["events_applied"] == 5 and doc["errors_by_type"] == {}
+        assert isinstance(doc["watch_started"], float) and isinstance(doc["last_event"], float)
+
+
+async def test_bookmarks_move_last_event_but_are_not_events(tmp_path: Path) -> None:
+    async with FakeCluster(bookmark_period=0.05) as cluster:
+        cluster.create("pods", make_pod("web-0"))
+        async with open_registry(tmp_path, cluster, QUICK) as watchers:
+            prom = CollectorRegistry()
+            kubemux.metrics.register(watchers, prom)
+            with anyio.fail_after(TIMEOUT):
+                await watchers.watch("prod", "pods")
+                # nothing changes in the cluster: only bookmarks can set it
+                await cluster.wait_for(
+                    lambda: (
+                        value(scrape(prom), "kubemux_last_event_age_seconds", **PODS) is not None
+                    )
+                )
+                assert value(scrape(prom), "kubemux_events_total", **PODS) == 0
+                # counts carry over a new watch (the first one's are folded in when it ends)
+                async with watchers.subscribe("pods", snapshot=False) as changes:
+                    cluster.create("pods", make_pod("web-1"))
+                    await _changes_seen(changes, {("ADDED", "web-1")})
+                    assert cluster.drop_watches() == 1
+                    await cluster.wait_for(
+                        lambda: value(scrape(prom), "kubemux_reconnects_total", **PODS) == 1
+                    )
+                    cluster.create("pods", make_pod("web-2"))
+                    await _changes_seen(changes, {("ADDED", "web-2")})
+                s = scrape(prom)
+        assert value(s, "kubemux_events_total", **PODS) == 2
+
+
+async def test_a_relist_counts_what_it_changed(tmp_path: Path, cluster: FakeCluster) -> None:
+    """Changes a relist finds (missed while away) count as events, as subscribers see them."""
+    async with open_registry(tmp_path, cluster, QUICK) as watchers:
+        prom = CollectorRegistry()
+        kubemux.metrics.register(watchers, prom)
+        with anyio.fail_after(TIMEOUT):
+            store = await watchers.watch("prod", "pods")
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
+            async with watchers.subscribe("pods", snapshot=False) as changes:
+                cluster.fail_next(1, status=410, reason="Expired", watch=True)
+                assert cluster.drop_watches() == 1
+                cluster.create("pods", make_pod("web-7"))
+                cluster.delete("pods", "default", "web-0")
+                seen = await _changes_seen(changes, {("ADDED", "web-7"), ("DELETED", "web-0")})
+                await cluster.wait_for(lambda: cluster.open_watches == 1)
+            s = scrape(prom)
+        assert value(s, "kubemux_relists_total", **PODS) == 1
+        assert value(s, "kubemux_events_total", **PODS) == seen == 2
+        assert value(s, "kubemux_cached_bytes", **PODS) == _cached_bytes(store)
+        # a 410 is how a watch ends up relisting, not a failure
+        assert not [n for n, _ in s if n == "kubemux_errors_total"]
+
+
+async def test_errors_are_counted_by_type(tmp_path: Path, cluster: FakeCluster) -> None:
+    async with open_registry(tmp_path, cluster, QUICK) as watchers:
+        prom = CollectorRegistry()
+        kubemux.metrics.register(watchers, prom)
+        with anyio.fail_after(TIMEOUT):
+            await watchers.watch("prod", "pods")
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
+            assert value(scrape(prom), "kubemux_errors_total", **PODS, type="Forbidden") is None
+            cluster.fail_next(1, status=403, reason="Forbidden", watch=True)
+            cluster.fail_next(2, status=429, reason="TooManyRequests", watch=True)
+            assert cluster.drop_watches() == 1
+            await cluster.wait_for(
+                lambda: value(scrape(prom), "kubemux_errors_total", **PODS, type="ApiError") == 2
+            )
+            await _watching(cluster, prom)  # recovered
+            s = scrape(prom)
+        assert value(s, "kubemux_errors_total", **PODS, type="Forbidden") == 1
+        assert value(s, "kubemux_errors_total", **PODS, type="ApiError") == 2  # 429 has no class
+        # no watch age while a watch is down: it is back, so it is there and young
+        watch_age = value(s, "kubemux_watch_age_seconds", **PODS)
+        assert watch_age is not None and 0 <= watch_age < TIMEOUT
+        types = {dict(labels)["type"] for name, labels in s if name == "kubemux_errors_total"}
+        # the dropped stream may count as a connection failure, nothing else appears
+        assert {"Forbidden", "ApiError"} <= types <= {"Forbidden", "ApiError", "ClusterUnreachable"}
+
+
+async def test_watch_age_is_absent_while_not_watching(tmp_path: Path, cluster: FakeCluster) -> None:
+    async with open_registry(tmp_path, cluster, QUICK) as watchers:
+        prom = CollectorRegistry()
+        kubemux.metrics.register(watchers, prom)
+        with anyio.fail_after(TIMEOUT):
+            await watchers.watch("prod", "pods")
+            await _watching(cluster, prom)
+            cluster.fail_next(10_000, status=500, watch=True)
+            cluster.drop_watches()
+            await cluster.wait_for(
+                lambda: (
+                    (value(scrape(prom), "kubemux_errors_total", **PODS, type="ApiError") or 0) >= 2
+                )
+            )
+            s = scrape(prom)
+        assert value(s, "kubemux_watch_age_seconds", **PODS) is None  # failing: no watch
+        assert value(s, "kubemux_informers_failing", **PODS) == 1
+
+
+async def test_a_table_view_is_counted(tmp_path: Path, cluster: FakeCluster) -> None:
+    """The table informer keeps the same counters over its rows."""
+    async with open_registry(tmp_path, cluster, QUICK) as watchers:
+        prom = CollectorRegistry()
+        kubemux.metrics.register(watchers, prom)
+        with anyio.fail_after(TIMEOUT):
+            table = await watchers.table("prod", "pods")
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
+            async with watchers.subscribe("pods", snapshot=False, view="table") as changes:
+                cluster.create("pods", make_pod("web-7"))
+                cluster.delete("pods", "default", "web-0")
+                seen = await _changes_seen(changes, {("ADDED", "web-7"), ("DELETED", "web-0")})
+            s = scrape(prom)
+        assert value(s, "kubemux_events_total", **PODS) == seen == 2
+        assert value(s, "kubemux_cached_bytes", **PODS) == _cached_bytes(table) > 0
+        assert value(s, "kubemux_objects", **PODS) == len(table) == 4
+        event_age = value(s, "kubemux_last_event_age_seconds", **PODS)
+        assert event_age is not None and 0 <= event_age < TIMEOUT
+
+
+async def test_a_shared_watch_follower_is_counted(
+    redis_server: Any, tmp_path: Path, cluster: FakeCluster
+) -> None:
+    """A follower (kubemux.share) reports the changes it applied from the leader's stream,
+    its store's bytes, since when it follows and when it last applied a change."""
+    pytest.importorskip("redis")
+    from kubemux.share import Redis
+
+    def engine() -> Redis:
+        return Redis(redis_server.url, prefix="m", lease_ttl=1.5, acquire_period=0.25)
+
+    path = str(write_kubeconfig(tmp_path / "config", {"prod": cluster}))
+    lead = WatcherRegistry.from_kubeconfig(path, follow=False, settings=QUICK, share=engine())
+    follow = WatcherRegistry.from_kubeconfig(
+        path, follow=False, settings=QUICK, share=engine(), share_lead=False
+    )
+    async with lead, follow:
+        prom = CollectorRegistry()
+        kubemux.metrics.register(follow, prom)
+        with anyio.fail_after(TIMEOUT):
+            await lead.watch("prod", "pods")
+            store = await follow.watch("prod", "pods")
+            assert follow.status().contexts["prod"].informers[0].share_role == "follower"
+            before = scrape(prom)
+            async with follow.subscribe("pods", snapshot=False) as changes:
+                cluster.create("pods", make_pod("web-7"))
+                cluster.delete("pods", "default", "web-0")
+                seen = await _changes_seen(changes, {("ADDED", "web-7"), ("DELETED", "web-0")})
+            s = scrape(prom)
+            cached = _cached_bytes(store)
+    assert value(before, "kubemux_events_total", **PODS) == 0
+    assert value(s, "kubemux_events_total", **PODS) == seen == 2
+    assert value(s, "kubemux_cached_bytes", **PODS) == cached > 0
+    following = value(s, "kubemux_watch_age_seconds", **PODS)
+    event_age = value(s, "kubemux_last_event_age_seconds", **PODS)
+    assert following is not None and 0 <= following < TIMEOUT
+    assert event_age is not None and 0 <= event_age <= following
+
+
+def test_error_types_are_bounded() -> None:
+    errors: dict[str, int] = {}
+    kinds = [type(f"Failure{i}", (Exception,), {}) for i in range(MAX_ERROR_TYPES * 3)]
+    for kind in kinds:
+        count_error(errors, kind())
+    count_error(errors, kinds[0]())
+    assert len(errors) == MAX_ERROR_TYPES + 1
+    assert errors["Failure0"] == 2
+    assert errors["other"] == MAX_ERROR_TYPES * 2
+    assert sum(errors.values()) == len(kinds) + 1
+
+
 async def test_series_go_with_the_context(tmp_path: Path, cluster: FakeCluster) -> None:
     async with open_registry(tmp_path, cluster) as watchers:
         prom = CollectorRegistry()
         kubemux.metrics.register(watchers, prom)
         with anyio.fail_after(TIMEOUT):
             await watchers.watch("prod", "pods")
+            await _watching(cluster, prom)
         before = scrape(prom)
-        assert "kubemux_objects" in series_of(before, "prod")
+        assert {
+            "kubemux_objects",
+            "kubemux_events_total",
+            "kubemux_cached_bytes",
+            "kubemux_watch_age_seconds",
+        } <= set(series_of(before, "prod"))
 
         assert await watchers.stop_watcher("prod")
         after = scrape(prom)

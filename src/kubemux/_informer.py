@@ -35,7 +35,7 @@ from ._errors import (
     ResourceExpired,
     ResourceNotFound,
 )
-from ._informer_types import InformerKey, InformerState, InformerStatus, OnChange
+from ._informer_types import InformerKey, InformerState, InformerStatus, OnChange, count_error
 from ._listing import Lister, _preview, _status_error, _why
 from ._resources import Resource
 from ._settings import WatchSettings
@@ -110,7 +110,13 @@ class Informer(Lister):
         self._failures = 0
         self._last_failure_at = -math.inf
         self._rv = ""
-        self._delivered = 0
+        # events_applied = _events + _delivered - _marks, at any time (see _watch_once)
+        self._delivered = 0  # events and bookmarks of the current (or last) watch
+        self._marks = 0  # its bookmarks, and what was already folded into _events
+        self._events = 0  # changes applied: relists' and finished watches'
+        self._errors: dict[str, int] = {}  # failures by exception class name
+        self._watch_started: float | None = None  # wall clock; None while not watching
+        self._last_event: float | None = None  # wall clock of the last event or bookmark
         self._pending: dict[str, dict[str, StoreChange]] = {}
 
     def __repr__(self) -> str:
@@ -149,6 +155,11 @@ class Informer(Lister):
             skipped_lines=self._skipped,
             last_error=self._last_error,
             last_sync=self._last_sync,
+            events_applied=self._events + self._delivered - self._marks,
+            bytes_cached=self.store._bytes,
+            errors_by_type=dict(self._errors),
+            watch_started=self._watch_started,
+            last_event=self._last_event,
         )
 
     async def run(
@@ -179,6 +190,7 @@ class Informer(Lister):
             self._rv = await self._sync()
         except Exception as exc:
             error = self._as_kubemux(exc)
+            count_error(self._errors, error)
             self._set_state(ERROR, str(error))
             if error is exc:
                 raise
@@ -232,7 +244,6 @@ class Informer(Lister):
                 finally:
                     self._progress.end()
             started = time.monotonic()
-            self._delivered = 0
             try:
                 self._set_state(WATCHING, self._last_error)
                 await self._watch_once()
@@ -282,31 +293,48 @@ class Informer(Lister):
         clock = time.monotonic
         yield_at = clock() + _MAX_BUSY
         skipped_before = self._skipped
-        async with self._open_watch(params) as blocks:
-            async for block in blocks:
-                for etype, item in self._decode(block):
-                    if isinstance(item, bytes):  # not an object event as the server writes it
-                        new_rv = handle(item)
-                        if new_rv is not None:
-                            self._rv = new_rv
-                            self._delivered += 1
-                        continue
-                    change = apply(etype, item)
-                    if change is not None and on_change is not None:
-                        on_change(change.type, change.entry, change.old)
-                    self._rv = item.resource_version
-                    self._delivered += 1
-                junk = self._skipped - skipped_before
-                if junk > _MAX_JUNK_LINES and junk > self._delivered:
-                    raise ProtocolError(
-                        self.client.server,
-                        f"WATCH {self.resource.name}: {junk} malformed lines and "
-                        f"{self._delivered} events; stream abandoned",
-                    )
-                # reads of buffered data do not yield: let the loop breathe now and then
-                if clock() > yield_at:
-                    await anyio.lowlevel.checkpoint()
-                    yield_at = clock() + _MAX_BUSY
+        # The hot path counts nothing new per event: events are what was delivered less the
+        # bookmarks (counted on the slow path); last_event comes from the clock read once per
+        # block anyway (to yield), plus the wall-clock offset taken when the watch opened.
+        self._delivered = self._marks = 0
+        seen = 0  # self._delivered when last_event was set
+        try:
+            async with self._open_watch(params) as blocks:
+                self._watch_started = time.time()
+                to_wall = self._watch_started - clock()
+                async for block in blocks:
+                    for etype, item in self._decode(block):
+                        if isinstance(item, bytes):  # not an object event as the server writes it
+                            new_rv = handle(item)
+                            if new_rv is not None:
+                                self._rv = new_rv
+                                self._delivered += 1
+                            continue
+                        change = apply(etype, item)
+                        if change is not None and on_change is not None:
+                            on_change(change.type, change.entry, change.old)
+                        self._rv = item.resource_version
+                        self._delivered += 1
+                    now = clock()
+                    if self._delivered != seen:
+                        seen = self._delivered
+                        self._last_event = now + to_wall
+                    junk = self._skipped - skipped_before
+                    if junk > _MAX_JUNK_LINES and junk > self._delivered:
+                        raise ProtocolError(
+                            self.client.server,
+                            f"WATCH {self.resource.name}: {junk} malformed lines and "
+                            f"{self._delivered} events; stream abandoned",
+                        )
+                    # reads of buffered data do not yield: let the loop breathe now and then
+                    if now > yield_at:
+                        await anyio.lowlevel.checkpoint()
+                        yield_at = clock() + _MAX_BUSY
+        finally:
+            # fold this watch's events in (_delivered stays: the caller reports it)
+            self._events += self._delivered - self._marks
+            self._marks = self._delivered
+            self._watch_started = None
 
     def _handle_line(self, line: bytes) -> str | None:
         """Apply one watch line (the general path); returns its resourceVersion, or None."""
@@ -320,6 +348,7 @@ class Informer(Lister):
                 rv = store._prepare(raw).resource_version
                 if rv:
                     store.resource_version = rv
+                    self._marks += 1  # delivered, not an event
                     return rv
                 return None
             if etype == "ERROR":
@@ -379,6 +408,7 @@ class Informer(Lister):
         self._skip_logged_at = now
 
     def _note_failure(self, exc: BaseException) -> None:
+        count_error(self._errors, exc)
         now = time.monotonic()
         if now - self._last_failure_at > self.settings.backoff.reset_after:
             self._failures = 0  # healthy long enough: the backoff starts over
@@ -395,6 +425,7 @@ class Informer(Lister):
         error = (
             f"the server no longer serves {self.resource.name} (looking again every {period:g} s)"
         )
+        count_error(self._errors, exc)
         if self._last_error != error:
             log.warning("%s/%s: %s: %s", self.client.context, self.key, error, exc)
         self._set_state(ERROR, error)

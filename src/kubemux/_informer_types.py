@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ._codec import Entry
 
-__all__ = ["InformerKey", "InformerState", "InformerStatus", "OnChange"]
+__all__ = ["MAX_ERROR_TYPES", "InformerKey", "InformerState", "InformerStatus", "OnChange"]
+
+MAX_ERROR_TYPES = 16
+"""The most exception names an informer's ``errors_by_type`` holds (bounded label values)."""
 
 
 class InformerState(enum.StrEnum):
@@ -35,6 +38,14 @@ class InformerState(enum.StrEnum):
 
 OnChange = Callable[[str, Entry, Entry | None], None]
 """Called synchronously for every change applied to the store: (type, entry, old entry)."""
+
+
+def count_error(errors: dict[str, int], exc: BaseException) -> None:
+    """Count one failure in ``errors`` under its class name (``"other"`` past the bound)."""
+    name = type(exc).__name__
+    if name not in errors and len(errors) >= MAX_ERROR_TYPES:
+        name = "other"
+    errors[name] = errors.get(name, 0) + 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,6 +88,24 @@ class InformerStatus:
     skipped_lines: int  # lines and objects skipped: malformed, undecodable, refused by a transform
     last_error: str | None
     last_sync: float | None  # wall-clock time of the last completed LIST
+    # activity (what kubemux.metrics exports); defaults for statuses built elsewhere
+    events_applied: int = 0
+    """Changes applied to the cache after the first LIST: every watch event (ADDED, MODIFIED,
+    DELETED) and, for a relist, each difference it found (a relist of unchanged objects adds
+    nothing). Bookmarks are not counted."""
+    bytes_cached: int = 0
+    """The size of the cached JSON (the sum of the objects' bytes as kept, after the
+    transform), kept up to date by the store: nothing is scanned to report it."""
+    errors_by_type: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """Failures recorded since the informer started, by exception class name
+    (``Forbidden``, ``ServerTimeout``, ``ProtocolError``, ...). At most 16 names; failures of
+    further types are counted under ``"other"``."""
+    watch_started: float | None = None
+    """Wall-clock time the current watch was opened (its response began); None while not
+    watching (listing, backing off)."""
+    last_event: float | None = None
+    """Wall-clock time of the last watch event or bookmark (read once per block of lines
+    received, so it can lag by the time one block takes to apply); None before the first."""
     # shared watches (kubemux.share): None when the registry shares nothing
     share_role: str | None = None  # "leader", "follower", "local" or "starting"
     share_lag: float | None = None  # seconds behind the leader (followers)

@@ -154,6 +154,7 @@ class Lister:
     _last_error: str | None
     _last_sync: float | None
     _relists: int
+    _events: int
     _pending: dict[str, dict[str, StoreChange]]
 
     if TYPE_CHECKING:
@@ -387,6 +388,7 @@ class Lister:
         self._last_sync = time.time()
         if self._synced.is_set():
             self._relists += 1
+            self._events += len(changes)  # what the relist changed (the first LIST: objects)
         await self._emit_sliced(changes)
 
     async def _emit_sliced(self, changes: list[StoreChange]) -> None:

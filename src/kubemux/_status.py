@@ -111,6 +111,8 @@ class RegistryStatus:
 def _plain(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return str(value.value)
+    if isinstance(value, Mapping):
+        return dict(value)  # errors_by_type: a copy, not the snapshot's own dict
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value

@@ -95,6 +95,7 @@ class Store:
 
     __slots__ = (
         "_by_index",
+        "_bytes",
         "_count",
         "_drop_mf",
         "_indexers",
@@ -122,6 +123,7 @@ class Store:
         self._transform = None if transform is drop_managed_fields else transform
         self._items: _Items = {}
         self._count = 0
+        self._bytes = 0  # the sum of len(entry.raw): kept by _apply and commit, never scanned
         self._peak = _COMPACT_MIN  # what the hash tables were grown for (see _compact)
         self._indexers: dict[str, Indexer] = dict(indexers or {})
         self._by_index: dict[str, dict[str, set[Key]]] = {n: {} for n in self._indexers}
@@ -292,6 +294,7 @@ class Store:
             if not bucket:
                 del items[ns]  # no empty buckets: memory is bounded by live objects
             self._count -= 1
+            self._bytes -= len(old.raw)
             if self._indexers:
                 self._index_remove((ns, name))
             if self._count * 4 < self._peak:
@@ -303,8 +306,11 @@ class Store:
         bucket[name] = entry
         if old is None:
             self._count += 1
+            self._bytes += len(entry.raw)
             if self._count > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
                 self._peak = self._count
+        else:
+            self._bytes += len(entry.raw) - len(old.raw)
         if self._indexers:
             self._index_remove((ns, name))
             self._index_add((ns, name), self._index_values(entry))
@@ -346,6 +352,7 @@ class Store:
     def _clear(self) -> None:
         self._items = {}
         self._count = 0
+        self._bytes = 0
         self._peak = _COMPACT_MIN
         self._by_index = {n: {} for n in self._indexers}
         self._keyvals = {}
@@ -363,12 +370,13 @@ class Replacement:
     at all.
     """
 
-    __slots__ = ("_by_index", "_changes", "_count", "_items", "_keyvals", "_store")
+    __slots__ = ("_by_index", "_bytes", "_changes", "_count", "_items", "_keyvals", "_store")
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self._items: _Items = {}
         self._count = 0
+        self._bytes = 0
         self._by_index: dict[str, dict[str, set[Key]]] = {n: {} for n in store._indexers}
         self._keyvals: dict[Key, tuple[tuple[str, ...], ...]] = {}
         self._changes: builtins.list[StoreChange] = []
@@ -382,8 +390,12 @@ class Replacement:
         bucket = self._items.get(ns)
         if bucket is None:
             bucket = self._items[ns] = {}
-        if name not in bucket:
+        prev = bucket.get(name)
+        if prev is None:
             self._count += 1
+            self._bytes += len(entry.raw)
+        else:  # listed twice (a continue token that overlapped): the last one stays
+            self._bytes += len(entry.raw) - len(prev.raw)
         bucket[name] = entry
         store = self._store
         if store._indexers:
@@ -417,6 +429,7 @@ class Replacement:
         store = self._store
         store._items = self._items
         store._count = self._count
+        store._bytes = self._bytes
         store._peak = max(self._count, _COMPACT_MIN)
         store._by_index = self._by_index
         store._keyvals = self._keyvals

@@ -1,14 +1,17 @@
 """Prometheus metrics for a :class:`~kubemux.WatcherRegistry` (extra: ``kubemux[metrics]``).
 
 A custom collector reads :meth:`WatcherRegistry.status() <kubemux.WatcherRegistry.status>` when
-Prometheus scrapes, and at no other time: watching costs nothing extra per event, a context
-that goes (removed, stopped, reaped) disappears from the next scrape by itself, and the labels
-are bounded by what the application watches, never by the objects:
+Prometheus scrapes, and at no other time: the informers keep their counters whether or not
+anything scrapes them (an integer add per event, no extra clock read), a context that goes
+(removed, stopped, reaped) disappears from the next scrape by itself, and the labels are
+bounded by what the application watches, never by the objects:
 
 - ``context``: the kubeconfig context (only those in use: starting, running, failing);
 - ``resource``: the informer's resource (``pods``, ``deployments.apps``);
 - ``scope``: the namespace an informer is limited to, or ``*`` for all namespaces and for
-  cluster-scoped resources. Informers that differ only by their selectors are added together.
+  cluster-scoped resources. Informers that differ only by their selectors are added together;
+- ``type`` (``kubemux_errors_total`` only): an exception class name (``Forbidden``,
+  ``ServerTimeout``), at most 16 per informer, further ones counted as ``other``.
 
 Contexts that are known but idle (never started, or stopped) have no series of their own:
 ``kubemux_contexts_by_state`` counts them, so a kubeconfig of thousands of contexts costs
@@ -140,14 +143,19 @@ class _Families:
         self.objects = _gauge(f"{p}_objects", "Objects cached.", _INF)
         self.cached_bytes = _gauge(f"{p}_cached_bytes", "Bytes of objects cached.", _INF)
         self.events = _counter(
-            f"{p}_events", "Watch events applied to the cache (since the informer started).", _INF
+            f"{p}_events",
+            "Changes applied to the cache after the first LIST: watch events (ADDED, MODIFIED, "
+            "DELETED) and the differences relists found.",
+            _INF,
         )
         self.relists = _counter(f"{p}_relists", "Full LISTs after the first one.", _INF)
         self.reconnects = _counter(f"{p}_reconnects", "Watches opened again.", _INF)
         self.skipped_lines = _counter(
             f"{p}_skipped_lines", "Watch lines that could not be decoded (not cached).", _INF
         )
-        self.errors = _counter(f"{p}_errors", "Informer errors by type.", (*_INF, "type"))
+        self.errors = _counter(
+            f"{p}_errors", "Informer failures by exception class name.", (*_INF, "type")
+        )
         self.failing = _gauge(
             f"{p}_informers_failing", "Informers whose last attempt failed.", _INF
         )
@@ -160,7 +168,9 @@ class _Families:
             f"{p}_watch_age_seconds", "Seconds since the current watch was opened.", _INF
         )
         self.last_event_age = _gauge(
-            f"{p}_last_event_age_seconds", "Seconds since the last watch event.", _INF
+            f"{p}_last_event_age_seconds",
+            "Seconds since the last watch event or bookmark.",
+            _INF,
         )
 
     def all(self) -> list[Metric]:
@@ -255,11 +265,7 @@ class KubemuxCollector(Collector):
                 f.context_state.add_metric([name, s], 1.0 if s == current else 0.0)
             _add(f.context_generation, [name], getattr(ctx, "generation", None))
             _add(f.context_retry_in, [name], getattr(ctx, "retry_in", None))
-            _add(
-                f.context_credential_refreshes,
-                [name],
-                getattr(ctx, "credential_refreshes", None),
-            )
+            _add(f.context_credential_refreshes, [name], _refreshes(ctx))
             self._informers(f, name, getattr(ctx, "informers", ()), now)
         for s, n in by_state.items():
             f.contexts_by_state.add_metric([s], n)
@@ -300,6 +306,14 @@ class KubemuxCollector(Collector):
             _latest(f.last_list, labels, [getattr(i, "last_sync", None) for i in members])
             _age(f.watch_age, labels, [getattr(i, "watch_started", None) for i in members], now)
             _age(f.last_event_age, labels, [getattr(i, "last_event", None) for i in members], now)
+
+
+def _refreshes(ctx: Any) -> Any:
+    """A context's credential refreshes: ``credential.refreshes`` (or a flat field)."""
+    flat = getattr(ctx, "credential_refreshes", None)
+    if flat is not None:
+        return flat
+    return getattr(getattr(ctx, "credential", None), "refreshes", None)
 
 
 def _is_idle(ctx: Any, state: str) -> bool:

@@ -73,6 +73,12 @@ class SlotStatus:
         rehydrations: Full reloads from the engine (start, gaps, epoch changes).
         promotions: Times this replica took the lead for the slot.
         last_error: The last engine error, redacted; None after a success.
+        events: Changes a follower applied from the stream (and from rehydrations after
+            the first), as an informer's ``events_applied``.
+        errors_by_type: Engine errors by exception class name (bounded, as an informer's).
+        following_since: Wall-clock time a follower's store was loaded and it began tailing
+            the stream (an informer's ``watch_started``); None when not following.
+        last_event: Wall-clock time a follower last applied a change; None before the first.
     """
 
     role: str
@@ -83,6 +89,10 @@ class SlotStatus:
     rehydrations: int = 0
     promotions: int = 0
     last_error: str | None = None
+    events: int = 0
+    errors_by_type: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    following_since: float | None = None
+    last_event: float | None = None
 
 
 class ShareSession(Protocol):

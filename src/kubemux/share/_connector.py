@@ -215,15 +215,24 @@ class SharedSource:
                 skipped_lines=0,
                 last_error=st.last_error if st is not None else None,
                 last_sync=None,
+                bytes_cached=store._bytes,
+                watch_started=st.following_since if st is not None else None,
+                last_event=st.last_event if st is not None else None,
             )
         if st is None:
             return dataclasses.replace(base, share_role="starting")
+        errors = dict(base.errors_by_type)  # the informer's (leading) and the engine's
+        for kind, n in st.errors_by_type.items():
+            errors[kind] = errors.get(kind, 0) + n
         return dataclasses.replace(
             base,
             share_role=st.role,
             share_lag=st.lag if st.role == "follower" else None,
             stale_since=st.stale_since,
             last_error=base.last_error or st.last_error,
+            # changes applied while following count on after a promotion
+            events_applied=base.events_applied + st.events,
+            errors_by_type=errors,
         )
 
     def snapshot_entries(self, namespace: str | None = None) -> list[Entry]:

@@ -25,6 +25,7 @@ class _Follower(_SlotBase):
                 tg.start_soon(self._acquire_loop, scope)
                 await self._tail()
         self.scope = None
+        self.following_since = None
 
     async def _acquire_loop(self, scope: anyio.CancelScope) -> None:
         # After an outage the leader that was running gets one lease_ttl to take its lease
@@ -74,6 +75,7 @@ class _Follower(_SlotBase):
                             await anyio.sleep(self.engine.acquire_period)
                         continue
                     hydrate = False
+                    self.following_since = time.time()
                     self._started()
                 with anyio.fail_after(timeout):
                     resp: Any = await self.client.xread(
@@ -115,9 +117,11 @@ class _Follower(_SlotBase):
             log.warning("share slot %s: malformed stream entry %r", self.k_lease, eid)
             return False
         self.seq, self.last_id = seq, eid
+        now = self.last_event = time.time()
         with contextlib.suppress(ValueError):
-            self.lag = max(0.0, time.time() - float(fields.get(b"ts", b"")))
+            self.lag = max(0.0, now - float(fields.get(b"ts", b"")))
         change = self.store._apply(etype, entry)
+        self.events += 1
         if change is not None:
             self._emit(change.type, change.entry, change.old)
         return True
@@ -149,6 +153,8 @@ class _Follower(_SlotBase):
         self.epoch, self.seq = epoch.decode(), int(seq)
         self.last_id = last[0][0] if last else b"0-0"
         self.rehydrations += 1
+        if self.rehydrations > 1:
+            self.events += len(changes)  # what a reload changed (the first: objects)
         self._fresh()
         if len(changes) <= _SLICE:
             for c in changes:

@@ -14,6 +14,7 @@ import anyio.abc
 
 from .._codec import Entry, StoreChange
 from .._informer import OnChange
+from .._informer_types import count_error
 from .._redact import redact_text
 from .._store import Store
 from ._base import Lead, SlotStatus
@@ -59,6 +60,10 @@ class _SlotBase:
         self.fenced = 0
         self.rehydrations = 0
         self.promotions = 0
+        self.events = 0  # changes applied as a follower (metrics)
+        self.errors: dict[str, int] = {}  # engine errors by exception class name
+        self.following_since: float | None = None
+        self.last_event: float | None = None
         self.started = False
         self.inflight = 0  # changes in the write being sent
         self.reachable_since: float | None = -math.inf  # None: Redis failed since
@@ -101,6 +106,10 @@ class _SlotBase:
             rehydrations=self.rehydrations,
             promotions=self.promotions,
             last_error=self.last_error,
+            events=self.events,
+            errors_by_type=dict(self.errors),
+            following_since=self.following_since,
+            last_event=self.last_event,
         )
 
     # ------------------------------------------------------------------ helpers
@@ -111,6 +120,8 @@ class _SlotBase:
 
     def _down(self, exc: BaseException) -> None:
         self.last_error = redact_text(f"redis: {type(exc).__name__}: {exc}")
+        count_error(self.errors, exc)
+        self.following_since = None
         self.reachable_since = None
         if self.stale_since is None and self.role != "leader":
             self.stale_since = time.time()
