@@ -112,6 +112,7 @@ async def test_simulated_workload_stays_consistent(seed: int) -> None:
             assert owner["metadata"]["creationTimestamp"] <= created <= now
             assert created <= pod["status"]["startTime"] <= now
             assert cluster.get("nodes", None, pod["spec"]["nodeName"]) is not None
+            assert cluster.get("namespaces", None, pod["metadata"]["namespace"]) is not None
             # a Job's pods end; a Deployment's pods restart but never end
             if ref["kind"] == "Job":
                 assert pod["spec"]["restartPolicy"] == "Never"

@@ -215,6 +215,23 @@ class _Simulation:
 
     # ------------------------------------------------------------ setup
     def start(self, pods: int) -> None:
+        # the namespaces exist as objects, as in a cluster (the dashboard's picker lists them)
+        for ns in dict.fromkeys(("default", "kube-system", *self.namespaces)):
+            if self.cluster.get("namespaces", None, ns) is None:
+                self.cluster.create(
+                    "namespaces",
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Namespace",
+                        "metadata": {
+                            "name": ns,
+                            "creationTimestamp": _ago(86400 * 90),
+                            "labels": {"kubernetes.io/metadata.name": ns},
+                        },
+                        "spec": {"finalizers": ["kubernetes"]},
+                        "status": {"phase": "Active"},
+                    },
+                )
         for name in _NODES:
             if self.cluster.get("nodes", None, name) is None:
                 node = _node(name)
