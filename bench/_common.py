@@ -12,10 +12,14 @@ HERE = Path(__file__).resolve().parent
 
 
 @contextlib.contextmanager
-def server(n: int, size: int = 2000, chunk_buffer: int = 2048) -> Iterator[tuple[str, str, str]]:
-    """Run bench/_server.py; yields (server URL, rv before the pods, rv after them)."""
+def server(
+    n: int, size: int = 2000, chunk_buffer: int = 2048, churn: float = 0.0
+) -> Iterator[tuple[str, str, str]]:
+    """Run bench/_server.py; yields (server URL, rv before the pods, rv after them). With
+    ``churn``, the server changes a pod every ``churn`` seconds."""
+    args = [str(n), str(size), str(chunk_buffer), str(churn)]
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "_server.py"), str(n), str(size), str(chunk_buffer)],
+        [sys.executable, str(HERE / "_server.py"), *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

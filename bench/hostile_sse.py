@@ -1,11 +1,13 @@
 """SSE load on the dashboard: N clients that never read plus N that do, connecting at once.
 
-    python bench/hostile_sse.py [--pods 5000] [--seconds 10] [--external-clients] [--freeze]
-                                [N ...]
+    python bench/hostile_sse.py [--pods 5000] [--seconds 10] [--external-clients]
+                                [--in-process [--freeze]] [N ...]
                                                                     (default N: 100 500)
 
-One FakeCluster (in this process) with --pods pods, the dashboard served by uvicorn in the
-same event loop. For each N: N raw connections ask for ``/api/stream`` and never read, N
+One FakeCluster with --pods pods, in a process of its own (as an API server is; with
+--in-process, in this one, where the collector's full collections over its millions of
+objects count as the dashboard's lag unless --freeze), the dashboard served by uvicorn in
+this event loop. For each N: N raw connections ask for ``/api/stream`` and never read, N
 more read everything; meanwhile pods keep changing and ``/api/contexts`` is timed. Prints
 RSS growth, the worst event-loop lag (wall clock: it counts the time the process waited for
 a CPU too, so it varies with the machine's load) and the CPU time of the longest turn of the
@@ -29,13 +31,14 @@ from pathlib import Path
 
 import anyio
 import httpx
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import anyio.lowlevel
-from _common import table
+from _common import server, table
 
 from kubemux.dashboard import DashboardServer, create_app
-from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from kubemux.testing import FakeCluster, kubeconfig_dict, make_pod
 
 
 def rss_mb() -> float:
@@ -117,8 +120,9 @@ def client_process(port: int, n: int) -> None:
 
 
 async def scenario(
-    url: str, n: int, seconds: float, cluster: FakeCluster, app: object, external: bool
+    url: str, n: int, seconds: float, cluster: FakeCluster | None, app: object, external: bool
 ) -> list[str]:
+    """One run; ``cluster`` is None when it runs in its own process (and churns itself)."""
     port = int(url.rsplit(":", 1)[1].strip("/"))
     state = app.state.dashboard  # type: ignore[attr-defined]
     before = rss_mb()
@@ -142,13 +146,14 @@ async def scenario(
         i = 0
         with turn_cpu(turn):
             while time.monotonic() < end:
-                pod = make_pod(f"churn-{i % 200}")
-                pod["status"]["phase"] = ("Running", "Pending")[i % 2]
-                if cluster.get("pods", "default", pod["metadata"]["name"]) is None:
-                    cluster.create("pods", pod)
-                else:
-                    cluster.update("pods", pod)
-                i += 1
+                if cluster is not None:  # the same churn as bench/_server.py's
+                    pod = make_pod(f"churn-{i % 200}")
+                    pod["status"]["phase"] = ("Running", "Pending")[i % 2]
+                    if cluster.get("pods", "default", pod["metadata"]["name"]) is None:
+                        cluster.create("pods", pod)
+                    else:
+                        cluster.update("pods", pod)
+                    i += 1
                 start = time.perf_counter()
                 response = await c.get("/api/contexts")
                 latencies.append(time.perf_counter() - start)
@@ -188,37 +193,54 @@ async def main() -> None:
         action="store_true",
         help="gc.freeze() the fake cluster's objects (no full collections over them)",
     )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the fake cluster in this process (its objects then weigh on the collector)",
+    )
     parser.add_argument("n", type=int, nargs="*", default=[100, 500])
     args = parser.parse_args()
     rows = []
-    async with FakeCluster() as cluster:
-        for i in range(args.pods):
-            cluster.create("pods", make_pod(f"p-{i:05d}", size=1200))
+    async with contextlib.AsyncExitStack() as stack:
+        cluster: FakeCluster | None = None
+        if args.in_process:
+            cluster = await stack.enter_async_context(FakeCluster())
+            for i in range(args.pods):
+                cluster.create("pods", make_pod(f"p-{i:05d}", size=1200))
+            target: FakeCluster | str = cluster
+        else:
+            target = stack.enter_context(server(args.pods, 1200, churn=0.1))[0]
         if args.freeze:
             # The fake cluster's objects (dicts, millions of gc-tracked objects) live in this
             # process only because the bench puts them here: out of the collector's sight,
             # the full collections they cause (100-400 ms each) stop counting as server lag.
             gc.collect()
             gc.freeze()
-        with tempfile.TemporaryDirectory() as tmp:
-            path = write_kubeconfig(Path(tmp) / "config", {"prod": cluster})
-            for n in args.n:
-                app = create_app(kubeconfig=str(path), max_streams=4 * n, stream_send_timeout=5)
-                server = DashboardServer(app, port=0)
-                async with anyio.create_task_group() as tg:
-                    url = await tg.start(server.serve)
-                    async with httpx.AsyncClient(base_url=url, timeout=60) as c:
-                        await c.get("/api/contexts/prod/pods")  # synced
-                        async with c.stream("GET", "/api/stream") as warm:  # imports done
-                            async for _ in warm.aiter_bytes():
-                                break
-                    rows.append(
-                        await scenario(url, n, args.seconds, cluster, app, args.external_clients)
-                    )
-                    server.shutdown()
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        path = Path(tmp) / "config"
+        path.write_text(yaml.safe_dump(kubeconfig_dict({"prod": target})))  # type: ignore[dict-item]
+        for n in args.n:
+            app = create_app(kubeconfig=str(path), max_streams=4 * n, stream_send_timeout=5)
+            dashboard = DashboardServer(app, port=0)
+            async with anyio.create_task_group() as tg:
+                url = await tg.start(dashboard.serve)
+                async with (
+                    httpx.AsyncClient(base_url=url, timeout=60) as c,
+                    c.stream("GET", "/api/stream") as warm,
+                ):
+                    seen = b""
+                    async for chunk in warm.aiter_bytes():  # the table synced: imports done
+                        seen = seen[-64:] + chunk
+                        if b"event: synced" in seen:
+                            break
+                rows.append(
+                    await scenario(url, n, args.seconds, cluster, app, args.external_clients)
+                )
+                dashboard.shutdown()
     print(
         table(
             f"SSE load: {args.pods} pods, N stalled + N reading clients, {args.seconds:g}s"
+            + (", cluster in this process" if args.in_process else "")
             + (", clients in another process" if args.external_clients else "")
             + (", cluster objects frozen" if args.freeze else ""),
             [
