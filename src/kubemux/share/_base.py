@@ -26,6 +26,7 @@ from .._informer import Informer, InformerKey, OnChange
 from .._resources import Resource
 from .._settings import WatchSettings
 from .._store import Store
+from .._table import TableInformer, TableStore
 
 __all__ = [
     "Lead",
@@ -156,6 +157,7 @@ def share_key(
     label_selector: str | None = None,
     field_selector: str | None = None,
     transform: str = "drop_managed_fields",
+    view: str = "objects",
 ) -> str:
     """The key under which replicas share one watch: a sha256 hex digest.
 
@@ -175,6 +177,8 @@ def share_key(
         "field_selector": field_selector or "",
         "transform": transform,
     }
+    if view != "objects":  # object views keep the keys they had before table views shared
+        parts = {**parts, "view": view}
     return hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
@@ -189,7 +193,9 @@ def informer_lead(
     on_state: Callable[[], None] | None = None,
     on_informer: Callable[[Informer], None] | None = None,
 ) -> Lead:
-    """A ``lead`` callable running a real :class:`Informer` into ``store``.
+    """A ``lead`` callable running a real :class:`Informer` into ``store`` (a
+    :class:`TableInformer` for a ``key.view == "table"`` slot, whose store is a
+    :class:`TableStore`).
 
     Each run builds a fresh informer (``on_informer`` is told, for ``status()``); every change
     it applies goes to ``on_change`` and to the engine's ``publish``.
@@ -205,15 +211,28 @@ def informer_lead(
             if on_change is not None:
                 on_change(etype, entry, old)
 
-        informer = Informer(
-            client,
-            resource,
-            key,
-            settings=settings,
-            store=store,
-            on_change=changed,
-            on_state=on_state,
-        )
+        informer: Informer
+        if key.view == "table":
+            assert isinstance(store, TableStore)
+            informer = TableInformer(
+                client,
+                resource,
+                key,
+                settings=settings,
+                store=store,
+                on_change=changed,
+                on_state=on_state,
+            )
+        else:
+            informer = Informer(
+                client,
+                resource,
+                key,
+                settings=settings,
+                store=store,
+                on_change=changed,
+                on_state=on_state,
+            )
         if on_informer is not None:
             on_informer(informer)
         if resume_rv is None:

@@ -67,7 +67,7 @@ class ShareConnector:
 
 
 class ShareConnection(HttpConnection):
-    """An HTTP connection whose object slots are shared (table views stay local)."""
+    """An HTTP connection whose slots (object and table views) are shared."""
 
     __slots__ = ("_cluster", "_identity", "_lock", "can_lead", "config", "session")
 
@@ -109,10 +109,6 @@ class ShareConnection(HttpConnection):
         on_change: OnChange,
         on_state: Callable[[], None],
     ) -> SlotSource:
-        if key.view != "objects":
-            return super().source(
-                resource, key, store=store, on_change=on_change, on_state=on_state
-            )
         return SharedSource(
             self, resource, key, store=store, on_change=on_change, on_state=on_state
         )
@@ -163,6 +159,7 @@ class SharedSource:
             label_selector=key.label_selector,
             field_selector=key.field_selector,
             transform=_transform_name(self.store),
+            view=key.view,
         )
 
         def on_informer(informer: Informer) -> None:

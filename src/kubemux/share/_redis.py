@@ -4,7 +4,8 @@ Keys per slot (``H`` = the first 32 hex digits of sha256 of the share key; the b
 every key of a slot land on one Redis Cluster node)::
 
     {prefix}:{H}:lease          string  owner token, SET NX PX, renewed every lease_ttl/3
-    {prefix}:{H}:meta           hash    epoch (random hex), seq (changes in this epoch), rv
+    {prefix}:{H}:meta           hash    epoch (random hex), seq (changes in this epoch), rv,
+                                        columns (table views: JSON column definitions)
     {prefix}:{H}:objs           hash    "namespace/name" -> b"<resourceVersion>\\n<JSON>"
     {prefix}:{H}:log            stream  t, f, v (as objs), n (seq), e (epoch), ts; capped
     {prefix}:{H}:stage:<epoch>  hash    a snapshot being written; renamed to objs on commit

@@ -14,6 +14,7 @@ from .._codec import Entry, StoreChange
 from .._store import Replacement, announced_entries
 from ._redis_keys import _SLICE, _entry, _unwrap, log
 from ._redis_slot import _SlotBase
+from ._redis_table import parse_columns, set_columns
 
 
 class _Follower(_SlotBase):
@@ -131,12 +132,20 @@ class _Follower(_SlotBase):
         there is no data yet."""
         with anyio.fail_after(self.engine.command_timeout * 4):
             pipe = self.client.pipeline(transaction=True)
-            pipe.hmget(self.k_meta, ["epoch", "seq", "rv"])
+            pipe.hmget(self.k_meta, ["epoch", "seq", "rv", "columns"])
             pipe.xrevrange(self.k_log, count=1)
             pipe.hgetall(self.k_objs)
-            (epoch, seq, rv), last, objs = await pipe.execute()
+            (epoch, seq, rv, cols), last, objs = await pipe.execute()
         if epoch is None or seq is None or not seq.isdigit():
             return False  # no data (or not a kubemux leader's): wait for a snapshot
+        columns = None
+        if self.table is not None:  # a table view syncs with its columns or not at all
+            try:
+                columns = parse_columns(cols) if cols is not None else None
+            except ValueError as exc:
+                log.warning("share slot %s: malformed columns (%s)", self.k_lease, exc)
+            if columns is None:
+                return False
         store = self.store
         replacement = Replacement(store)
         for i, (field, value) in enumerate(objs.items()):
@@ -149,6 +158,9 @@ class _Follower(_SlotBase):
         del objs
         for _ in replacement.find_deleted(_SLICE):
             await anyio.lowlevel.checkpoint()
+        if self.table is not None and columns is not None:
+            set_columns(self.table, columns)  # before the rows are announced
+            self.sent_columns = columns
         changes = replacement.commit((rv or b"").decode(errors="replace"))
         self.epoch, self.seq = epoch.decode(), int(seq)
         self.last_id = last[0][0] if last else b"0-0"

@@ -4,7 +4,8 @@ Keys per slot (``H`` = the first 32 hex digits of sha256 of the share key; the b
 every key of a slot land on one Redis Cluster node)::
 
     {prefix}:{H}:lease          string  owner token, SET NX PX, renewed every lease_ttl/3
-    {prefix}:{H}:meta           hash    epoch (random hex), seq (changes in this epoch), rv
+    {prefix}:{H}:meta           hash    epoch (random hex), seq (changes in this epoch), rv,
+                                        columns (table views: JSON column definitions)
     {prefix}:{H}:objs           hash    "namespace/name" -> b"<resourceVersion>\\n<JSON>"
     {prefix}:{H}:log            stream  t, f, v (as objs), n (seq), e (epoch), ts; capped
     {prefix}:{H}:stage:<epoch>  hash    a snapshot being written; renamed to objs on commit
@@ -61,6 +62,7 @@ else
 end
 redis.call('DEL', KEYS[4], KEYS[2])
 redis.call('HSET', KEYS[2], 'epoch', ARGV[2], 'seq', 0, 'rv', ARGV[3])
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[2], 'columns', ARGV[5]) end
 redis.call('XADD', KEYS[4], '*', 't', 'RESET', 'n', 0, 'e', ARGV[2], 'ts', ARGV[4])
 return 0
 """

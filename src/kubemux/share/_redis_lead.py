@@ -13,6 +13,7 @@ import anyio.abc
 from .._codec import Entry
 from ._redis_follow import _Follower
 from ._redis_keys import _BATCH, _MAX_QUEUE, _STAGE_CHUNK, _unwrap, _value, log
+from ._redis_table import columns_value
 
 
 class _Slot(_Follower):
@@ -118,6 +119,11 @@ class _Slot(_Follower):
             return
         if self.needs_snapshot or self.token is None:
             return  # the next snapshot carries it
+        if self.table is not None and self._columns_moved():
+            self.needs_snapshot = True  # new columns: a snapshot carries them and the rows
+            self.queue.clear()
+            self.wake.set()
+            return
         queue = self.queue
         queue.append((etype, entry, rv, time.time()))
         if len(queue) > _MAX_QUEUE:
@@ -160,6 +166,9 @@ class _Slot(_Follower):
                     await self._lost_lease()
                 elif self.needs_snapshot:
                     self.wake.set()  # Redis is back: the writer republishes
+                elif self.lead_synced and self._columns_moved():
+                    self.needs_snapshot = True  # a relist changed the columns, no row
+                    self.wake.set()
             except self.s._errors as exc:
                 self._down(exc)
 
@@ -183,6 +192,7 @@ class _Slot(_Follower):
         store = self.store
         entries = store._entries(None)
         rv = store.resource_version
+        columns = self.table.columns if self.table is not None else None
         self.queue.clear()
         self.needs_snapshot = False
         epoch = secrets.token_hex(8)
@@ -202,7 +212,13 @@ class _Slot(_Follower):
                 assert token is not None
                 res = await self.s._commit(
                     keys=[self.k_lease, self.k_meta, self.k_objs, self.k_log, stage],
-                    args=[token, epoch, rv, f"{time.time():.6f}"],
+                    args=[
+                        token,
+                        epoch,
+                        rv,
+                        f"{time.time():.6f}",
+                        b"" if columns is None else columns_value(columns),
+                    ],
                 )
         except BaseException:
             self.needs_snapshot = True
@@ -212,6 +228,7 @@ class _Slot(_Follower):
             await self._lost_lease()
             return
         self.epoch, self.seq = epoch, 0
+        self.sent_columns = columns
         log.info("share slot %s: wrote a snapshot of %d objects", self.k_lease, len(entries))
 
     async def _flush(self) -> None:

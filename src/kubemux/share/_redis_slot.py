@@ -17,8 +17,10 @@ from .._informer import OnChange
 from .._informer_types import count_error
 from .._redact import redact_text
 from .._store import Store
+from .._table import TableColumn
 from ._base import Lead, SlotStatus
 from ._redis_keys import log
+from ._redis_table import table_of
 
 if TYPE_CHECKING:
     from ._redis import RedisSession
@@ -44,6 +46,8 @@ class _SlotBase:
         self.k_lease, self.k_meta = base + ":lease", base + ":meta"
         self.k_objs, self.k_log, self.k_stage = base + ":objs", base + ":log", base + ":stage"
         self.store = store
+        self.table = table_of(store)  # a table view's store: its columns are shared too
+        self.sent_columns: tuple[TableColumn, ...] | None = None  # in Redis, as known
         self.on_change = on_change
         self.lead = lead
         self.task_status = task_status
@@ -134,6 +138,16 @@ class _SlotBase:
     def _emit(self, etype: str, entry: Entry, old: Entry | None) -> None:
         if self.on_change is not None:
             self.on_change(etype, entry, old)
+
+    def _columns_moved(self) -> bool:
+        """A table view's columns differ from those in Redis (a relist brought new ones)."""
+        table = self.table
+        if table is None or table.columns is self.sent_columns:
+            return False
+        if table.columns == self.sent_columns:
+            self.sent_columns = table.columns  # the same columns, another tuple
+            return False
+        return True
 
     async def _try_acquire(self) -> bool:
         token = secrets.token_hex(16)
