@@ -23,6 +23,7 @@ import pytest
 from kubemux import WatcherRegistry
 from kubemux._informer import InformerStatus
 from kubemux._settings import Backoff, WatchSettings
+from kubemux._table import TableStore
 from kubemux.share import Redis
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 from share_support import RedisServer, Replica
@@ -434,3 +435,201 @@ async def test_fake_cluster_self_subject_review_and_the_identity(tmp_path: Path)
         assert "plain" not in found["p"]
         assert found["old"].startswith("entries:")
         assert found["old"] == found["old-renamed"]  # context and entry names do not count
+
+
+# ---------------------------------------------------------------------- table views
+def table_requests(cluster: FakeCluster, plural: str = "pods") -> tuple[int, int]:
+    """(LISTs, WATCHes) in the Table format of one resource the cluster received."""
+    table = [
+        r
+        for r in cluster.requests
+        if r.path.endswith("/" + plural) and r.query.get("includeObject") == "Metadata"
+    ]
+    return sum(not r.is_watch for r in table), sum(r.is_watch for r in table)
+
+
+def cells(table: Any) -> list[tuple[str, str, tuple[Any, ...]]]:
+    return [(r.namespace, r.name, r.cells) for r in table.rows()]
+
+
+def meta_columns(redis: RedisServer) -> list[bytes]:
+    """The ``columns`` field of every slot's meta hash (one per table view)."""
+    keys = redis.command("KEYS", "t:*:meta").split(b"\r\n")
+    found = [redis.command("HGET", k.decode(), "columns") for k in keys if k.startswith(b"t:")]
+    return [f for f in found if not f.startswith(b"$-1")]
+
+
+@pytest.fixture
+async def tls_cluster() -> AsyncIterator[FakeCluster]:
+    """As ``cluster``, over TLS (kubectl sends no token over plain HTTP)."""
+    async with FakeCluster(tokens={"tok-a"}, tls=True, bookmark_period=0.5) as c:
+        c.create_many("pods", (make_pod(f"web-{i}", size=300) for i in range(50)))
+        yield c
+
+
+async def test_table_views_are_shared_with_their_columns(
+    redis_server: RedisServer, tls_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    from test_fake_cluster_kubectl import KUBECTL, kubectl_result
+
+    cluster = tls_cluster
+    kubeconfig = write_kubeconfig(tmp_path / "config", {"fake": cluster})
+    lead = WatcherRegistry.from_kubeconfig(
+        str(kubeconfig), settings=FAST, share=engine(redis_server)
+    )
+    follow = WatcherRegistry.from_kubeconfig(
+        str(kubeconfig), settings=FAST, share=engine(redis_server)
+    )
+    async with lead, follow:
+        ltable = await lead.table("fake", "pods")
+        ftable = await follow.table("fake", "pods")
+        assert isinstance(ltable, TableStore) and isinstance(ftable, TableStore)
+        assert informer(lead, "fake").share_role == "leader"
+        assert informer(follow, "fake").share_role == "follower"
+        await cluster.wait_for(lambda: cluster.open_watches == 1)
+        assert table_requests(cluster) == (1, 1)  # one table LIST and WATCH for both
+        assert lists(cluster) == 1
+        assert len(ltable.columns) > 2 and not ftable.is_fallback
+        assert ftable.columns == ltable.columns
+        assert len(ftable) == 50 and cells(ftable) == cells(ltable)
+        (meta,) = meta_columns(redis_server)
+        assert b'"name":"Restarts"' in meta and b'"priority":1' in meta
+        if KUBECTL != "kubectl":  # kubectl 1.32 prints the same header
+            code, out, err = await kubectl_result(kubeconfig, "get", "pods", "-A")
+            assert code == 0, err
+            header = out.splitlines()[0].split()
+            assert header == ["NAMESPACE"] + [c.name.upper() for c in ftable.columns[:5]]
+            assert all(c.priority == 0 for c in ftable.columns[:5])
+
+        cluster.create("pods", make_pod("late"))
+        await wait_status(follow, lambda: ftable.row("default", "late") is not None)
+        assert ftable.row("default", "late") == ltable.row("default", "late")
+        cluster.delete("pods", "default", "web-3")
+        await wait_status(follow, lambda: ftable.row("default", "web-3") is None)
+        assert cells(ftable) == cells(ltable)
+        assert cluster.open_watches == 1 and table_requests(cluster) == (1, 1)
+
+        # the object view of the same resource is another key: its own watch
+        store = await follow.watch("fake", "pods")
+        assert len(store) == 50
+        await cluster.wait_for(lambda: cluster.open_watches == 2)
+        assert lease_keys(redis_server).startswith(b"*2\r\n")
+        assert table_requests(cluster) == (1, 1)
+
+
+async def test_followers_get_new_printer_columns_after_the_leader_relists(
+    redis_server: RedisServer, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    columns = [{"name": "Size", "type": "integer", "jsonPath": ".spec.size"}]
+    cluster.add_crd("example.com", "widgets", "Widget", printer_columns=columns)
+    cluster.create("widgets.example.com", {"metadata": {"name": "w1"}, "spec": {"size": 3}})
+    kubeconfig = write_kubeconfig(tmp_path / "config", {"fake": cluster})
+    lead = WatcherRegistry.from_kubeconfig(
+        str(kubeconfig), settings=FAST, share=engine(redis_server)
+    )
+    follow = WatcherRegistry.from_kubeconfig(
+        str(kubeconfig), settings=FAST, share=engine(redis_server), share_lead=False
+    )
+    async with lead, follow:
+        ltable = await lead.table("fake", "widgets")
+        ftable = await follow.table("fake", "widgets")
+        assert isinstance(ftable, TableStore)
+        assert informer(follow, "fake", "widgets.example.com").share_role == "follower"
+        assert [(c.name, c.type) for c in ftable.columns] == [
+            ("Name", "string"),
+            ("Size", "integer"),
+        ]
+        assert ftable.columns == ltable.columns and cells(ftable) == [("default", "w1", ("w1", 3))]
+        rows = follow.subscribe("widgets", ["fake"], view="table", snapshot=False)
+        crd = cluster.get("customresourcedefinitions", None, "widgets.example.com")
+        assert crd is not None
+        crd["spec"]["versions"][0]["additionalPrinterColumns"] = [
+            {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+            {"name": "Color", "type": "string", "jsonPath": ".spec.color"},
+        ]
+        async with rows:
+            cluster.update("customresourcedefinitions", crd)
+            cluster.drop_watches()  # the next watch's first event carries the new columns
+            cluster.create(
+                "widgets.example.com",
+                {"metadata": {"name": "w2"}, "spec": {"size": 5, "color": "red"}},
+            )
+            # the follower's subscribers see the new row, cut to the new columns (the
+            # relist swaps w1's row in unannounced: its resourceVersion did not change)
+            with anyio.fail_after(10):
+                change = await rows.__anext__()
+            assert (change.type, change.name) == ("ADDED", "w2")
+            assert change.object is not None and change.object["cells"] == ["w2", 5, "red"]
+            assert [c.name for c in ftable.columns] == ["Name", "Size", "Color"]
+        await wait_status(
+            follow,
+            lambda: (
+                [c.name for c in ftable.columns] == ["Name", "Size", "Color"]
+                and len(ftable) == 2
+                and all(len(r.cells) == 3 for r in ftable.rows())
+            ),
+            timeout=10,
+        )
+        assert ftable.columns == ltable.columns
+        assert cells(ftable) == [
+            ("default", "w1", ("w1", 3, None)),
+            ("default", "w2", ("w2", 5, "red")),
+        ]
+        assert informer(follow, "fake", "widgets.example.com").share_role == "follower"
+        assert any(b'"name":"Color"' in m for m in meta_columns(redis_server))
+        assert table_requests(cluster, "widgets")[0] == 2  # the leader relisted once
+
+        # columns change again and no row announces it (a relist after a 410, no
+        # resourceVersion moved): the new columns still reach the followers
+        crd = cluster.get("customresourcedefinitions", None, "widgets.example.com")
+        assert crd is not None
+        crd["spec"]["versions"][0]["additionalPrinterColumns"] = [
+            {"name": "Color", "type": "string", "jsonPath": ".spec.color"},
+        ]
+        cluster.update("customresourcedefinitions", crd)
+        cluster.compact()  # the leader's next watch gets a 410: it relists
+        cluster.drop_watches()
+        await wait_status(
+            follow,
+            lambda: (
+                [c.name for c in ftable.columns] == ["Name", "Color"]
+                and cells(ftable)
+                == [("default", "w1", ("w1", None)), ("default", "w2", ("w2", "red"))]
+            ),
+            timeout=10,
+        )
+        assert ftable.columns == ltable.columns
+        assert table_requests(cluster, "widgets")[0] == 3
+
+
+async def test_dashboard_like_registries_autowatch_one_shared_table(
+    redis_server: RedisServer, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "config", {"fake": cluster})
+    regs = [
+        WatcherRegistry.from_kubeconfig(
+            str(kubeconfig),
+            settings=FAST,
+            autowatch=["pods"],
+            autowatch_view="table",
+            share=engine(redis_server),
+        )
+        for _ in range(2)
+    ]
+    async with regs[0], regs[1]:
+        for reg in regs:
+            await wait_status(
+                reg, lambda reg=reg: reg.store("fake", "pods", view="table") is not None
+            )
+        tables = [reg.store("fake", "pods", view="table") for reg in regs]
+        assert all(isinstance(t, TableStore) and len(t) == 50 for t in tables)
+        assert sorted(informer(reg, "fake").share_role or "" for reg in regs) == [
+            "follower",
+            "leader",
+        ]
+        await cluster.wait_for(lambda: cluster.open_watches == 1)
+        assert table_requests(cluster) == (1, 1) and lists(cluster) == 1
+        a, b = tables
+        assert isinstance(a, TableStore) and isinstance(b, TableStore)
+        assert a.columns == b.columns and cells(a) == cells(b)
+        assert all(reg.store("fake", "pods") is None for reg in regs)  # no object view
