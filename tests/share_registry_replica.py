@@ -2,11 +2,13 @@
 ``WatcherRegistry(share=kubemux.share.Redis(...))`` that autowatches one resource in every
 context of a kubeconfig (followed: rewriting the file reloads contexts).
 
-Usage: python share_registry_replica.py REDIS_URL KUBECONFIG RESOURCE [--no-lead]
+Usage: python share_registry_replica.py REDIS_URL KUBECONFIG RESOURCE [--no-lead] [--table]
+
+``--table`` autowatches the resource's table view (as the dashboard does) instead.
 
 Reports JSON lines on stdout: {"op": "roles", "roles": {context: role}, "generations":
 {context: n}} whenever a role or generation changes, and answers "dump" on stdin with
-{"op": "dump", "stores": {context: {"ns/name": rv}}}.
+{"op": "dump", "stores": {context: {"ns/name": rv}}, "columns": {context: [name]}}.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import orjson
 
 from kubemux import WatcherRegistry
 from kubemux._settings import Backoff, WatchSettings
+from kubemux._table import TableStore
 from kubemux.share import Redis
 
 
@@ -36,12 +39,14 @@ async def main() -> None:
     p.add_argument("kubeconfig")
     p.add_argument("resource")
     p.add_argument("--no-lead", action="store_true")
+    p.add_argument("--table", action="store_true")
     args = p.parse_args()
 
     registry = WatcherRegistry.from_kubeconfig(
         args.kubeconfig,
         debounce_delay=0.05,
         autowatch=[args.resource],
+        autowatch_view="table" if args.table else "objects",
         settings=WatchSettings(backoff=Backoff(initial_delay=0.05, max_delay=0.5)),
         start_backoff=Backoff(initial_delay=0.05, max_delay=0.5),
         share=Redis(args.redis, prefix="t", lease_ttl=1.5, acquire_period=0.25),
@@ -72,14 +77,18 @@ async def main() -> None:
         while line := (await reader.readline()).strip():
             if line == b"dump":
                 stores = {}
+                columns = {}
+                view = "table" if args.table else "objects"
                 for name in registry.contexts:
-                    store = registry.store(name, args.resource)
+                    store = registry.store(name, args.resource, view=view)
+                    if isinstance(store, TableStore):
+                        columns[name] = [c.name for c in store.columns]
                     if store is not None:
                         stores[name] = {
                             f"{e.namespace}/{e.name}": e.resource_version
                             for e in store._entries(None)
                         }
-                emit(op="dump", stores=stores)
+                emit(op="dump", stores=stores, columns=columns)
         tg.cancel_scope.cancel()
 
 

@@ -280,6 +280,51 @@ async def test_three_replicas_one_watch_and_failover_without_list(
                 await r.close()
 
 
+async def test_table_view_failover_resumes_the_table_watch_without_list(
+    redis_server: RedisServer, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "config", {"fake": cluster})
+    reps = [replica(f"r{i}", redis_server, kubeconfig, "--table") for i in range(3)]
+    async with anyio.create_task_group() as tg:
+        try:
+            for r in reps:
+                await r.start(tg)
+            for r in reps:
+                await r.wait(lambda r=r: roles(r, "fake") in ("leader", "follower"), 20)
+            assert sorted(roles(r, "fake") or "" for r in reps) == [
+                "follower",
+                "follower",
+                "leader",
+            ]
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
+            assert table_requests(cluster) == (1, 1) and lists(cluster) == 1
+            await converge(cluster, reps, "fake")
+            dumps = [await r.dump() for r in reps]
+            assert [d["columns"]["fake"] for d in dumps] == [
+                ["Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node",
+                 "Readiness Gates"],
+            ] * 3  # fmt: skip
+
+            leader = next(r for r in reps if roles(r, "fake") == "leader")
+            others = [r for r in reps if r is not leader]
+            leader.signal(signal.SIGKILL)
+            cluster.create("pods", make_pod("after-kill"))
+            await others[0].wait(lambda: any(roles(r, "fake") == "leader" for r in others), 10)
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
+            # the new leader WATCHes the table from the last published version: no LIST
+            assert table_requests(cluster) == (1, 2) and lists(cluster) == 1
+            watch = [r for r in cluster.requests if r.is_watch][-1]
+            assert watch.query.get("includeObject") == "Metadata"
+            assert watch.query.get("resourceVersion") not in (None, "", "0")
+            cluster.delete("pods", "default", "web-1")
+            await converge(cluster, others, "fake")
+            for r in others:
+                assert (await r.dump())["columns"] == dumps[0]["columns"]
+        finally:
+            for r in reps:
+                await r.close()
+
+
 async def test_identities_context_names_and_token_rotation(
     redis_server: RedisServer, cluster: FakeCluster, tmp_path: Path
 ) -> None:
