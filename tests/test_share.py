@@ -389,6 +389,9 @@ def test_share_key_counts_identity_and_scope_not_context_names() -> None:
     assert a != share_key(identity="alice;groups=dev", namespace="x", **base)  # type: ignore[arg-type]
     assert a != share_key(identity="alice;groups=dev", label_selector="a=b", **base)  # type: ignore[arg-type]
     assert "10.0.0.1" not in a and "alice" not in a and len(a) == 64
+    table = share_key(identity="alice;groups=dev", view="table", **base)  # type: ignore[arg-type]
+    assert table != a  # a table view and an object view of one resource: two keys
+    assert a == share_key(identity="alice;groups=dev", view="objects", **base)  # type: ignore[arg-type]
 
 
 async def _status_is(session: Any, key: str, **want: Any) -> None:
