@@ -7,7 +7,15 @@ from typing import Any
 import orjson
 import pytest
 
-from kubemux._codec import Entry, decode_block, split_block
+from kubemux._codec import (
+    Entry,
+    compact_rv,
+    decode_block,
+    decode_entry,
+    new_entry,
+    rv_str,
+    split_block,
+)
 from kubemux.testing import make_pod
 
 
@@ -136,3 +144,56 @@ def test_a_last_line_without_newline() -> None:
 
 def test_split_block_gives_the_non_blank_lines() -> None:
     assert split_block(block(b"a", b"", b" ", b"b")) == [b"a", b"b"]
+
+
+# resourceVersions are opaque strings; etcd's canonical decimals are kept as ints (smaller)
+RVS = {
+    "1": 1,
+    "123456789": 123456789,
+    "999999999999999999": 999999999999999999,  # 18 digits: the longest kept as an int
+    "1000000000000000000": "1000000000000000000",  # 19 digits: kept as it is
+    "007": "007",  # a leading zero: str(int()) would lose it
+    "0": "0",
+    "": "",
+    "abc": "abc",
+    "12a": "12a",
+    "+1": "+1",
+    " 1": " 1",
+    "1_000": "1_000",
+    "\u0661\u0662": "\u0661\u0662",  # Arabic-Indic digits: int() takes them, str() would not give them back
+    "\u00b2": "\u00b2",  # superscript two: isdigit() but not a decimal
+}
+
+
+@pytest.mark.parametrize(("rv", "compact"), RVS.items())
+def test_resource_versions_are_kept_compactly_and_read_back_exactly(
+    rv: str, compact: int | str
+) -> None:
+    assert compact_rv(rv) == compact
+    assert type(compact_rv(rv)) is type(compact)
+    assert rv_str(compact_rv(rv)) == rv
+    entry = new_entry("default", "p", rv, b"{}")
+    assert entry.resource_version == rv
+    assert bool(entry.rv) == bool(rv)  # "is there a resourceVersion" reads the same
+    if rv and rv.strip() == rv:
+        obj = pod("p", rv)
+        (item,) = decode_block(*block(line("ADDED", obj)), drop_managed_fields=True)
+        assert entry_of(item).rv == compact
+        assert entry_of(item).resource_version == rv
+        assert decode_entry(orjson.dumps(obj)).resource_version == rv
+        assert orjson.loads(entry_of(item).raw)["metadata"]["resourceVersion"] == rv
+
+
+def test_compact_forms_are_equal_exactly_when_the_strings_are() -> None:
+    for a in RVS:
+        for b in RVS:
+            assert (compact_rv(a) == compact_rv(b)) == (a == b), (a, b)
+
+
+def test_a_namespace_string_is_shared_by_every_entry_of_that_namespace() -> None:
+    b1 = block(line("ADDED", pod("a")), line("ADDED", pod("b")))
+    b2 = block(line("ADDED", pod("c")))
+    entries = [entry_of(i) for b in (b1, b2) for i in decode_block(*b, drop_managed_fields=True)]
+    entries.append(decode_entry(orjson.dumps(pod("d"))))
+    assert all(e.namespace == "default" for e in entries)
+    assert all(e.namespace is entries[0].namespace for e in entries)

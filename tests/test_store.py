@@ -117,3 +117,36 @@ def test_custom_transform_and_unusual_json() -> None:
 
     entry = d._prepare(json.dumps(pod("b"), indent=2).encode())
     assert "managedFields" not in entry.decode()["metadata"]
+
+
+def test_opaque_resource_versions_are_read_back_exactly_and_compared_as_strings() -> None:
+    s = Store(PODS)
+
+    def entries(*objs: dict[str, Any]) -> list[Entry]:
+        return [s._prepare_object(o) for o in objs]
+
+    s._replace(entries(pod("a", rv="007"), pod("b", rv="abc"), pod("c", rv="41")), "007")
+    assert s.resource_version == "007"
+    assert {k[1]: s.get(*k)["metadata"]["resourceVersion"] for k in s} == {  # type: ignore[index]
+        "a": "007",
+        "b": "abc",
+        "c": "41",
+    }
+    assert [e.resource_version for e in s._entries(None)] == ["007", "abc", "41"]
+    assert [type(e.rv) for e in s._entries(None)] == [str, str, int]  # etcd's: kept as ints
+    # "7" is not "007", nor "041" "41": MODIFIED; the same strings: unchanged
+    changes = s._replace(entries(pod("a", rv="7"), pod("b", rv="abc"), pod("c", rv="041")), "9")
+    assert sorted((c.type, c.entry.name, c.entry.resource_version) for c in changes) == [
+        ("MODIFIED", "a", "7"),
+        ("MODIFIED", "c", "041"),
+    ]
+    assert s._replace(entries(pod("a", rv="7"), pod("b", rv="abc"), pod("c", rv="041")), "9") == []
+    change = s._apply_object("MODIFIED", pod("b", rv="abd"))
+    assert change is not None and change.old is not None
+    assert (change.entry.resource_version, change.old.resource_version) == ("abd", "abc")
+    assert s.resource_version == "abd"
+    s._apply_object("MODIFIED", pod("b", rv="0042"))
+    assert s.resource_version == "0042"
+    s._apply_object("MODIFIED", pod("b", rv="43"))
+    assert s.resource_version == "43"
+    assert repr(s).endswith("rv='43'>")

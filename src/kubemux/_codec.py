@@ -33,21 +33,59 @@ __all__ = [
     "ListPage",
     "StoreChange",
     "UndecodableObject",
+    "compact_rv",
     "decode_block",
     "decode_entry",
     "decode_list",
     "lenient_loads",
+    "new_entry",
+    "rv_str",
     "split_block",
 ]
 
 
+_RV_MAX_DIGITS = 18  # below 10**18: an int of at most 32 bytes, far inside int64
+
+
+def compact_rv(resource_version: str) -> int | str:
+    """A resourceVersion as the cache keeps it: an ``int`` when the string is a canonical
+    decimal (ASCII digits, no leading zero, at most 18 of them: etcd's revisions), so
+    ``str()`` gives the same string back; else the string itself. An int of a real
+    cluster's revision takes 28-32 bytes, its string 55-62. Canonical forms compare equal
+    exactly when the strings do (a string is kept as an int if and only if it is canonical)."""
+    if (
+        resource_version.isascii()
+        and resource_version.isdigit()
+        and resource_version[0] != "0"
+        and len(resource_version) <= _RV_MAX_DIGITS
+    ):
+        return int(resource_version)
+    return resource_version
+
+
+def rv_str(rv: int | str) -> str:
+    """The resourceVersion string of a :func:`compact_rv` value, exactly as the server sent it."""
+    return rv if isinstance(rv, str) else str(rv)
+
+
 class Entry(msgspec.Struct, gc=False, frozen=True):
-    """One cached object: its identity and its JSON bytes. Not tracked by the collector."""
+    """One cached object: its identity and its JSON bytes. Not tracked by the collector.
+
+    Build with :func:`new_entry`: ``rv`` is the :func:`compact_rv` form of the
+    resourceVersion (read the string as :attr:`resource_version`), and the namespace string
+    is interned, so the store's thousands of entries of one namespace share one string.
+    """
 
     namespace: str
     name: str
-    resource_version: str
+    rv: int | str
     raw: bytes
+
+    @property
+    def resource_version(self) -> str:
+        """The object's resourceVersion, exactly as the server sent it (``""`` if none)."""
+        rv = self.rv
+        return rv if isinstance(rv, str) else str(rv)
 
     def decode(self) -> dict[str, Any]:
         """The object as a fresh dict (callers may change it freely). Never raises: only
@@ -57,6 +95,14 @@ class Entry(msgspec.Struct, gc=False, frozen=True):
         except orjson.JSONDecodeError:
             obj = lenient_loads(self.raw)
         return obj
+
+
+def new_entry(namespace: str, name: str, resource_version: str, raw: bytes) -> Entry:
+    """An :class:`Entry` in the cache's compact form (see its docstring)."""
+    return Entry(_intern(namespace), name, compact_rv(resource_version), raw)
+
+
+_intern = sys.intern
 
 
 class StoreChange(msgspec.Struct, gc=False, frozen=True):
@@ -254,6 +300,7 @@ def decode_block(
     out: list[tuple[str, Entry | bytes]] = []
     append = out.append
     find = buf.find
+    entry = new_entry
     pos = start
     for head in heads:
         end = find(b"\n", pos, stop)
@@ -279,7 +326,7 @@ def decode_block(
             raw = decode_entry(buf[first:last]).raw if cut is None else cut
         else:
             raw = buf[first:last]
-        append((etype, Entry(meta.namespace, meta.name, meta.resourceVersion, raw)))
+        append((etype, entry(meta.namespace, meta.name, meta.resourceVersion, raw)))
         pos = end + 1
     return out
 
@@ -365,7 +412,7 @@ def decode_entry(
             raise UndecodableObject(
                 f"the transform raised {type(exc).__name__}: {str(exc)[:200]}"
             ) from exc
-        return Entry(meta.namespace, meta.name, meta.resourceVersion, raw)
+        return new_entry(meta.namespace, meta.name, meta.resourceVersion, raw)
     _check_readable(raw)
     if drop_managed_fields and len(meta.managedFields):
         cut = _without_managed_fields(raw, memoryview(raw), 0, len(raw), bytes(meta.managedFields))
@@ -374,4 +421,4 @@ def decode_entry(
             obj["metadata"].pop("managedFields", None)
             cut = orjson.dumps(obj)
         raw = cut
-    return Entry(meta.namespace, meta.name, meta.resourceVersion, raw)
+    return new_entry(meta.namespace, meta.name, meta.resourceVersion, raw)

@@ -102,11 +102,11 @@ class Store:
         "_keyvals",
         "_peak",
         "_reads",
+        "_rv",
         "_synced",
         "_transform",
         "_type_prefix",
         "resource",
-        "resource_version",
     )
 
     def __init__(
@@ -117,7 +117,7 @@ class Store:
         indexers: Mapping[str, Indexer] | None = None,
     ) -> None:
         self.resource = resource
-        self.resource_version = ""
+        self._rv: int | str = ""  # the resourceVersion, in the entries' compact form
         self._drop_mf = transform is drop_managed_fields
         self._transform = None if transform is drop_managed_fields else transform
         self._items: _Items = {}
@@ -139,6 +139,16 @@ class Store:
         )
 
     # ---------------------------------------------------------------- reads
+    @property
+    def resource_version(self) -> str:
+        """The resourceVersion of the last applied change (or list), as the server sent it."""
+        rv = self._rv
+        return rv if isinstance(rv, str) else str(rv)
+
+    @resource_version.setter
+    def resource_version(self, value: str) -> None:
+        self._rv = value
+
     @property
     def has_synced(self) -> bool:
         """True once the first LIST has been applied."""
@@ -280,8 +290,8 @@ class Store:
 
     def _apply(self, event_type: str, entry: Entry) -> StoreChange | None:
         """Apply one watch event; returns what changed, or None if nothing did."""
-        if entry.resource_version:
-            self.resource_version = entry.resource_version
+        if entry.rv:  # kept compact: converted to a string only when read
+            self._rv = entry.rv
         items = self._items
         ns, name = entry.namespace, entry.name
         bucket = items.get(ns)
@@ -396,7 +406,7 @@ class Replacement:
         old = store._get(ns, name)
         if old is None:
             self._changes.append(StoreChange("ADDED", entry, None))
-        elif old.resource_version != entry.resource_version or not entry.resource_version:
+        elif old.rv != entry.rv or not entry.rv:  # compact forms: equal iff the strings are
             self._changes.append(StoreChange("MODIFIED", entry, old))
 
     def find_deleted(self, slice_size: int) -> Iterator[None]:
