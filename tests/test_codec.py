@@ -9,10 +9,13 @@ import pytest
 
 from kubemux._codec import (
     Entry,
+    PinnedEntry,
     compact_rv,
     decode_block,
     decode_entry,
+    foreign_entry,
     new_entry,
+    raw_resource_version,
     rv_str,
     split_block,
 )
@@ -197,3 +200,37 @@ def test_a_namespace_string_is_shared_by_every_entry_of_that_namespace() -> None
     entries.append(decode_entry(orjson.dumps(pod("d"))))
     assert all(e.namespace == "default" for e in entries)
     assert all(e.namespace is entries[0].namespace for e in entries)
+
+
+def test_the_resource_version_is_read_back_from_the_bytes() -> None:
+    obj = pod("p", "4242")
+    (item,) = decode_block(*block(line("ADDED", obj)), drop_managed_fields=True)
+    raw = entry_of(item).raw
+    assert raw_resource_version(raw) == "4242"
+    bare = Entry("default", "p", None, raw)  # what a store hands back for its bytes
+    assert (bare.resource_version, bare.compact_rv()) == ("4242", 4242)
+    assert raw_resource_version(b'{"metadata":{"name":"x"}}') == ""
+    assert raw_resource_version(b'{"metadata":{"resourceVersion":"1"},"n":1e400}') == "1"
+
+
+def test_bytes_from_elsewhere_are_checked_and_pinned_when_they_disagree() -> None:
+    raw = orjson.dumps(without_mf(pod("p", "9")))
+    assert type(foreign_entry("default", "p", "9", raw)) is Entry
+    pinned = foreign_entry("default", "p", "10", raw)
+    assert type(pinned) is PinnedEntry
+    assert (pinned.rv, pinned.resource_version) == (10, "10")
+
+
+def test_a_transform_that_changes_the_resource_version_pins_the_entry() -> None:
+    def strip(obj: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"name": obj["metadata"]["name"]}}
+
+    def keep(obj: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": obj["metadata"], "kept": True}
+
+    raw = orjson.dumps(pod("p", "9"))
+    stripped = decode_entry(raw, transform=strip)
+    assert type(stripped) is PinnedEntry and stripped.resource_version == "9"
+    assert raw_resource_version(stripped.raw) == ""
+    kept = decode_entry(raw, transform=keep)
+    assert type(kept) is Entry and raw_resource_version(kept.raw) == "9"

@@ -294,7 +294,8 @@ class Informer(Lister):
                     change = apply(etype, item)
                     if change is not None and on_change is not None:
                         on_change(change.type, change.entry, change.old)
-                    self._rv = item.rv  # compact: a string only when the next WATCH opens
+                    rv = item.rv  # compact: a string only when the next WATCH opens
+                    self._rv = rv if rv is not None else item.compact_rv()
                     self._delivered += 1
                 junk = self._skipped - skipped_before
                 if junk > _MAX_JUNK_LINES and junk > self._delivered:

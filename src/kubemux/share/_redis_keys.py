@@ -21,7 +21,7 @@ import hashlib
 import logging
 from collections.abc import Iterator
 
-from .._codec import Entry, new_entry
+from .._codec import Entry, foreign_entry
 
 # the engine's logger: one name for all of its modules
 log = logging.getLogger("kubemux.share._redis")
@@ -103,7 +103,7 @@ def _digest(key: bytes | str) -> str:
 def _entry(field: bytes, value: bytes) -> Entry:
     ns, _, name = field.decode().partition("/")
     rv, _, raw = value.partition(b"\n")
-    return new_entry(ns, name, rv.decode(), raw)
+    return foreign_entry(ns, name, rv.decode(), raw)  # another process's: checked
 
 
 def _value(entry: Entry) -> bytes:
