@@ -363,7 +363,8 @@ def decode_block(
     out: list[tuple[str, Entry | bytes]] = []
     append = out.append
     find = buf.find
-    entry = new_entry
+    intern = _intern
+    ns_last = ns_kept = ""  # a block's lines are mostly of one namespace: intern it once
     pos = start
     for head in heads:
         end = find(b"\n", pos, stop)
@@ -389,7 +390,15 @@ def decode_block(
             raw = decode_entry(buf[first:last]).raw if cut is None else cut
         else:
             raw = buf[first:last]
-        append((etype, entry(meta.namespace, meta.name, meta.resourceVersion, raw)))
+        ns = meta.namespace
+        if ns != ns_last:
+            ns_last = ns
+            ns_kept = intern(ns)
+        text = meta.resourceVersion  # compact_rv(), inlined
+        rv: int | str = text
+        if text.isascii() and text.isdigit() and text[0] != "0" and len(text) <= _RV_MAX_DIGITS:
+            rv = int(text)
+        append((etype, Entry(ns_kept, meta.name, rv, raw)))
         pos = end + 1
     return out
 

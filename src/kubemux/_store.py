@@ -206,7 +206,16 @@ class Store:
     def list_raw(self, namespace: str | None = None) -> builtins.list[bytes]:
         """Like :meth:`list`, as JSON bytes."""
         self._reads += 1
-        return [e.raw for e in self._entries(namespace)]
+        items = self._items
+        out: builtins.list[bytes] = []
+        for ns in sorted(items) if namespace is None else (namespace,):
+            bucket = items.get(ns)
+            if bucket is not None:
+                out.extend(
+                    v if isinstance(v, bytes) else v.raw
+                    for v in map(bucket.__getitem__, sorted(bucket))
+                )
+        return out
 
     def _entries(self, namespace: str | None) -> builtins.list[Entry]:
         items = self._items
@@ -339,7 +348,13 @@ class Store:
             bucket = items[ns] = {}
         kept = bucket.get(name)
         bucket[name] = entry.raw if type(entry) is Entry else entry  # _kept(), inlined
-        old = None if kept is None else _entry(ns, name, kept)
+        old = (  # _entry(), inlined
+            None
+            if kept is None
+            else Entry(ns, name, None, kept)
+            if isinstance(kept, bytes)
+            else kept
+        )
         if old is None:
             self._count += 1
             if self._count > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
