@@ -14,7 +14,7 @@ from kubemux._codec import (
     decode_block,
     decode_entry,
     foreign_entry,
-    new_entry,
+    pinned_entry,
     raw_resource_version,
     rv_str,
     split_block,
@@ -149,7 +149,7 @@ def test_split_block_gives_the_non_blank_lines() -> None:
     assert split_block(block(b"a", b"", b" ", b"b")) == [b"a", b"b"]
 
 
-# resourceVersions are opaque strings; etcd's canonical decimals are kept as ints (smaller)
+# resourceVersions are opaque strings; etcd's canonical decimals have a compact int form
 RVS = {
     "1": 1,
     "123456789": 123456789,
@@ -175,13 +175,17 @@ def test_resource_versions_are_kept_compactly_and_read_back_exactly(
     assert compact_rv(rv) == compact
     assert type(compact_rv(rv)) is type(compact)
     assert rv_str(compact_rv(rv)) == rv
-    entry = new_entry("default", "p", rv, b"{}")
-    assert entry.resource_version == rv
-    assert bool(entry.rv) == bool(rv)  # "is there a resourceVersion" reads the same
+    pinned = pinned_entry("default", "p", rv, b"{}")
+    assert pinned.rv == compact and type(pinned.rv) is type(compact)
+    assert pinned.resource_version == rv
+    assert pinned.compact_rv() == compact
+    assert bool(pinned.rv) == bool(rv)  # "is there a resourceVersion" reads the same
     if rv and rv.strip() == rv:
         obj = pod("p", rv)
         (item,) = decode_block(*block(line("ADDED", obj)), drop_managed_fields=True)
-        assert entry_of(item).rv == compact
+        assert entry_of(item).rv == rv
+        assert entry_of(item).compact_rv() == compact
+        assert Entry("default", "p", None, entry_of(item).raw).compact_rv() == compact
         assert entry_of(item).resource_version == rv
         assert decode_entry(orjson.dumps(obj)).resource_version == rv
         assert orjson.loads(entry_of(item).raw)["metadata"]["resourceVersion"] == rv
@@ -193,12 +197,11 @@ def test_compact_forms_are_equal_exactly_when_the_strings_are() -> None:
             assert (compact_rv(a) == compact_rv(b)) == (a == b), (a, b)
 
 
-def test_a_namespace_string_is_shared_by_every_entry_of_that_namespace() -> None:
-    b1 = block(line("ADDED", pod("a")), line("ADDED", pod("b")))
-    b2 = block(line("ADDED", pod("c")))
-    entries = [entry_of(i) for b in (b1, b2) for i in decode_block(*b, drop_managed_fields=True)]
-    entries.append(decode_entry(orjson.dumps(pod("d"))))
-    assert all(e.namespace == "default" for e in entries)
+def test_pinned_entries_of_a_namespace_share_its_string() -> None:
+    names = [b"default".decode() for _ in range(3)]  # three strings, equal, not the same
+    assert names[0] is not names[1]
+    entries = [pinned_entry(ns, n, "1", b"{}") for ns, n in zip(names, "abc", strict=True)]
+    assert entries[0].namespace == "default"
     assert all(e.namespace is entries[0].namespace for e in entries)
 
 

@@ -6,14 +6,14 @@ import anyio
 import pytest
 
 from kubemux import Change, SubscriberOverflow
-from kubemux._codec import new_entry
+from kubemux._codec import Entry
 from kubemux._fanout import Fanout
 
 TIMEOUT = 5
 
 
 def change(context: str = "c", resource: str = "pods", name: str = "p", ns: str = "d") -> Change:
-    entry = new_entry(ns, name, "1", b'{"metadata":{"name":"%s"}}' % name.encode())
+    entry = Entry(ns, name, "1", b'{"metadata":{"name":"%s"}}' % name.encode())
     return Change.from_entry(context, resource, "ADDED", entry, 1)
 
 

@@ -44,7 +44,7 @@ __all__ = [
     "decode_raw",
     "foreign_entry",
     "lenient_loads",
-    "new_entry",
+    "pinned_entry",
     "raw_resource_version",
     "rv_str",
     "split_block",
@@ -55,11 +55,12 @@ _RV_MAX_DIGITS = 18  # below 10**18: an int of at most 32 bytes, far inside int6
 
 
 def compact_rv(resource_version: str) -> int | str:
-    """A resourceVersion as the cache keeps it: an ``int`` when the string is a canonical
-    decimal (ASCII digits, no leading zero, at most 18 of them: etcd's revisions), so
-    ``str()`` gives the same string back; else the string itself. An int of a real
-    cluster's revision takes 28-32 bytes, its string 55-62. Canonical forms compare equal
-    exactly when the strings do (a string is kept as an int if and only if it is canonical)."""
+    """A resourceVersion in compact form: an ``int`` when the string is a canonical decimal
+    (ASCII digits, no leading zero, at most 18 of them: etcd's revisions), so ``str()``
+    gives the same string back; else the string itself. An int of a real cluster's revision
+    takes 28-32 bytes, its string 55-62 (what a :class:`PinnedEntry` keeps, and what the
+    store and the informer keep of the last one). Compact forms compare equal exactly when
+    the strings do (a string becomes an int if and only if it is canonical)."""
     if (
         resource_version.isascii()
         and resource_version.isdigit()
@@ -76,16 +77,14 @@ def rv_str(rv: int | str) -> str:
 
 
 class Entry(msgspec.Struct, gc=False, frozen=True):
-    """One cached object: its identity and its JSON bytes. Not tracked by the collector.
+    """One object: its identity and its JSON bytes. Not tracked by the collector.
 
-    Build with :func:`new_entry`: ``rv`` is the :func:`compact_rv` form of the
-    resourceVersion (read the string as :attr:`resource_version`), and the namespace string
-    is interned, so the store's thousands of entries of one namespace share one string.
-
-    ``rv`` None means "the ``metadata.resourceVersion`` in ``raw``": what a store hands back
-    for an object it keeps as bytes alone (see :mod:`kubemux._store`). An ``Entry`` (this
-    exact type) promises that ``rv``, when set, is that same value: every decoder here makes
-    it so. An object whose resourceVersion is not in its bytes is a :class:`PinnedEntry`.
+    What the decoders hand over (``rv`` the resourceVersion string) and what a store hands
+    back for an object it keeps as bytes alone (see :mod:`kubemux._store`): ``rv`` None,
+    meaning "the ``metadata.resourceVersion`` in ``raw``". Read the string as
+    :attr:`resource_version`. An ``Entry`` (this exact type) promises that ``rv``, when set,
+    is that same value: every decoder here makes it so. An object whose resourceVersion is
+    not in its bytes is a :class:`PinnedEntry`.
     """
 
     namespace: str
@@ -104,7 +103,9 @@ class Entry(msgspec.Struct, gc=False, frozen=True):
     def compact_rv(self) -> int | str:
         """The resourceVersion in :func:`compact_rv` form (read from ``raw`` if not kept)."""
         rv = self.rv
-        return compact_rv(raw_resource_version(self.raw)) if rv is None else rv
+        if rv is None:
+            return compact_rv(raw_resource_version(self.raw))
+        return compact_rv(rv) if isinstance(rv, str) else rv
 
     def decode(self) -> dict[str, Any]:
         """The object as a fresh dict (callers may change it freely). Never raises: only
@@ -114,7 +115,7 @@ class Entry(msgspec.Struct, gc=False, frozen=True):
 
 class PinnedEntry(Entry, gc=False, frozen=True):
     """An entry whose resourceVersion is not (or not known to be) the one in its bytes: a
-    store keeps the entry itself, ``rv`` included."""
+    store keeps the entry itself, ``rv`` included (build with :func:`pinned_entry`)."""
 
 
 def decode_raw(raw: bytes) -> dict[str, Any]:
@@ -140,18 +141,18 @@ def raw_resource_version(raw: bytes) -> str:
         return rv if isinstance(rv, str) else ""
 
 
-def new_entry(namespace: str, name: str, resource_version: str, raw: bytes) -> Entry:
-    """An :class:`Entry` in the cache's compact form (see its docstring); ``raw`` must hold
-    ``resource_version`` as its ``metadata.resourceVersion``."""
-    return Entry(_intern(namespace), name, compact_rv(resource_version), raw)
+def pinned_entry(namespace: str, name: str, resource_version: str, raw: bytes) -> Entry:
+    """A :class:`PinnedEntry`, kept compact: the namespace string interned (one for all the
+    entries of a namespace), the resourceVersion in :func:`compact_rv` form."""
+    return PinnedEntry(_intern(namespace), name, compact_rv(resource_version), raw)
 
 
 def foreign_entry(namespace: str, name: str, resource_version: str, raw: bytes) -> Entry:
-    """:func:`new_entry` for bytes from elsewhere (another replica): checks that ``raw``
-    holds ``resource_version`` (~1 us per KB), else the entry is pinned."""
+    """An entry of bytes from elsewhere (another replica; a Table row put together here):
+    checks that ``raw`` holds ``resource_version`` (~1 us per KB), else pins it."""
     if raw_resource_version(raw) == resource_version:
-        return new_entry(namespace, name, resource_version, raw)
-    return PinnedEntry(_intern(namespace), name, compact_rv(resource_version), raw)
+        return Entry(namespace, name, resource_version, raw)
+    return pinned_entry(namespace, name, resource_version, raw)
 
 
 _intern = sys.intern
@@ -363,8 +364,6 @@ def decode_block(
     out: list[tuple[str, Entry | bytes]] = []
     append = out.append
     find = buf.find
-    intern = _intern
-    ns_last = ns_kept = ""  # a block's lines are mostly of one namespace: intern it once
     pos = start
     for head in heads:
         end = find(b"\n", pos, stop)
@@ -390,15 +389,7 @@ def decode_block(
             raw = decode_entry(buf[first:last]).raw if cut is None else cut
         else:
             raw = buf[first:last]
-        ns = meta.namespace
-        if ns != ns_last:
-            ns_last = ns
-            ns_kept = intern(ns)
-        text = meta.resourceVersion  # compact_rv(), inlined
-        rv: int | str = text
-        if text.isascii() and text.isdigit() and text[0] != "0" and len(text) <= _RV_MAX_DIGITS:
-            rv = int(text)
-        append((etype, Entry(ns_kept, meta.name, rv, raw)))
+        append((etype, Entry(meta.namespace, meta.name, meta.resourceVersion, raw)))
         pos = end + 1
     return out
 
@@ -487,11 +478,9 @@ def decode_entry(
             ) from exc
         kept = obj.get("metadata") if isinstance(obj, dict) else None
         if isinstance(kept, dict) and kept.get("resourceVersion") == meta.resourceVersion:
-            return new_entry(meta.namespace, meta.name, meta.resourceVersion, raw)
+            return Entry(meta.namespace, meta.name, meta.resourceVersion, raw)
         # the transform changed or dropped it: the entry keeps the server's
-        return PinnedEntry(
-            _intern(meta.namespace), meta.name, compact_rv(meta.resourceVersion), raw
-        )
+        return pinned_entry(meta.namespace, meta.name, meta.resourceVersion, raw)
     _check_readable(raw)
     if drop_managed_fields and len(meta.managedFields):
         cut = _without_managed_fields(raw, memoryview(raw), 0, len(raw), bytes(meta.managedFields))
@@ -500,4 +489,4 @@ def decode_entry(
             obj["metadata"].pop("managedFields", None)
             cut = orjson.dumps(obj)
         raw = cut
-    return new_entry(meta.namespace, meta.name, meta.resourceVersion, raw)
+    return Entry(meta.namespace, meta.name, meta.resourceVersion, raw)
