@@ -109,7 +109,7 @@ class Informer(Lister):
         self._last_sync: float | None = None
         self._failures = 0
         self._last_failure_at = -math.inf
-        self._rv: int | str = ""  # where the next WATCH starts (compact form, see Entry.rv)
+        self._rv: int | str = ""  # where the next WATCH starts (an entry's rv: see Entry)
         self._delivered = 0
         self._pending: dict[str, dict[str, StoreChange]] = {}
 
@@ -294,7 +294,7 @@ class Informer(Lister):
                     change = apply(etype, item)
                     if change is not None and on_change is not None:
                         on_change(change.type, change.entry, change.old)
-                    rv = item.rv  # compact: a string only when the next WATCH opens
+                    rv = item.rv  # as the entry has it (a pinned one's may be an int)
                     self._rv = rv if rv is not None else item.compact_rv()
                     self._delivered += 1
                 junk = self._skipped - skipped_before

@@ -134,7 +134,7 @@ class Store:
         indexers: Mapping[str, Indexer] | None = None,
     ) -> None:
         self.resource = resource
-        self._rv: int | str = ""  # the resourceVersion, in the entries' compact form
+        self._rv: int | str = ""  # the last entry's rv (a pinned one's may be an int)
         self._drop_mf = transform is drop_managed_fields
         self._transform = None if transform is drop_managed_fields else transform
         self._items: _Items = {}
@@ -326,7 +326,7 @@ class Store:
 
     def _apply(self, event_type: str, entry: Entry) -> StoreChange | None:
         """Apply one watch event; returns what changed, or None if nothing did."""
-        if entry.rv:  # kept compact: converted to a string only when read
+        if entry.rv:  # as the entry has it: made a string when read
             self._rv = entry.rv
         items = self._items
         ns, name = entry.namespace, entry.name
@@ -348,13 +348,7 @@ class Store:
             bucket = items[ns] = {}
         kept = bucket.get(name)
         bucket[name] = entry.raw if type(entry) is Entry else entry  # _kept(), inlined
-        old = (  # _entry(), inlined
-            None
-            if kept is None
-            else Entry(ns, name, None, kept)
-            if isinstance(kept, bytes)
-            else kept
-        )
+        old = kept if kept is None or not isinstance(kept, bytes) else Entry(ns, name, None, kept)
         if old is None:
             self._count += 1
             if self._count > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
