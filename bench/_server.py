@@ -16,15 +16,20 @@ import anyio
 from kubemux.testing import FakeCluster, make_pod
 
 
+def churn_step(cluster: FakeCluster, i: int) -> None:
+    """Change 1 of 200 ``churn-*`` pods (create it the first time); ``i`` counts the steps."""
+    pod = make_pod(f"churn-{i % 200}")
+    pod["status"]["phase"] = ("Running", "Pending")[i % 2]
+    if cluster.get("pods", "default", pod["metadata"]["name"]) is None:
+        cluster.create("pods", pod)
+    else:
+        cluster.update("pods", pod)
+
+
 async def churn(cluster: FakeCluster, period: float) -> None:
     i = 0
     while True:
-        pod = make_pod(f"churn-{i % 200}")
-        pod["status"]["phase"] = ("Running", "Pending")[i % 2]
-        if cluster.get("pods", "default", pod["metadata"]["name"]) is None:
-            cluster.create("pods", pod)
-        else:
-            cluster.update("pods", pod)
+        churn_step(cluster, i)
         i += 1
         await anyio.sleep(period)
 

@@ -36,6 +36,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import anyio.lowlevel
 from _common import server, table
+from _server import churn_step
 
 from kubemux.dashboard import DashboardServer, create_app
 from kubemux.testing import FakeCluster, kubeconfig_dict, make_pod
@@ -146,13 +147,8 @@ async def scenario(
         i = 0
         with turn_cpu(turn):
             while time.monotonic() < end:
-                if cluster is not None:  # the same churn as bench/_server.py's
-                    pod = make_pod(f"churn-{i % 200}")
-                    pod["status"]["phase"] = ("Running", "Pending")[i % 2]
-                    if cluster.get("pods", "default", pod["metadata"]["name"]) is None:
-                        cluster.create("pods", pod)
-                    else:
-                        cluster.update("pods", pod)
+                if cluster is not None:  # the churn bench/_server.py does by itself
+                    churn_step(cluster, i)
                     i += 1
                 start = time.perf_counter()
                 response = await c.get("/api/contexts")

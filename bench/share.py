@@ -3,7 +3,9 @@
 One run: a redis-server on a free port (persistence off), FakeClusters in this process, and
 replica processes (tests/share_replica.py), each with its own share session and informer.
 
-    python bench/share.py [--kills 20] [--objects 50000]
+    python bench/share.py [--kills 20] [--objects 50000] [--parts hydrate]
+
+``--parts hydrate`` runs only the hydration and memory rows (about a minute).
 
 Prints one table: watches per resource for N = 1, 3, 10 replicas, LISTs on failover,
 failover time (SIGKILL to the new leader watching) p99, follower lag at 1,000 events/s p99,

@@ -7,7 +7,18 @@ from typing import Any
 import orjson
 import pytest
 
-from kubemux._codec import Entry, decode_block, split_block
+from kubemux._codec import (
+    Entry,
+    PinnedEntry,
+    compact_rv,
+    decode_block,
+    decode_entry,
+    foreign_entry,
+    pinned_entry,
+    raw_resource_version,
+    rv_str,
+    split_block,
+)
 from kubemux.testing import make_pod
 
 
@@ -136,3 +147,93 @@ def test_a_last_line_without_newline() -> None:
 
 def test_split_block_gives_the_non_blank_lines() -> None:
     assert split_block(block(b"a", b"", b" ", b"b")) == [b"a", b"b"]
+
+
+# resourceVersions are opaque strings; etcd's canonical decimals have a compact int form
+RVS = {
+    "1": 1,
+    "123456789": 123456789,
+    "999999999999999999": 999999999999999999,  # 18 digits: the longest kept as an int
+    "1000000000000000000": "1000000000000000000",  # 19 digits: kept as it is
+    "007": "007",  # a leading zero: str(int()) would lose it
+    "0": "0",
+    "": "",
+    "abc": "abc",
+    "12a": "12a",
+    "+1": "+1",
+    " 1": " 1",
+    "1_000": "1_000",
+    "\u0661\u0662": "\u0661\u0662",  # Arabic-Indic digits: int() takes them, str() would not give them back
+    "\u00b2": "\u00b2",  # superscript two: isdigit() but not a decimal
+}
+
+
+@pytest.mark.parametrize(("rv", "compact"), RVS.items())
+def test_resource_versions_are_kept_compactly_and_read_back_exactly(
+    rv: str, compact: int | str
+) -> None:
+    assert compact_rv(rv) == compact
+    assert type(compact_rv(rv)) is type(compact)
+    assert rv_str(compact_rv(rv)) == rv
+    pinned = pinned_entry("default", "p", rv, b"{}")
+    assert pinned.rv == compact and type(pinned.rv) is type(compact)
+    assert pinned.resource_version == rv
+    assert pinned.compact_rv() == compact
+    assert bool(pinned.rv) == bool(rv)  # "is there a resourceVersion" reads the same
+    if rv and rv.strip() == rv:
+        obj = pod("p", rv)
+        (item,) = decode_block(*block(line("ADDED", obj)), drop_managed_fields=True)
+        assert entry_of(item).rv == rv
+        assert entry_of(item).compact_rv() == compact
+        assert Entry("default", "p", None, entry_of(item).raw).compact_rv() == compact
+        assert entry_of(item).resource_version == rv
+        assert decode_entry(orjson.dumps(obj)).resource_version == rv
+        assert orjson.loads(entry_of(item).raw)["metadata"]["resourceVersion"] == rv
+
+
+def test_compact_forms_are_equal_exactly_when_the_strings_are() -> None:
+    for a in RVS:
+        for b in RVS:
+            assert (compact_rv(a) == compact_rv(b)) == (a == b), (a, b)
+
+
+def test_pinned_entries_of_a_namespace_share_its_string() -> None:
+    names = [b"default".decode() for _ in range(3)]  # three strings, equal, not the same
+    assert names[0] is not names[1]
+    entries = [pinned_entry(ns, n, "1", b"{}") for ns, n in zip(names, "abc", strict=True)]
+    assert entries[0].namespace == "default"
+    assert all(e.namespace is entries[0].namespace for e in entries)
+
+
+def test_the_resource_version_is_read_back_from_the_bytes() -> None:
+    obj = pod("p", "4242")
+    (item,) = decode_block(*block(line("ADDED", obj)), drop_managed_fields=True)
+    raw = entry_of(item).raw
+    assert raw_resource_version(raw) == "4242"
+    bare = Entry("default", "p", None, raw)  # what a store hands back for its bytes
+    assert (bare.resource_version, bare.compact_rv()) == ("4242", 4242)
+    assert raw_resource_version(b'{"metadata":{"name":"x"}}') == ""
+    assert raw_resource_version(b'{"metadata":{"resourceVersion":"1"},"n":1e400}') == "1"
+
+
+def test_bytes_from_elsewhere_are_checked_and_pinned_when_they_disagree() -> None:
+    raw = orjson.dumps(without_mf(pod("p", "9")))
+    assert type(foreign_entry("default", "p", "9", raw)) is Entry
+    pinned = foreign_entry("default", "p", "10", raw)
+    assert type(pinned) is PinnedEntry
+    assert (pinned.rv, pinned.resource_version) == (10, "10")
+
+
+def test_a_transform_that_changes_the_resource_version_pins_the_entry() -> None:
+    def strip(obj: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"name": obj["metadata"]["name"]}}
+
+    def keep(obj: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": obj["metadata"], "kept": True}
+
+    raw = orjson.dumps(pod("p", "9"))
+    stripped = decode_entry(raw, transform=strip)
+    assert type(stripped) is PinnedEntry and stripped.resource_version == "9"
+    assert raw_resource_version(stripped.raw) == ""
+    kept = decode_entry(raw, transform=keep)
+    assert type(kept) is Entry and raw_resource_version(kept.raw) == "9"

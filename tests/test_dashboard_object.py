@@ -167,3 +167,20 @@ async def test_object_stream_sends_yaml_links_and_containers(tmp_path: Path) -> 
                 data = await stream.until_event("object")
                 assert "aHVudGVyMg" not in orjson.dumps(data).decode()
                 assert "password: (redacted)" in data["yaml"]
+
+
+def test_a_huge_or_deep_object_gets_a_note_not_an_exception() -> None:
+    """Hostile objects: the page's payload is always encodable and bounded in work."""
+    deep: dict[str, object] = {}
+    cur = deep
+    for _ in range(600):  # orjson reads 1,024 levels but writes 254; PyYAML stops near 330
+        cur["a"] = {}
+        cur = cur["a"]  # type: ignore[assignment]
+    widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+    payload = views.object_payload(None, {**widget, "spec": deep})
+    assert "nested too deeply" in payload["yaml"]
+    assert payload["object"]["metadata"] == {"name": "w"} and "spec" not in payload["object"]
+    orjson.dumps(payload)  # the stream can send it
+    big = views.object_payload(None, {**widget, "data": {"blob": "x" * 400_000}})
+    assert big["yaml"].startswith("# not shown as YAML: the object is 390 KiB")
+    assert big["object"]["data"]["blob"] == "x" * 400_000  # the object itself is still shown

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 import pytest
 
 from kubemux import Backoff, WatcherRegistry, WatchSettings
@@ -254,6 +255,48 @@ async def test_unusual_envelope_is_decoded_properly(tmp_path: Path, cluster: Fak
         assert store.get("default", "odd") is not None
         assert store.get("default", "extra") is not None
         assert registry.status().contexts["c"].informers[0].skipped_lines == 0
+
+
+async def test_opaque_resource_versions_reach_subscribers_and_the_next_watch_verbatim(
+    tmp_path: Path, cluster: FakeCluster
+) -> None:
+    """The cache keeps etcd's decimal resourceVersions as ints: others ("abc", "007") must
+    come back exactly as sent, in the objects, the store and the resumed WATCH."""
+    async with watching(tmp_path, cluster) as registry:
+        with anyio.fail_after(TIMEOUT):
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
+        store = registry.store("c", "pods")
+        assert store is not None
+        async with registry.subscribe("pods", ["c"], snapshot=False) as changes:
+            for name, rv in (("abc", "abc"), ("zeros", "007"), ("plain", "8")):
+                obj = make_pod(name, size=600)
+                obj["metadata"]["resourceVersion"] = rv
+                cluster.inject_watch_line("pods", orjson.dumps({"type": "ADDED", "object": obj}))
+            seen = {}
+            with anyio.fail_after(TIMEOUT):
+                async for change in changes:
+                    assert change.object is not None
+                    seen[change.name] = change.object["metadata"]["resourceVersion"]
+                    if change.name == "plain":
+                        break
+            assert seen == {"abc": "abc", "zeros": "007", "plain": "8"}
+            assert store.get("default", "zeros")["metadata"]["resourceVersion"] == "007"  # type: ignore[index]
+            assert cached(registry)[("default", "abc")] == "abc"
+            # the last event's resourceVersion is where the next WATCH starts: "007", not "7"
+            obj = make_pod("zeros", size=600)
+            obj["metadata"]["resourceVersion"] = "007"
+            cluster.inject_watch_line("pods", orjson.dumps({"type": "MODIFIED", "object": obj}))
+            with anyio.fail_after(TIMEOUT):
+                async for change in changes:
+                    if change.name == "zeros":
+                        break
+            assert store.resource_version == "007"
+            cluster.clear_requests()
+            assert cluster.drop_watches() == 1
+            with anyio.fail_after(TIMEOUT):
+                await cluster.wait_for(lambda: any(r.is_watch for r in cluster.requests))
+            resumed = next(r for r in cluster.requests if r.is_watch)
+            assert resumed.query.get("resourceVersion") == "007"
 
 
 @pytest.mark.parametrize("mode", [True, False, "ignore"])

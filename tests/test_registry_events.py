@@ -155,8 +155,8 @@ async def test_events_are_cached_once(tmp_path: Path) -> None:
             await wait_until(c, lambda: len(index.events_for("Pod", "default", "web-1")) == 2)
             store = reg.store("c", EVENTS)
             assert store is not None
-            cached = {id(e) for e in store._entries(None)}
+            cached = {id(e.raw) for e in store._entries(None)}  # the store keeps the bytes
             held = [h.event for h in index._entries.values()]
-            assert len(held) == 2 and all(id(e) in cached for e in held)
+            assert len(held) == 2 and all(id(e.raw) in cached for e in held)
             events = index.events_for("Pod", "default", "web-1")
             assert [e["reason"] for e in events] == ["Pulled", "Scheduled"]

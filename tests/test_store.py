@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubemux import parse_resource
-from kubemux._codec import Entry
+from kubemux._codec import Entry, PinnedEntry
 from kubemux._store import Store
 
 PODS = parse_resource("pods")
@@ -117,3 +117,81 @@ def test_custom_transform_and_unusual_json() -> None:
 
     entry = d._prepare(json.dumps(pod("b"), indent=2).encode())
     assert "managedFields" not in entry.decode()["metadata"]
+
+
+def test_opaque_resource_versions_are_read_back_exactly_and_compared_as_strings() -> None:
+    s = Store(PODS)
+
+    def entries(*objs: dict[str, Any]) -> list[Entry]:
+        return [s._prepare_object(o) for o in objs]
+
+    s._replace(entries(pod("a", rv="007"), pod("b", rv="abc"), pod("c", rv="41")), "007")
+    assert s.resource_version == "007"
+    assert {k[1]: s.get(*k)["metadata"]["resourceVersion"] for k in s} == {  # type: ignore[index]
+        "a": "007",
+        "b": "abc",
+        "c": "41",
+    }
+    assert [e.resource_version for e in s._entries(None)] == ["007", "abc", "41"]
+    # the store keeps the bytes alone (the resourceVersion is read from them when needed)
+    assert all(type(v) is bytes for v in s._items["default"].values())
+    assert [e.rv for e in s._entries(None)] == [None, None, None]
+    assert [e.compact_rv() for e in s._entries(None)] == ["007", "abc", 41]  # etcd's: an int
+    # "7" is not "007", nor "041" "41": MODIFIED; the same strings: unchanged
+    changes = s._replace(entries(pod("a", rv="7"), pod("b", rv="abc"), pod("c", rv="041")), "9")
+    assert sorted((c.type, c.entry.name, c.entry.resource_version) for c in changes) == [
+        ("MODIFIED", "a", "7"),
+        ("MODIFIED", "c", "041"),
+    ]
+    assert s._replace(entries(pod("a", rv="7"), pod("b", rv="abc"), pod("c", rv="041")), "9") == []
+    change = s._apply_object("MODIFIED", pod("b", rv="abd"))
+    assert change is not None and change.old is not None
+    assert (change.entry.resource_version, change.old.resource_version) == ("abd", "abc")
+    assert s.resource_version == "abd"
+    s._apply_object("MODIFIED", pod("b", rv="0042"))
+    assert s.resource_version == "0042"
+    s._apply_object("MODIFIED", pod("b", rv="43"))
+    assert s.resource_version == "43"
+    assert repr(s).endswith("rv='43'>")
+
+
+def test_an_object_whose_bytes_lack_its_resource_version_keeps_its_entry() -> None:
+    def strip(obj: dict[str, Any]) -> dict[str, Any]:  # a user transform dropping it
+        return {"metadata": {"name": obj["metadata"]["name"], "namespace": "default"}}
+
+    s = Store(PODS, transform=strip)
+
+    def entries(*objs: dict[str, Any]) -> list[Entry]:
+        return [s._prepare_object(o) for o in objs]
+
+    s._replace(entries(pod("a", rv="5"), pod("b", rv="6")), "6")
+    assert all(type(v) is PinnedEntry for v in s._items["default"].values())
+    assert [e.resource_version for e in s._entries(None)] == ["5", "6"]
+    assert s.get("default", "a") == {"metadata": {"name": "a", "namespace": "default"}}
+    assert s.get_raw("default", "a") == b'{"metadata":{"name":"a","namespace":"default"}}'
+    # the server's versions, not the (missing) ones in the bytes, decide what changed
+    changes = s._replace(entries(pod("a", rv="5"), pod("b", rv="7")), "7")
+    assert [(c.type, c.entry.name, c.old and c.old.resource_version) for c in changes] == [
+        ("MODIFIED", "b", "6")
+    ]
+
+
+def test_changes_carry_the_old_objects_versions_from_their_bytes() -> None:
+    s = Store(PODS)
+    s._apply_object("ADDED", pod("a", rv="5"))
+    assert type(s._items["default"]["a"]) is bytes
+    change = s._apply_object("MODIFIED", pod("a", rv="6"))
+    assert change is not None and change.old is not None
+    assert (change.old.name, change.old.namespace, change.old.resource_version) == (
+        "a",
+        "default",
+        "5",
+    )
+    assert change.entry.resource_version == "6"
+    gone = s._apply_object("DELETED", pod("a", rv="8"))
+    assert gone is not None and gone.old is not None and gone.old.resource_version == "6"
+    s._replace([s._prepare_object(pod("x", rv="1"))], "1")
+    missed = s._replace([], "2")
+    assert [(c.type, c.entry.name, c.entry.resource_version) for c in missed] == [
+        ("DELETED", "x", "1")
+    ]

@@ -1,9 +1,12 @@
 """Decoding on the hot path: read as little JSON as the cache needs.
 
 An informer needs three strings from each object (namespace, name, resourceVersion);
-everything else is only needed when somebody reads the object. The cache keeps each object's
-JSON bytes (a ``bytes`` object is invisible to the cyclic garbage collector) beside an
-untracked ``msgspec.Struct`` of those strings; a read decodes the bytes with orjson.
+everything else is only needed when somebody reads the object. The decoders hand each
+object's JSON bytes (a ``bytes`` object is invisible to the cyclic garbage collector) over in
+an untracked ``msgspec.Struct`` with those strings (:class:`Entry`); the store then keeps the
+bytes alone, since its dicts hold the namespace and name and the bytes the resourceVersion
+(read back with :func:`raw_resource_version` when a relist diff or a snapshot needs it). A
+read decodes the bytes with orjson.
 
 Watch lines are decoded a block at a time (:func:`decode_block`): one msgspec call decodes
 every line's envelope and object metadata and validates the rest of each object, then each
@@ -31,32 +34,128 @@ __all__ = [
     "Block",
     "Entry",
     "ListPage",
+    "PinnedEntry",
     "StoreChange",
     "UndecodableObject",
+    "compact_rv",
     "decode_block",
     "decode_entry",
     "decode_list",
+    "decode_raw",
+    "foreign_entry",
     "lenient_loads",
+    "pinned_entry",
+    "raw_resource_version",
+    "rv_str",
     "split_block",
 ]
 
 
+_RV_MAX_DIGITS = 18  # below 10**18: an int of at most 32 bytes, far inside int64
+
+
+def compact_rv(resource_version: str) -> int | str:
+    """A resourceVersion in compact form: an ``int`` when the string is a canonical decimal
+    (ASCII digits, no leading zero, at most 18 of them: etcd's revisions), so ``str()``
+    gives the same string back; else the string itself. An int of a real cluster's revision
+    takes 28-32 bytes, its string 55-62 (what a :class:`PinnedEntry` keeps, and what the
+    store and the informer keep of the last one). Compact forms compare equal exactly when
+    the strings do (a string becomes an int if and only if it is canonical)."""
+    if (
+        resource_version.isascii()
+        and resource_version.isdigit()
+        and resource_version[0] != "0"
+        and len(resource_version) <= _RV_MAX_DIGITS
+    ):
+        return int(resource_version)
+    return resource_version
+
+
+def rv_str(rv: int | str) -> str:
+    """The resourceVersion string of a :func:`compact_rv` value, exactly as the server sent it."""
+    return rv if isinstance(rv, str) else str(rv)
+
+
 class Entry(msgspec.Struct, gc=False, frozen=True):
-    """One cached object: its identity and its JSON bytes. Not tracked by the collector."""
+    """One object: its identity and its JSON bytes. Not tracked by the collector.
+
+    What the decoders hand over (``rv`` the resourceVersion string) and what a store hands
+    back for an object it keeps as bytes alone (see :mod:`kubemux._store`): ``rv`` None,
+    meaning "the ``metadata.resourceVersion`` in ``raw``". Read the string as
+    :attr:`resource_version`. An ``Entry`` (this exact type) promises that ``rv``, when set,
+    is that same value: every decoder here makes it so. An object whose resourceVersion is
+    not in its bytes is a :class:`PinnedEntry`.
+    """
 
     namespace: str
     name: str
-    resource_version: str
+    rv: int | str | None
     raw: bytes
+
+    @property
+    def resource_version(self) -> str:
+        """The object's resourceVersion, exactly as the server sent it (``""`` if none)."""
+        rv = self.rv
+        if rv is None:
+            return raw_resource_version(self.raw)
+        return rv if isinstance(rv, str) else str(rv)
+
+    def compact_rv(self) -> int | str:
+        """The resourceVersion in :func:`compact_rv` form (read from ``raw`` if not kept)."""
+        rv = self.rv
+        if rv is None:
+            return compact_rv(raw_resource_version(self.raw))
+        return compact_rv(rv) if isinstance(rv, str) else rv
 
     def decode(self) -> dict[str, Any]:
         """The object as a fresh dict (callers may change it freely). Never raises: only
         objects a reader can decode are cached."""
-        try:
-            obj: dict[str, Any] = orjson.loads(self.raw)
-        except orjson.JSONDecodeError:
-            obj = lenient_loads(self.raw)
-        return obj
+        return decode_raw(self.raw)
+
+
+class PinnedEntry(Entry, gc=False, frozen=True):
+    """An entry whose resourceVersion is not (or not known to be) the one in its bytes: a
+    store keeps the entry itself, ``rv`` included (build with :func:`pinned_entry`)."""
+
+
+def decode_raw(raw: bytes) -> dict[str, Any]:
+    """A cached object's bytes as a fresh dict (see :meth:`Entry.decode`)."""
+    try:
+        obj: dict[str, Any] = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        obj = lenient_loads(raw)
+    return obj
+
+
+def raw_resource_version(raw: bytes) -> str:
+    """``metadata.resourceVersion`` of a cached object's bytes (``""`` if none); ~1 us per
+    KB (the rest of the object is skipped, not built)."""
+    try:
+        return _rv_decoder.decode(raw).metadata.resourceVersion
+    except RecursionError:  # as deep as a LIST item may be (see deeper_recursion)
+        with deeper_recursion():
+            return _rv_decoder.decode(raw).metadata.resourceVersion
+    except (msgspec.DecodeError, msgspec.ValidationError):  # what only the stdlib reads
+        meta = lenient_loads(raw).get("metadata")
+        rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        return rv if isinstance(rv, str) else ""
+
+
+def pinned_entry(namespace: str, name: str, resource_version: str, raw: bytes) -> Entry:
+    """A :class:`PinnedEntry`, kept compact: the namespace string interned (one for all the
+    entries of a namespace), the resourceVersion in :func:`compact_rv` form."""
+    return PinnedEntry(_intern(namespace), name, compact_rv(resource_version), raw)
+
+
+def foreign_entry(namespace: str, name: str, resource_version: str, raw: bytes) -> Entry:
+    """An entry of bytes from elsewhere (another replica; a Table row put together here):
+    checks that ``raw`` holds ``resource_version`` (~1 us per KB), else pins it."""
+    if raw_resource_version(raw) == resource_version:
+        return Entry(namespace, name, resource_version, raw)
+    return pinned_entry(namespace, name, resource_version, raw)
+
+
+_intern = sys.intern
 
 
 class StoreChange(msgspec.Struct, gc=False, frozen=True):
@@ -104,6 +203,17 @@ class ListPage(msgspec.Struct, gc=False):
 
 _event_decoder = msgspec.json.Decoder(_Event)
 _head_decoder = msgspec.json.Decoder(_Head)
+
+
+class _RvMeta(msgspec.Struct, gc=False):
+    resourceVersion: str = ""
+
+
+class _RvHead(msgspec.Struct, gc=False):
+    metadata: _RvMeta = msgspec.field(default_factory=_RvMeta)
+
+
+_rv_decoder = msgspec.json.Decoder(_RvHead)
 _list_decoder = msgspec.json.Decoder(ListPage)
 _MF_KEY = b'"managedFields":'
 
@@ -360,12 +470,17 @@ def decode_entry(
         if drop_managed_fields and isinstance(obj.get("metadata"), dict):
             obj["metadata"].pop("managedFields", None)
         try:
-            raw = orjson.dumps(transform(obj))
+            obj = transform(obj)
+            raw = orjson.dumps(obj)
         except Exception as exc:
             raise UndecodableObject(
                 f"the transform raised {type(exc).__name__}: {str(exc)[:200]}"
             ) from exc
-        return Entry(meta.namespace, meta.name, meta.resourceVersion, raw)
+        kept = obj.get("metadata") if isinstance(obj, dict) else None
+        if isinstance(kept, dict) and kept.get("resourceVersion") == meta.resourceVersion:
+            return Entry(meta.namespace, meta.name, meta.resourceVersion, raw)
+        # the transform changed or dropped it: the entry keeps the server's
+        return pinned_entry(meta.namespace, meta.name, meta.resourceVersion, raw)
     _check_readable(raw)
     if drop_managed_fields and len(meta.managedFields):
         cut = _without_managed_fields(raw, memoryview(raw), 0, len(raw), bytes(meta.managedFields))

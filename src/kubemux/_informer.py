@@ -25,7 +25,7 @@ import anyio
 import orjson
 
 from ._client import SLOW_AFTER, ContextClient, Progress
-from ._codec import DecodeError, Entry, StoreChange
+from ._codec import DecodeError, Entry, StoreChange, rv_str
 from ._errors import (
     ApiError,
     ClusterUnreachable,
@@ -109,7 +109,7 @@ class Informer(Lister):
         self._last_sync: float | None = None
         self._failures = 0
         self._last_failure_at = -math.inf
-        self._rv = ""
+        self._rv: int | str = ""  # where the next WATCH starts (an entry's rv: see Entry)
         # events_applied = _events + _delivered - _marks, at any time (see _watch_once)
         self._delivered = 0  # events and bookmarks of the current (or last) watch
         self._marks = 0  # its bookmarks, and what was already folded into _events
@@ -204,7 +204,7 @@ class Informer(Lister):
         """WATCH (and RELIST when needed) until cancelled. Never returns, never raises but
         cancellation: every failure is recorded in :meth:`status`, backed off (jittered)
         and retried; the cache is kept meanwhile."""
-        await self._watch_loop(self._rv)
+        await self._watch_loop(rv_str(self._rv))
 
     async def resume(self, resource_version: str) -> None:
         """WATCH from ``resource_version`` over a store filled elsewhere (no LIST first).
@@ -288,7 +288,7 @@ class Informer(Lister):
             }
         )
         if self._rv:
-            params["resourceVersion"] = self._rv
+            params["resourceVersion"] = rv_str(self._rv)
         apply, on_change, handle = self.store._apply, self._on_change, self._handle_line
         clock = time.monotonic
         yield_at = clock() + _MAX_BUSY
@@ -313,7 +313,8 @@ class Informer(Lister):
                         change = apply(etype, item)
                         if change is not None and on_change is not None:
                             on_change(change.type, change.entry, change.old)
-                        self._rv = item.resource_version
+                        rv = item.rv  # as the entry has it (a pinned one's may be an int)
+                        self._rv = rv if rv is not None else item.compact_rv()
                         self._delivered += 1
                     now = clock()
                     if self._delivered != seen:
@@ -360,7 +361,7 @@ class Informer(Lister):
         if entry is None:
             self._skip(f"unknown watch event type {etype!r}")
             return None
-        if not entry.name or not entry.resource_version:
+        if not entry.name or not entry.rv:
             self._skip(f"{etype} event without metadata.name/resourceVersion")
             return None
         change = store._apply(etype, entry)

@@ -6,10 +6,14 @@ synchronous and never block; they see the state after the last applied event. Af
 the contents are swapped in one step, so a reader never sees half an old list and half a new
 one.
 
-Representation: each object is kept as its JSON bytes plus its identity (see
-:mod:`kubemux._codec`), in a dict per namespace. Nothing per object is visible to the cyclic
+Representation: each object is kept as its JSON bytes alone, in a dict per namespace keyed
+by name (namespace, name and resourceVersion are all known from there and from the bytes:
+see :mod:`kubemux._codec`); an entry is built around the bytes when one is asked for. An
+object whose resourceVersion is not in its bytes (a user transform changed it) is kept as
+its :class:`~kubemux._codec.PinnedEntry`. Nothing per object is visible to the cyclic
 garbage collector (no per-object tuples or dicts), so a large cache costs the collector
-nothing and about the size of the JSON in memory. :meth:`Store.get` and :meth:`Store.list`
+nothing and about the size of the JSON in memory (1.07x for 50k 1.8 KB pods: bytes header,
+name key and dict slot). :meth:`Store.get` and :meth:`Store.list`
 decode on read and return fresh dicts that the caller owns; :meth:`Store.get_raw` and
 :meth:`Store.list_raw` return the bytes for callers that pass JSON straight on.
 """
@@ -23,7 +27,7 @@ from typing import Any
 import orjson
 
 from . import _codec
-from ._codec import Entry, StoreChange, decode_entry
+from ._codec import Entry, StoreChange, decode_entry, decode_raw
 from ._resources import Resource
 
 __all__ = [
@@ -44,7 +48,25 @@ Key = tuple[str, str]
 
 Transform = _codec.Transform  # one definition: a function from an object to an object
 Indexer = Callable[[Mapping[str, Any]], Iterable[str]]
-_Items = dict[str, dict[str, Entry]]  # namespace -> name -> entry (no empty inner dicts)
+_Items = dict[str, dict[str, "bytes | Entry"]]
+"""namespace -> name -> the object's bytes (or its entry, if pinned); no empty inner dicts"""
+
+
+def _kept(entry: Entry) -> bytes | Entry:
+    """What a store keeps of an entry: the bytes alone when they hold its resourceVersion."""
+    return entry.raw if type(entry) is Entry else entry
+
+
+def _size(kept: bytes | Entry) -> int:
+    """The object's size in bytes, of what a store keeps."""
+    return len(kept) if isinstance(kept, bytes) else len(kept.raw)
+
+
+def _entry(namespace: str, name: str, kept: bytes | Entry) -> Entry:
+    """The entry of what a store keeps."""
+    return Entry(namespace, name, None, kept) if isinstance(kept, bytes) else kept
+
+
 _COMPACT_MIN = 64  # below this many objects, tables are small enough to keep
 
 
@@ -103,11 +125,11 @@ class Store:
         "_keyvals",
         "_peak",
         "_reads",
+        "_rv",
         "_synced",
         "_transform",
         "_type_prefix",
         "resource",
-        "resource_version",
     )
 
     def __init__(
@@ -118,7 +140,7 @@ class Store:
         indexers: Mapping[str, Indexer] | None = None,
     ) -> None:
         self.resource = resource
-        self.resource_version = ""
+        self._rv: int | str = ""  # the last entry's rv (a pinned one's may be an int)
         self._drop_mf = transform is drop_managed_fields
         self._transform = None if transform is drop_managed_fields else transform
         self._items: _Items = {}
@@ -142,11 +164,27 @@ class Store:
 
     # ---------------------------------------------------------------- reads
     @property
+    def resource_version(self) -> str:
+        """The resourceVersion of the last applied change (or list), as the server sent it."""
+        rv = self._rv
+        return rv if isinstance(rv, str) else str(rv)
+
+    @resource_version.setter
+    def resource_version(self, value: str) -> None:
+        self._rv = value
+
+    @property
     def has_synced(self) -> bool:
         """True once the first LIST has been applied."""
         return self._synced
 
     def _get(self, namespace: str | None, name: str) -> Entry | None:
+        ns = namespace or ""
+        bucket = self._items.get(ns)
+        kept = None if bucket is None else bucket.get(name)
+        return None if kept is None else _entry(ns, name, kept)
+
+    def _get_kept(self, namespace: str | None, name: str) -> bytes | Entry | None:
         bucket = self._items.get(namespace or "")
         return None if bucket is None else bucket.get(name)
 
@@ -156,14 +194,16 @@ class Store:
         Use ``None`` or ``""`` as namespace for cluster-scoped objects. Costs one JSON decode.
         """
         self._reads += 1
-        entry = self._get(namespace, name)
-        return None if entry is None else entry.decode()
+        kept = self._get_kept(namespace, name)
+        if kept is None:
+            return None
+        return decode_raw(kept) if isinstance(kept, bytes) else kept.decode()
 
     def get_raw(self, namespace: str | None, name: str) -> bytes | None:
         """The object's JSON bytes, or ``None``. Costs nothing."""
         self._reads += 1
-        entry = self._get(namespace, name)
-        return None if entry is None else entry.raw
+        kept = self._get_kept(namespace, name)
+        return kept if kept is None or isinstance(kept, bytes) else kept.raw
 
     def list(self, namespace: str | None = None) -> builtins.list[dict[str, Any]]:
         """All objects, or those of one namespace, sorted by (namespace, name)."""
@@ -173,17 +213,28 @@ class Store:
     def list_raw(self, namespace: str | None = None) -> builtins.list[bytes]:
         """Like :meth:`list`, as JSON bytes."""
         self._reads += 1
-        return [e.raw for e in self._entries(namespace)]
+        items = self._items
+        out: builtins.list[bytes] = []
+        for ns in sorted(items) if namespace is None else (namespace,):
+            bucket = items.get(ns)
+            if bucket is not None:
+                out.extend(
+                    v if isinstance(v, bytes) else v.raw
+                    for v in map(bucket.__getitem__, sorted(bucket))
+                )
+        return out
 
     def _entries(self, namespace: str | None) -> builtins.list[Entry]:
         items = self._items
         if namespace is not None:
             bucket = items.get(namespace)
-            return [] if bucket is None else [bucket[n] for n in sorted(bucket)]
+            return (
+                [] if bucket is None else [_entry(namespace, n, bucket[n]) for n in sorted(bucket)]
+            )
         out: builtins.list[Entry] = []
         for ns in sorted(items):
             bucket = items[ns]
-            out.extend(bucket[n] for n in sorted(bucket))
+            out.extend(_entry(ns, n, bucket[n]) for n in sorted(bucket))
         return out
 
     def keys(self) -> builtins.list[Key]:
@@ -282,19 +333,20 @@ class Store:
 
     def _apply(self, event_type: str, entry: Entry) -> StoreChange | None:
         """Apply one watch event; returns what changed, or None if nothing did."""
-        if entry.resource_version:
-            self.resource_version = entry.resource_version
+        if entry.rv:  # as the entry has it: made a string when read
+            self._rv = entry.rv
         items = self._items
         ns, name = entry.namespace, entry.name
         bucket = items.get(ns)
         if event_type == "DELETED":
-            old = None if bucket is None else bucket.pop(name, None)
-            if old is None:
+            kept = None if bucket is None else bucket.pop(name, None)
+            if kept is None:
                 return None
+            old: Entry | None = _entry(ns, name, kept)
             if not bucket:
                 del items[ns]  # no empty buckets: memory is bounded by live objects
             self._count -= 1
-            self._bytes -= len(old.raw)
+            self._bytes -= _size(kept)
             if self._indexers:
                 self._index_remove((ns, name))
             if self._count * 4 < self._peak:
@@ -302,8 +354,9 @@ class Store:
             return StoreChange("DELETED", entry, old)
         if bucket is None:
             bucket = items[ns] = {}
-        old = bucket.get(name)
-        bucket[name] = entry
+        kept = bucket.get(name)
+        bucket[name] = entry.raw if type(entry) is Entry else entry  # _kept(), inlined
+        old = kept if kept is None or not isinstance(kept, bytes) else Entry(ns, name, None, kept)
         if old is None:
             self._count += 1
             self._bytes += len(entry.raw)
@@ -395,8 +448,8 @@ class Replacement:
             self._count += 1
             self._bytes += len(entry.raw)
         else:  # listed twice (a continue token that overlapped): the last one stays
-            self._bytes += len(entry.raw) - len(prev.raw)
-        bucket[name] = entry
+            self._bytes += len(entry.raw) - _size(prev)
+        bucket[name] = _kept(entry)
         store = self._store
         if store._indexers:
             key = (ns, name)
@@ -405,11 +458,11 @@ class Replacement:
             for table, values in zip(self._by_index.values(), vals, strict=True):
                 for value in values:
                     table.setdefault(value, set()).add(key)
-        old = store._get(ns, name)
-        if old is None:
+        kept = store._get_kept(ns, name)
+        if kept is None:
             self._changes.append(StoreChange("ADDED", entry, None))
-        elif old.resource_version != entry.resource_version or not entry.resource_version:
-            self._changes.append(StoreChange("MODIFIED", entry, old))
+        elif not _same_version(kept, entry):
+            self._changes.append(StoreChange("MODIFIED", entry, _entry(ns, name, kept)))
 
     def find_deleted(self, slice_size: int) -> Iterator[None]:
         """Record the old objects missing from the new list; yields every ``slice_size``."""
@@ -417,8 +470,9 @@ class Replacement:
         i = 0
         for ns, bucket in self._store._items.items():
             new_bucket = new.get(ns, {})
-            for name, old in bucket.items():
+            for name, kept in bucket.items():
                 if name not in new_bucket:
+                    old = _entry(ns, name, kept)
                     self._changes.append(StoreChange("DELETED", old, old))
                 i += 1
                 if i % slice_size == 0:
@@ -436,6 +490,17 @@ class Replacement:
         store.resource_version = resource_version
         store._synced = True
         return self._changes
+
+
+def _same_version(kept: bytes | Entry, entry: Entry) -> bool:
+    """Does a relist's ``entry`` have the resourceVersion of what the store keeps? (None
+    known: no.) Equal bytes that both hold their resourceVersion have the same one; else
+    the versions are read (from the bytes if need be) and compared in compact form."""
+    if type(kept) is bytes and type(entry) is Entry and kept == entry.raw:
+        return bool(entry.rv if entry.rv is not None else entry.compact_rv())
+    rv = entry.compact_rv()
+    old_rv = _entry("", "", kept).compact_rv()
+    return bool(rv) and rv == old_rv
 
 
 def _discard(table: dict[str, set[Key]], value: str, key: Key) -> None:

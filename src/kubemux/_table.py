@@ -29,7 +29,7 @@ import msgspec
 import orjson
 
 from ._client import ContextClient
-from ._codec import DecodeError, Entry, decode_entry, split_block, split_event
+from ._codec import DecodeError, Entry, decode_entry, foreign_entry, split_block, split_event
 from ._errors import ProtocolError, ResourceExpired
 from ._informer import Informer, InformerKey, OnChange
 from ._resources import Resource
@@ -192,7 +192,8 @@ def _fast_entry(buf: bytes, view: memoryview, pos: int, end: int, row: _FastRow)
         elif buf[cut] == 44:
             cut += 1
         parts = (_ROW_HEAD, cells, _ROW_META, view[first:key], view[cut:last], b"}")
-    return Entry(meta.namespace, meta.name, meta.resourceVersion, b"".join(parts))
+    # checked: the row's bytes are put together here, not cut from one object
+    return foreign_entry(meta.namespace, meta.name, meta.resourceVersion, b"".join(parts))
 
 
 _page_decoder = msgspec.json.Decoder(_TablePage)
@@ -418,7 +419,7 @@ class TableInformer(Informer):
                 and (not page.columnDefinitions or _columns(page.columnDefinitions) == known)
             ):
                 entry = _fast_entry(buf, view, pos, end, page.rows[0])
-            if entry is None or not entry.name or not entry.resource_version:
+            if entry is None or not entry.name or not entry.rv:
                 append(("", buf[pos:end]))
             else:
                 append((event.type, entry))

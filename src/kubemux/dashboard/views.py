@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
 import yaml
 
 from kubemux import Change, RegistryStatus, Resource, TableColumn
@@ -264,22 +265,40 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str)
 
 
+YAML_MAX_BYTES = 256 * 1024
+"""Objects larger than this (as JSON) are not rendered as YAML: PyYAML's emitter runs on the
+event loop at about 30 ms per MiB, on every change of the object shown."""
+
+
 def object_yaml(obj: Mapping[str, Any]) -> str:
     """``obj`` as YAML: block style, the keys in the server's order, without
     ``metadata.managedFields`` (bookkeeping nobody reads). Redact a Secret before
-    (:func:`redact`): this shows what it is given."""
+    (:func:`redact`): this shows what it is given.
+
+    An object over :data:`YAML_MAX_BYTES` or nested too deeply for the emitter (a custom
+    resource may be) gets a one-line note instead, never an exception.
+    """
     out = dict(obj)
     meta = out.get("metadata")
     if isinstance(meta, Mapping) and "managedFields" in meta:
         out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
-    text: str = yaml.dump(
-        out,
-        Dumper=_Dumper,
-        sort_keys=False,
-        default_flow_style=False,
-        allow_unicode=True,
-        width=1 << 30,
-    )
+    try:
+        size = len(orjson.dumps(out))
+    except (orjson.JSONEncodeError, RecursionError):
+        return "# not shown as YAML: the object is nested too deeply\n"
+    if size > YAML_MAX_BYTES:
+        return f"# not shown as YAML: the object is {size // 1024} KiB as JSON (over 256 KiB)\n"
+    try:
+        text: str = yaml.dump(
+            out,
+            Dumper=_Dumper,
+            sort_keys=False,
+            default_flow_style=False,
+            allow_unicode=True,
+            width=1 << 30,
+        )
+    except RecursionError:
+        return "# not shown as YAML: the object is nested too deeply\n"
     return text
 
 
@@ -403,6 +422,11 @@ def object_payload(resource: Resource | None, obj: Mapping[str, Any]) -> dict[st
     (:func:`object_yaml`), its links (:func:`object_links`) and, for a pod, its containers
     (:func:`pod_containers`)."""
     shown = redact(resource, obj)
+    try:
+        orjson.dumps(shown)
+    except (orjson.JSONEncodeError, RecursionError):  # deeper than orjson writes (255 levels)
+        shown = {k: shown[k] for k in ("apiVersion", "kind", "metadata") if k in shown}
+        shown["note"] = "the object is nested too deeply to show"
     row = summarize(resource.name if resource is not None else "", shown)
     return {
         "object": shown,

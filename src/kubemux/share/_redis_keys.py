@@ -20,10 +20,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import sys
 from collections.abc import Iterator
 
-from .._codec import Entry
+from .._codec import Entry, foreign_entry
 
 # the engine's logger: one name for all of its modules
 log = logging.getLogger("kubemux.share._redis")
@@ -106,7 +105,7 @@ def _digest(key: bytes | str) -> str:
 def _entry(field: bytes, value: bytes) -> Entry:
     ns, _, name = field.decode().partition("/")
     rv, _, raw = value.partition(b"\n")
-    return Entry(sys.intern(ns), name, rv.decode(), raw)
+    return foreign_entry(ns, name, rv.decode(), raw)  # another process's: checked
 
 
 def _value(entry: Entry) -> bytes:
