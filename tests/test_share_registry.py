@@ -23,7 +23,7 @@ import pytest
 from kubemux import WatcherRegistry
 from kubemux._informer import InformerStatus
 from kubemux._settings import Backoff, WatchSettings
-from kubemux._table import TableStore
+from kubemux._table import FALLBACK_COLUMNS, TableStore
 from kubemux.share import Redis
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 from share_support import RedisServer, Replica
@@ -310,7 +310,9 @@ async def test_table_view_failover_resumes_the_table_watch_without_list(
             leader.signal(signal.SIGKILL)
             cluster.create("pods", make_pod("after-kill"))
             await others[0].wait(lambda: any(roles(r, "fake") == "leader" for r in others), 10)
-            await cluster.wait_for(lambda: cluster.open_watches == 1)
+            await cluster.wait_for(
+                lambda: table_requests(cluster)[1] == 2 and cluster.open_watches == 1
+            )
             # the new leader WATCHes the table from the last published version: no LIST
             assert table_requests(cluster) == (1, 2) and lists(cluster) == 1
             watch = [r for r in cluster.requests if r.is_watch][-1]
@@ -678,3 +680,26 @@ async def test_dashboard_like_registries_autowatch_one_shared_table(
         assert isinstance(a, TableStore) and isinstance(b, TableStore)
         assert a.columns == b.columns and cells(a) == cells(b)
         assert all(reg.store("fake", "pods") is None for reg in regs)  # no object view
+
+
+async def test_a_shared_table_of_a_server_without_table_support_falls_back(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    async with FakeCluster(tokens={"tok"}, table_format=False) as old:
+        old.create_many("pods", (make_pod(f"p-{i}") for i in range(3)))
+        kubeconfig = write_kubeconfig(tmp_path / "config", {"fake": old})
+        regs = [
+            WatcherRegistry.from_kubeconfig(
+                str(kubeconfig), settings=FAST, share=engine(redis_server)
+            )
+            for _ in range(2)
+        ]
+        async with regs[0], regs[1]:
+            lt = await regs[0].table("fake", "pods")
+            ft = await regs[1].table("fake", "pods")
+            assert isinstance(lt, TableStore) and isinstance(ft, TableStore)
+            assert informer(regs[1], "fake").share_role == "follower"
+            assert lt.is_fallback and ft.is_fallback and ft.columns == FALLBACK_COLUMNS
+            assert len(ft) == 3 and cells(ft) == cells(lt)
+            await old.wait_for(lambda: old.open_watches == 1)
+            assert lists(old) == 1
