@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import orjson
 import pytest
 
 from kubemux._codec import Entry
@@ -618,3 +619,81 @@ async def test_follower_snapshot_matches_what_was_announced_during_a_sliced_hydr
         assert sizes == list(range(1, 1501))  # each announcement, and nothing more, visible
         assert len(follower.snapshot_entries(key)) == 1500 == len(follow_store)
         tg.cancel_scope.cancel()
+
+
+async def test_a_table_follower_never_syncs_without_columns(redis_server: RedisServer) -> None:
+    import redis.asyncio as aioredis
+
+    from kubemux._table import TableColumn, TableStore
+    from kubemux.share._redis_keys import _digest
+
+    pods = parse_resource("pods")
+    key = share_key(server="https://x", ca=None, identity="u", resource=pods, view="table")
+    engine = Redis(redis_server.url, prefix="c", lease_ttl=1.0, acquire_period=0.05)
+    raw = aioredis.Redis.from_url(redis_server.url)
+    store = TableStore(pods)
+    digest = _digest(key)
+    meta, objs, log = (f"c:{{{digest}}}:{k}" for k in ("meta", "objs", "log"))
+    row = b'{"cells":["p1",1],"metadata":{"name":"p1","namespace":"default","resourceVersion":"7"}}'
+
+    async def no_lead(*args: Any) -> None:
+        raise AssertionError("a follow-only slot never leads")
+
+    def hydrations() -> int:
+        stats = redis_server.command("INFO", "commandstats").decode()
+        for line in stats.splitlines():
+            if line.startswith("cmdstat_hmget:"):
+                return int(line.split("calls=")[1].split(",")[0])
+        return 0
+
+    try:
+        # rows and meta as a leader without columns would leave them (not a kubemux one)
+        await raw.hset(objs, "default/p1", b"7\n" + row)
+        await raw.hset(meta, mapping={"epoch": "e1", "seq": 0, "rv": "7"})
+        await raw.xadd(log, {"t": "RESET", "n": 0, "e": "e1", "ts": "0"})
+        async with engine.open() as session, anyio.create_task_group() as tg:
+            synced = anyio.Event()
+
+            async def follow() -> None:
+                await tg.start(
+                    lambda task_status: session.run_slot(
+                        key=key,
+                        store=store,
+                        on_change=None,
+                        lead=no_lead,
+                        task_status=task_status,
+                        can_lead=False,
+                    )
+                )
+                synced.set()
+
+            base = hydrations()
+            tg.start_soon(follow)
+            with anyio.fail_after(10):  # it looked twice and found no columns
+                while True:
+                    if hydrations() >= base + 2:
+                        break
+                    await anyio.sleep(0.02)
+            assert not synced.is_set() and not store.has_synced and store.columns == ()
+            columns = [
+                {
+                    "name": "Name",
+                    "type": "string",
+                    "format": "name",
+                    "description": "",
+                    "priority": 0,
+                },
+                {"name": "Restarts", "type": "integer"},  # missing fields take the defaults
+            ]
+            await raw.hset(meta, "columns", orjson.dumps(columns))
+            with anyio.fail_after(10):
+                await synced.wait()
+            assert store.columns == (
+                TableColumn(name="Name", format="name"),
+                TableColumn(name="Restarts", type="integer"),
+            )
+            assert not store.is_fallback and len(store) == 1
+            assert session.slot_status(key).role == "follower"  # type: ignore[union-attr]
+            tg.cancel_scope.cancel()
+    finally:
+        await raw.aclose()
