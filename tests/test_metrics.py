@@ -26,7 +26,7 @@ TIMEOUT = 10
 QUICK = WatchSettings(
     backoff=Backoff(initial_delay=0.02, max_delay=0.1), min_healthy_watch=0.0, page_size=2
 )
-PODS = {"context": "prod", "resource": "pods", "scope": "*"}
+PODS = {"context": "prod", "resource": "pods", "scope": "*", "view": "objects"}
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -93,8 +93,8 @@ async def test_scrape_reports_contexts_and_informers(tmp_path: Path, cluster: Fa
         assert value(s, "kubemux_context_generation", context="prod") == 1
         assert value(s, "kubemux_context_generation", context="dev") is None  # never started
 
-        every = {"context": "prod", "resource": "pods", "scope": "*"}
-        data = {"context": "prod", "resource": "pods", "scope": "data"}
+        every = {"context": "prod", "resource": "pods", "scope": "*", "view": "objects"}
+        data = {"context": "prod", "resource": "pods", "scope": "data", "view": "objects"}
         assert value(s, "kubemux_objects", **every) == 4
         assert value(s, "kubemux_objects", **data) == 1
         assert value(s, "kubemux_informers_synced", **every) == 1
@@ -119,7 +119,7 @@ async def test_values_follow_the_cluster(tmp_path: Path, cluster: FakeCluster) -
     async with open_registry(tmp_path, cluster) as watchers:
         prom = CollectorRegistry()
         kubemux.metrics.register(watchers, prom)
-        every = {"context": "prod", "resource": "pods", "scope": "*"}
+        every = {"context": "prod", "resource": "pods", "scope": "*", "view": "objects"}
         with anyio.fail_after(TIMEOUT):
             store = await watchers.watch("prod", "pods")
             async with watchers.subscribe("pods", snapshot=False) as changes:
@@ -319,11 +319,18 @@ async def test_a_table_view_is_counted(tmp_path: Path, cluster: FakeCluster) -> 
                 cluster.delete("pods", "default", "web-0")
                 seen = await _changes_seen(changes, {("ADDED", "web-7"), ("DELETED", "web-0")})
             s = scrape(prom)
-        assert value(s, "kubemux_events_total", **PODS) == seen == 2
-        assert value(s, "kubemux_cached_bytes", **PODS) == _cached_bytes(table) > 0
-        assert value(s, "kubemux_objects", **PODS) == len(table) == 4
-        event_age = value(s, "kubemux_last_event_age_seconds", **PODS)
+        rows = {**PODS, "view": "table"}
+        assert value(s, "kubemux_events_total", **rows) == seen == 2
+        assert value(s, "kubemux_cached_bytes", **rows) == _cached_bytes(table) > 0
+        assert value(s, "kubemux_objects", **rows) == len(table) == 4
+        event_age = value(s, "kubemux_last_event_age_seconds", **rows)
         assert event_age is not None and 0 <= event_age < TIMEOUT
+        # the object view of the same resource is a series of its own
+        with anyio.fail_after(TIMEOUT):
+            await watchers.watch("prod", "pods")
+        s = scrape(prom)
+        assert value(s, "kubemux_objects", **PODS) == 4
+        assert value(s, "kubemux_objects", **rows) == 4
 
 
 async def test_a_shared_watch_follower_is_counted(
@@ -446,7 +453,9 @@ async def test_scrape_from_another_thread_runs_on_the_loop(
         with anyio.fail_after(TIMEOUT):
             await watchers.watch("prod", "pods")
             text = await anyio.to_thread.run_sync(generate_latest, prom)
-        assert b'kubemux_objects{context="prod",resource="pods",scope="*"} 4.0' in text
+        assert (
+            b'kubemux_objects{context="prod",resource="pods",scope="*",view="objects"} 4.0' in text
+        )
 
 
 async def test_served_over_asgi(tmp_path: Path, cluster: FakeCluster) -> None:
@@ -474,7 +483,7 @@ async def test_a_closed_registry_scrapes_without_error(tmp_path: Path) -> None:
             with anyio.fail_after(TIMEOUT):
                 await registry.watch("prod", "pods")
         s = scrape(prom)
-    assert value(s, "kubemux_objects", context="prod", resource="pods", scope="*") is None
+    assert value(s, "kubemux_objects", **PODS) is None
 
 
 # Fields that status() does not carry yet are read when present: this stand-in has them all.
@@ -566,7 +575,7 @@ def test_fields_status_will_carry() -> None:
     collector = kubemux.metrics.KubemuxCollector(_Watchers(status))  # type: ignore[arg-type]
     prom.register(collector)
     s = scrape(prom)
-    pods = {"context": "prod", "resource": "pods", "scope": "*"}
+    pods = {"context": "prod", "resource": "pods", "scope": "*", "view": "objects"}
     assert value(s, "kubemux_subscribers") == 4
     assert value(s, "kubemux_subscriber_overflows_total") == 1
     assert value(s, "kubemux_kubeconfig_syncs_total") == 9

@@ -160,6 +160,7 @@ class Informer(Lister):
             errors_by_type=dict(self._errors),
             watch_started=self._watch_started,
             last_event=self._last_event,
+            view=self.key.view,
         )
 
     async def run(

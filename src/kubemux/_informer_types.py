@@ -106,6 +106,9 @@ class InformerStatus:
     last_event: float | None = None
     """Wall-clock time of the last watch event or bookmark (read once per block of lines
     received, so it can lag by the time one block takes to apply); None before the first."""
+    view: str = "objects"
+    """``"objects"`` (full objects, :meth:`~kubemux.WatcherRegistry.watch`) or ``"table"``
+    (the server's rows, :meth:`~kubemux.WatcherRegistry.table`)."""
     # shared watches (kubemux.share): None when the registry shares nothing
     share_role: str | None = None  # "leader", "follower", "local" or "starting"
     share_lag: float | None = None  # seconds behind the leader (followers)

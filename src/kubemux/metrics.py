@@ -10,6 +10,8 @@ bounded by what the application watches, never by the objects:
 - ``resource``: the informer's resource (``pods``, ``deployments.apps``);
 - ``scope``: the namespace an informer is limited to, or ``*`` for all namespaces and for
   cluster-scoped resources. Informers that differ only by their selectors are added together;
+- ``view``: ``objects`` (full objects, ``watch()``) or ``table`` (the server's rows,
+  ``table()``, the dashboard's live table), so the two views of one resource stay apart;
 - ``type`` (``kubemux_errors_total`` only): an exception class name (``Forbidden``,
   ``ServerTimeout``), at most 16 per informer, further ones counted as ``other``.
 
@@ -74,7 +76,7 @@ _CONTEXT_STATES = ("idle", "starting", "running", "backing off", "error", "stopp
 _INFORMER_STATES = ("listing", "watching", "backing off", "relisting", "error", "stopped")
 
 _CTX = ("context",)
-_INF = ("context", "resource", "scope")
+_INF = ("context", "resource", "scope", "view")
 
 
 def _counter(name: str, doc: str, labels: Iterable[str]) -> CounterMetricFamily:
@@ -273,11 +275,14 @@ class KubemuxCollector(Collector):
 
     def _informers(self, f: _Families, context: str, informers: Iterable[Any], now: float) -> None:
         # informers that differ only by selectors share one series: sum or take the latest
-        groups: dict[tuple[str, str], list[Any]] = {}
+        groups: dict[tuple[str, str, str], list[Any]] = {}
         for inf in informers:
-            groups.setdefault((str(getattr(inf, "resource", "?")), _scope(inf)), []).append(inf)
-        for (resource, scope), members in groups.items():
-            labels = [context, resource, scope]
+            view = str(getattr(inf, "view", "objects"))
+            groups.setdefault((str(getattr(inf, "resource", "?")), _scope(inf), view), []).append(
+                inf
+            )
+        for (resource, scope, view), members in groups.items():
+            labels = [context, resource, scope, view]
             counts: dict[str, int] = {}
             known: tuple[str, ...] = _INFORMER_STATES
             for inf in members:

@@ -215,6 +215,7 @@ class SharedSource:
                 bytes_cached=store._bytes,
                 watch_started=st.following_since if st is not None else None,
                 last_event=st.last_event if st is not None else None,
+                view=key.view,
             )
         if st is None:
             return dataclasses.replace(base, share_role="starting")
