@@ -113,5 +113,5 @@ async def test_metrics_server_example(tmp_path: Path) -> None:
         for f in text_string_to_metric_families(text)
         for s in f.samples
     }
-    labels = (("context", "prod"), ("resource", "pods"), ("scope", "*"))
+    labels = (("context", "prod"), ("resource", "pods"), ("scope", "*"), ("view", "objects"))
     assert samples[("kubemux_objects", labels)] == 1
