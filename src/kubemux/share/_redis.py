@@ -32,6 +32,7 @@ from .._informer import OnChange
 from .._redact import redact_text, redact_url
 from .._store import Store
 from ._base import Lead, ShareError, SlotStatus
+from ._redis_crypt import Sealer, SecretDecryptError, fingerprint, parse_secret_key
 from ._redis_keys import _COMMIT_SNAPSHOT, _PUBLISH, _RELEASE, _RENEW, _digest
 from ._redis_lead import _Slot
 
@@ -55,7 +56,12 @@ class Redis:
         acquire_period: Seconds between a follower's attempts to take a free lease.
         stream_maxlen: Changes kept in each slot's stream (approximately); a follower further
             behind than this rehydrates from the object hash.
-        share_secrets: Share objects of kind Secret too (off: each replica watches its own).
+        share_secrets: Share objects of kind Secret too, in plaintext (off: each replica
+            watches its own). Prefer ``secret_key``.
+        secret_key: Share objects of kind Secret encrypted (AES-256-GCM) under this key: 32
+            bytes, or base64 text of 32 bytes (``base64.b64encode(os.urandom(32))``). Every
+            replica that shares them needs the same key; replicas with another key do not
+            share those slots with it. Never in ``repr`` or logs. See ``docs/sharing.md``.
         command_timeout: Seconds one Redis command may take before Redis counts as down.
     """
 
@@ -68,6 +74,7 @@ class Redis:
         acquire_period: float = 0.5,
         stream_maxlen: int = 10_000,
         share_secrets: bool = False,
+        secret_key: bytes | str | None = None,
         command_timeout: float = 5.0,
     ) -> None:
         if lease_ttl <= 0 or acquire_period <= 0 or stream_maxlen < 1:
@@ -78,10 +85,18 @@ class Redis:
         self.acquire_period = acquire_period
         self.stream_maxlen = stream_maxlen
         self.share_secrets = share_secrets
+        self._secret_key = None if secret_key is None else parse_secret_key(secret_key)
+        # in the share key of Secret slots: replicas with other keys share nothing of them
+        self._key_tag = (
+            None
+            if self._secret_key is None
+            else b"\0secret_key:" + fingerprint(self._secret_key).encode()
+        )
         self.command_timeout = command_timeout
 
     def __repr__(self) -> str:
-        return f"<kubemux.share.Redis {redact_url(self.url)} prefix={self.prefix!r}>"
+        secrets = " secret_key=<set>" if self._secret_key is not None else ""
+        return f"<kubemux.share.Redis {redact_url(self.url)} prefix={self.prefix!r}{secrets}>"
 
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator[RedisSession]:
@@ -123,7 +138,12 @@ class RedisSession:
 
         self.engine = engine
         self.client = client
-        self._errors: tuple[type[BaseException], ...] = (RedisError, OSError, TimeoutError)
+        self._errors: tuple[type[BaseException], ...] = (
+            RedisError,
+            OSError,
+            TimeoutError,
+            SecretDecryptError,  # a Secret slot's value from another key: retried, reported
+        )
         self._slots: dict[str, _Slot] = {}
         self._publish = client.register_script(_PUBLISH)
         self._commit = client.register_script(_COMMIT_SNAPSHOT)
@@ -133,6 +153,13 @@ class RedisSession:
     def __repr__(self) -> str:
         roles = collections.Counter(s.role for s in self._slots.values())
         return f"<RedisSession {redact_url(self.engine.url)} slots={dict(sorted(roles.items()))}>"
+
+    def _digest(self, key: bytes | str, kind: str) -> str:
+        """The slot's hash; a Secret slot's (with a secret_key) includes the key's fingerprint."""
+        tag = self.engine._key_tag
+        if kind != "Secret" or tag is None:
+            return _digest(key)
+        return _digest((key.encode() if isinstance(key, str) else key) + tag)
 
     async def run_slot(
         self,
@@ -147,14 +174,20 @@ class RedisSession:
         on_status: Callable[[], None] | None = None,
     ) -> None:
         """See :meth:`kubemux.share.ShareSession.run_slot`."""
-        digest = _digest(key)
+        engine = self.engine
+        sealed = kind == "Secret" and engine._secret_key is not None
+        digest = self._digest(key, kind)
         if digest in self._slots:
             raise ShareError("kubemux.share: this share key is already running in this session")
         slot = _Slot(self, digest, store, on_change, lead, task_status, can_lead)
         slot.on_status = on_status
+        if sealed:
+            assert engine._secret_key is not None
+            sealer = Sealer(engine._secret_key, digest)
+            slot.encode_value, slot.decode_entry = sealer.value, sealer.entry
         self._slots[digest] = slot
         try:
-            if kind == "Secret" and not self.engine.share_secrets:
+            if kind == "Secret" and not (sealed or engine.share_secrets):
                 await slot.run_local()
             else:
                 await slot.run()
@@ -170,10 +203,14 @@ class RedisSession:
     def snapshot_entries(self, key: bytes | str, namespace: str | None = None) -> list[Entry]:
         """The slot's objects as announced to ``on_change`` so far (for a subscriber joining
         while a rehydration is being announced in slices); [] for a slot not running."""
-        slot = self._slots.get(_digest(key))
+        slot = self._slots.get(self._digest(key, "")) or self._slots.get(
+            self._digest(key, "Secret")
+        )
         return [] if slot is None else slot.snapshot_entries(namespace)
 
     def slot_status(self, key: bytes | str) -> SlotStatus | None:
         """See :meth:`kubemux.share.ShareSession.slot_status`."""
-        slot = self._slots.get(_digest(key))
+        slot = self._slots.get(self._digest(key, "")) or self._slots.get(
+            self._digest(key, "Secret")
+        )
         return None if slot is None else slot.status()

@@ -12,7 +12,7 @@ import anyio.lowlevel
 
 from .._codec import Entry, StoreChange
 from .._store import Replacement, announced_entries
-from ._redis_keys import _SLICE, _entry, _unwrap, log
+from ._redis_keys import _SLICE, _unwrap, log
 from ._redis_slot import _SlotBase
 from ._redis_table import parse_columns, set_columns
 
@@ -113,7 +113,7 @@ class _Follower(_SlotBase):
         if seq != self.seq + 1:
             return False
         try:
-            entry = _entry(fields[b"f"], fields[b"v"])
+            entry = self.decode_entry(fields[b"f"], fields[b"v"])
         except (KeyError, ValueError):  # not written by a kubemux leader: reload the hash
             log.warning("share slot %s: malformed stream entry %r", self.k_lease, eid)
             return False
@@ -148,9 +148,10 @@ class _Follower(_SlotBase):
                 return False
         store = self.store
         replacement = Replacement(store)
+        decode = self.decode_entry  # SecretDecryptError: nothing of this reload is kept
         for i, (field, value) in enumerate(objs.items()):
             try:
-                replacement.add(_entry(field, value))
+                replacement.add(decode(field, value))
             except ValueError:  # never cache what no reader can decode
                 log.warning("share slot %s: skipped a malformed object", self.k_lease)
             if i % _SLICE == _SLICE - 1:

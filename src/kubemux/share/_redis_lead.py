@@ -12,7 +12,7 @@ import anyio.abc
 
 from .._codec import Entry
 from ._redis_follow import _Follower
-from ._redis_keys import _BATCH, _MAX_QUEUE, _STAGE_CHUNK, _unwrap, _value, log
+from ._redis_keys import _BATCH, _MAX_QUEUE, _STAGE_CHUNK, _unwrap, log
 from ._redis_table import columns_value
 
 
@@ -197,11 +197,12 @@ class _Slot(_Follower):
         self.needs_snapshot = False
         epoch = secrets.token_hex(8)
         stage = f"{self.k_stage}:{epoch}"
+        value = self.encode_value
         timeout = self.engine.command_timeout
         try:
             for i in range(0, len(entries), _STAGE_CHUNK):
                 chunk = entries[i : i + _STAGE_CHUNK]
-                mapping = {f"{e.namespace}/{e.name}": _value(e) for e in chunk}
+                mapping = {f"{e.namespace}/{e.name}": value(e) for e in chunk}
                 with anyio.fail_after(timeout):
                     pipe = self.client.pipeline(transaction=False)
                     pipe.hset(stage, mapping=mapping)  # type: ignore[arg-type]
@@ -234,13 +235,14 @@ class _Slot(_Follower):
     async def _flush(self) -> None:
         queue = self.queue
         timeout = self.engine.command_timeout
+        value = self.encode_value
         while queue and self.token is not None and not self.needs_snapshot:
             n = min(len(queue), _BATCH)
             args: list[Any] = [self.token, self.epoch, self.engine.stream_maxlen, "", n]
             rv = ""
             for _ in range(n):
                 etype, entry, rv, ts = queue.popleft()
-                args += (etype, f"{entry.namespace}/{entry.name}", _value(entry), f"{ts:.6f}")
+                args += (etype, f"{entry.namespace}/{entry.name}", value(entry), f"{ts:.6f}")
             args[3] = rv
             self.inflight = n
             try:

@@ -19,7 +19,8 @@ from .._redact import redact_text
 from .._store import Store
 from .._table import TableColumn
 from ._base import Lead, SlotStatus
-from ._redis_keys import log
+from ._redis_crypt import SecretDecryptError
+from ._redis_keys import _entry, _value, log
 from ._redis_table import table_of
 
 if TYPE_CHECKING:
@@ -46,6 +47,9 @@ class _SlotBase:
         self.k_lease, self.k_meta = base + ":lease", base + ":meta"
         self.k_objs, self.k_log, self.k_stage = base + ":objs", base + ":log", base + ":stage"
         self.store = store
+        # how values are written and read: a Secret slot with a secret_key swaps in a Sealer's
+        self.encode_value = _value
+        self.decode_entry = _entry
         self.table = table_of(store)  # a table view's store: its columns are shared too
         self.sent_columns: tuple[TableColumn, ...] | None = None  # in Redis, as known
         self.on_change = on_change
@@ -123,7 +127,10 @@ class _SlotBase:
             self.task_status.started()
 
     def _down(self, exc: BaseException) -> None:
-        self.last_error = redact_text(f"redis: {type(exc).__name__}: {exc}")
+        if isinstance(exc, SecretDecryptError):
+            self.last_error = str(exc)  # names the cause, never a value
+        else:
+            self.last_error = redact_text(f"redis: {type(exc).__name__}: {exc}")
         count_error(self.errors, exc)
         self.following_since = None
         self.reachable_since = None
