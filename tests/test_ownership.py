@@ -425,6 +425,8 @@ async def test_a_hostile_object_or_transform_leaves_the_context_and_its_siblings
         with anyio.fail_after(TIMEOUT):
             pods = await reg.watch("c", "pods")
             configmaps = await reg.watch("c", "configmaps")
+            # synced is after the LIST: the watches open a moment later
+            await fake_cluster.wait_for(lambda: fake_cluster.open_watches == 2)
         async with reg.subscribe(snapshot=False) as changes:
             assert fake_cluster.inject_watch_line("pods", _deep("deep")) >= 1
             fake_cluster.create("pods", make_pod("boom"))
