@@ -211,28 +211,17 @@ def informer_lead(
             if on_change is not None:
                 on_change(etype, entry, old)
 
-        informer: Informer
-        if key.view == "table":
-            assert isinstance(store, TableStore)
-            informer = TableInformer(
-                client,
-                resource,
-                key,
-                settings=settings,
-                store=store,
-                on_change=changed,
-                on_state=on_state,
-            )
-        else:
-            informer = Informer(
-                client,
-                resource,
-                key,
-                settings=settings,
-                store=store,
-                on_change=changed,
-                on_state=on_state,
-            )
+        assert key.view != "table" or isinstance(store, TableStore)
+        kind = TableInformer if key.view == "table" else Informer
+        informer = kind(
+            client,
+            resource,
+            key,
+            settings=settings,
+            store=store,  # type: ignore[arg-type]  # a TableStore for a table view (asserted)
+            on_change=changed,
+            on_state=on_state,
+        )
         if on_informer is not None:
             on_informer(informer)
         if resume_rv is None:
