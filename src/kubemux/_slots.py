@@ -20,7 +20,7 @@ from ._generations import Generations
 from ._informer import InformerKey
 from ._kubeconfig import ContextConfig
 from ._multistore import MultiStore, MultiTableStore
-from ._resources import Resource, known_resource
+from ._resources import Resource, known_resource, path_segment
 from ._status import ContextState
 from ._store import Store
 
@@ -200,7 +200,14 @@ def informer_key(
     field_selector: str | None,
     view: str = "objects",
 ) -> InformerKey:
-    """What names one informer of a context: a namespace only for namespaced resources."""
+    """What names one informer of a context: a namespace only for namespaced resources.
+
+    Raises:
+        ValueError: the namespace is ``.`` or ``..`` (no URL can hold it; client-go
+            refuses it too).
+    """
+    if namespace and res.namespaced:
+        path_segment(namespace, "namespace")
     return InformerKey(
         res.name,
         namespace if res.namespaced else None,

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .._resources import Resource
+from .._resources import Resource, name_problem
 
 __all__ = ["CrdInfo", "version_priority"]
 
@@ -33,7 +33,8 @@ class CrdInfo:
 
     @classmethod
     def parse(cls, crd: Mapping[str, Any]) -> CrdInfo | None:
-        """Read a CRD object; None when it names no group or plural or serves no version."""
+        """Read a CRD object; None when it names no group or plural, serves no version, or
+        has a name kube-apiserver would refuse (no resource is served for it)."""
         spec = crd.get("spec") or {}
         names = spec.get("names") or {}
         group, plural = str(spec.get("group") or ""), str(names.get("plural") or "")
@@ -46,6 +47,10 @@ class CrdInfo:
             return None
         versions = tuple(sorted((str(v.get("name")) for v in served), key=version_priority))
         kind = str(names.get("kind") or "")
+        if name_problem("group", group) or name_problem("plural", plural):
+            return None  # kube-apiserver refuses such a CRD (422); nothing is served
+        if any(name_problem("version", v) for v in versions):
+            return None
         resource = Resource(
             group=group,
             version=versions[0],

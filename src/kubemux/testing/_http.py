@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 import orjson
 from aiohttp import hdrs, web
@@ -115,6 +116,8 @@ class ApiServer:
         self.table_format = table_format
         self.access: dict[str, Access] = {}  # token -> its limits (absent: everything)
         self.self_subject_review = True  # serve POST .../selfsubjectreviews (else 404)
+        # (path, aggregated) -> a discovery document served as given (serve_discovery)
+        self.discovery_overrides: dict[tuple[str, bool], Mapping[str, Any]] = {}
         self.requests: list[RecordedRequest] = []
         self.watches: set[Watch] = set()
         self.faults: list[Fault] = []
@@ -258,13 +261,15 @@ class ApiServer:
             if len(parts) == 1:
                 return self._discovery(request, core=False)
             if len(parts) == 2:
-                group_info = groups(self.store).get(parts[1])
+                group_info = self.discovery_overrides.get((path, False))
+                group_info = group_info or groups(self.store).get(parts[1])
                 return json_response(group_info) if group_info else not_found()
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
             return not_found()
         if not rest:
-            listing = resource_list(self.store, group, version)
+            override = self.discovery_overrides.get((path, False))
+            listing = override or resource_list(self.store, group, version)
             return json_response(listing) if listing else not_found()
         namespace: str | None = None
         if rest[0] == "namespaces" and len(rest) >= 3:
@@ -323,7 +328,9 @@ class ApiServer:
                 and params.get("v") in DISCOVERY_VERSIONS
             ):
                 version = params["v"]
-                body = aggregated(self.store, core=core, version=version)
+                body = self.discovery_overrides.get((request.path, True)) or aggregated(
+                    self.store, core=core, version=version
+                )
                 content_type = (
                     f"application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList"
                 )
@@ -335,6 +342,9 @@ class ApiServer:
                 return status_response(
                     406, "NotAcceptable", f"only the following media types are accepted: {JSON}"
                 )
+        override = self.discovery_overrides.get((request.path, False))
+        if override is not None:
+            return json_response(override)
         return json_response(api_versions(request.host) if core else group_list(self.store))
 
 
