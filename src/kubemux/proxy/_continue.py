@@ -11,11 +11,13 @@ context, the resource and the payload, truncated to 128 bits. So:
   worded like the API server's (``invalid continue token: continue key is not valid: ...``);
 - a token issued for another context or another resource fails its MAC the same way: the
   answer never depends on what the other context holds;
-- a token whose snapshot is gone (past :class:`SnapshotPins`' time to live, or the proxy
-  restarted: a new key) is a 410 Expired with the API server's "The provided continue
-  parameter is too old ..." message and, like the etcd3 store, a fresh token in
-  ``metadata.continue`` that continues the list at the latest snapshot (inconsistently, as
-  the message says).
+- a token whose snapshot is gone (past :class:`SnapshotPins`' time to live) is a 410
+  Expired with the API server's "The provided continue parameter is too old ..." message
+  and, like the etcd3 store, a fresh token in ``metadata.continue`` that continues the list
+  at the latest snapshot (inconsistently, as the message says).
+
+A token from before a restart of the proxy (each process draws its own key) cannot be told
+from a forged one, so it is a 400 too: the client starts its list again.
 
 Tokens are bounded: at most :data:`MAX_TOKEN_LENGTH` characters are looked at, the key
 parts at most 253 + 63 bytes, so decoding is constant work whatever a client sends.
@@ -27,6 +29,7 @@ import base64
 import binascii
 import dataclasses
 import hmac
+import re
 import secrets
 import struct
 import time
@@ -81,9 +84,12 @@ class ContinuePosition:
     resource_version: str
 
 
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
 def _b64decode(token: str) -> bytes:
-    # Go's base64.RawURLEncoding: URL alphabet, no padding
-    if "=" in token or len(token) % 4 == 1:
+    # Go's base64.RawURLEncoding: the URL alphabet only, no padding
+    if len(token) % 4 == 1 or not _B64URL.fullmatch(token):
         raise ValueError("illegal base64 data")
     return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
 
@@ -92,8 +98,7 @@ class ContinueTokens:
     """Issues and checks continue tokens under one secret key.
 
     Args:
-        key: The HMAC key; by default 32 random bytes, so tokens die with the process (a
-            restarted proxy answers them 410, as a compacted etcd does).
+        key: The HMAC key; by default 32 random bytes, so tokens die with the process.
     """
 
     __slots__ = ("_key",)

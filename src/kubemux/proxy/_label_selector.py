@@ -159,32 +159,30 @@ _SYMBOLS = {
     "(": _OPEN,
 }
 _KEYWORDS = {"in": _IN, "notin": _NOTIN}
+# Token kinds by literal. The end of the input is the literal "" (no real token is empty).
+# In the parser's Values context, "in" and "notin" are identifiers.
+_VALUE_KINDS = {**_SYMBOLS, "": _EOS}
+_KEY_KINDS = {**_VALUE_KINDS, **_KEYWORDS}
 # Go's lexer: whitespace is space, tab, CR, LF; special symbols are =!(),<> and the longest
 # of "!=", "==" wins; an identifier is anything else; a NUL byte reads as the end of the
 # input where a token would start, and ends (and is eaten by) an identifier.
-_TOKEN_RE = re.compile(r"[ \t\r\n]*(?:(!=|==|[=!(),<>])|([^ \t\r\n=!(),<>\x00]+)\x00?)")
+_TOKENS_RE = re.compile(r"[ \t\r\n]*(!=|==|[=!(),<>]|[^ \t\r\n=!(),<>]+)")
+_TOKEN_NUL_RE = re.compile(r"[ \t\r\n]*(?:(!=|==|[=!(),<>])|([^ \t\r\n=!(),<>\x00]+)\x00?)")
 
 
-def _lex(text: str) -> list[tuple[int, str]]:
-    items: list[tuple[int, str]] = []
-    append = items.append
-    match = _TOKEN_RE.match
-    pos = 0
-    end = len(text)
-    while pos < end:
-        found = match(text, pos)
-        if found is None:  # only blanks left, or a NUL where a token would start
-            break
-        symbol, ident = found.group(1, 2)
-        if symbol is not None:
-            append((_SYMBOLS[symbol], symbol))
-        elif ident is not None:
-            append((_KEYWORDS.get(ident, _ID), ident))
-        else:
-            break
-        pos = found.end()
-    append((_EOS, ""))
-    return items
+def _lex(text: str) -> list[str]:
+    """The literals of the tokens, then ``""`` for the end (one regex pass, in C)."""
+    if "\x00" not in text:
+        tokens = _TOKENS_RE.findall(text)
+    else:
+        tokens = []
+        match = _TOKEN_NUL_RE.match
+        pos = 0
+        while (found := match(text, pos)) is not None:
+            tokens.append(found.group(1) or found.group(2))
+            pos = found.end()
+    tokens.append("")
+    return tokens
 
 
 _BINARY_OPS = ("in", "notin", "=", "==", "!=", "gt", "lt")
@@ -192,31 +190,27 @@ _OP_OF_TOKEN = {_IN: "in", _EQ: "=", _DEQ: "==", _GT: "gt", _LT: "lt", _NOTIN: "
 
 
 class _Parser:
-    """``labels.Parser``: lookahead/consume over the scanned items."""
+    """``labels.Parser``: lookahead/consume over the scanned tokens."""
 
-    __slots__ = ("items", "pos")
+    __slots__ = ("pos", "toks")
 
-    def __init__(self, items: list[tuple[int, str]]):
-        self.items = items
+    def __init__(self, toks: list[str]):
+        self.toks = toks
         self.pos = 0
 
-    def lookahead(self, values: bool) -> tuple[int, str]:
-        tok, lit = self.items[self.pos]
-        if values and tok in (_IN, _NOTIN):
-            tok = _ID
-        return tok, lit
+    def lookahead(self) -> tuple[int, str]:
+        lit = self.toks[self.pos]
+        return _VALUE_KINDS.get(lit, _ID), lit
 
-    def consume(self, values: bool) -> tuple[int, str]:
-        tok, lit = self.items[self.pos]
+    def consume(self) -> tuple[int, str]:
+        lit = self.toks[self.pos]
         self.pos += 1
-        if values and tok in (_IN, _NOTIN):
-            tok = _ID
-        return tok, lit
+        return _VALUE_KINDS.get(lit, _ID), lit
 
     def parse(self) -> list[LabelRequirement]:
         reqs: list[LabelRequirement] = []
         while True:
-            tok, lit = self.lookahead(True)
+            tok, lit = self.lookahead()
             if tok in (_ID, _NOT):
                 try:
                     reqs.append(self.requirement())
@@ -224,11 +218,11 @@ class _Parser:
                     raise ParseError(f"unable to parse requirement: {exc}") from None
                 if len(reqs) > MAX_REQUIREMENTS:
                     raise TooMany(len(reqs))
-                t, lit2 = self.consume(True)
+                t, lit2 = self.consume()
                 if t == _EOS:
                     return reqs
                 if t == _COMMA:
-                    t2, lit3 = self.lookahead(True)
+                    t2, lit3 = self.lookahead()
                     if t2 not in (_ID, _NOT):
                         raise ParseError(f"found '{lit3}', expected: identifier after ','")
                 else:
@@ -248,70 +242,80 @@ class _Parser:
 
     def key_and_operator(self) -> tuple[str, str]:
         operator = ""
-        tok, lit = self.consume(True)
+        tok, lit = self.consume()
         if tok == _NOT:
             operator = "!"
-            tok, lit = self.consume(True)
+            tok, lit = self.consume()
         if tok != _ID:
             raise ParseError(f"found '{lit}', expected: identifier")
         errs = _label_key_errors(lit)
         if errs:
             raise ParseError(str(FieldError.invalid("<nil>", lit, "; ".join(errs))))
-        nxt, _ = self.lookahead(True)
+        nxt, _ = self.lookahead()
         if nxt in (_EOS, _COMMA) and operator != "!":
             operator = "exists"
         return lit, operator
 
     def operator(self) -> str:
-        tok, lit = self.consume(False)
-        op = _OP_OF_TOKEN.get(tok)
+        lit = self.toks[self.pos]  # the KeyAndOperator context: keywords are operators
+        self.pos += 1
+        op = _OP_OF_TOKEN.get(_KEY_KINDS.get(lit, _ID))
         if op is None:
             raise ParseError(f"found '{lit}', expected: {', '.join(_BINARY_OPS)}")
         return op
 
     def values(self) -> set[str]:
-        tok, lit = self.consume(True)
+        tok, lit = self.consume()
         if tok != _OPEN:
             raise ParseError(f"found '{lit}' expected: '('")
-        tok, lit = self.lookahead(True)
+        tok, lit = self.lookahead()
         if tok in (_ID, _COMMA):
             found = self.identifiers()
-            if self.consume(True)[0] != _CLOSE:
+            if self.consume()[0] != _CLOSE:
                 raise ParseError(f"found '{lit}', expected: ')'")
             return found
         if tok == _CLOSE:
-            self.consume(True)
+            self.consume()
             return {""}
         raise ParseError(f"found '{lit}', expected: ',', ')' or identifier")
 
     def identifiers(self) -> set[str]:
+        # the hot loop of a long `in (...)` list: locals only
+        toks = self.toks
+        kinds = _VALUE_KINDS
+        pos = self.pos
         found: set[str] = set()
-        while True:
-            tok, lit = self.consume(True)
-            if tok == _ID:
-                found.add(lit)
-                tok2, lit2 = self.lookahead(True)
-                if tok2 == _COMMA:
+        add = found.add
+        try:
+            while True:
+                lit = toks[pos]
+                pos += 1
+                tok = kinds.get(lit, _ID)
+                nxt = kinds.get(toks[pos], _ID) if tok in (_ID, _COMMA) else _ERROR
+                if tok == _ID:
+                    add(lit)
+                    if nxt == _COMMA:
+                        continue
+                    if nxt == _CLOSE:
+                        return found
+                    raise ParseError(f"found '{toks[pos]}', expected: ',' or ')'")
+                if tok == _COMMA:
+                    if not found:
+                        add("")
+                    if nxt in (_CLOSE, _COMMA):
+                        add("")
+                    if nxt == _CLOSE:
+                        return found
                     continue
-                if tok2 == _CLOSE:
-                    return found
-                raise ParseError(f"found '{lit2}', expected: ',' or ')'")
-            if tok == _COMMA:
-                if not found:
-                    found.add("")
-                tok2, _ = self.lookahead(True)
-                if tok2 in (_CLOSE, _COMMA):
-                    found.add("")
-                if tok2 == _CLOSE:
-                    return found
-                continue
-            raise ParseError(f"found '{lit}', expected: ',', or identifier")
+                raise ParseError(f"found '{lit}', expected: ',', or identifier")
+        finally:
+            self.pos = pos
 
     def exact_value(self) -> set[str]:
-        tok, _ = self.lookahead(True)
+        tok, _ = self.lookahead()
         if tok in (_EOS, _COMMA):
             return {""}
-        tok, lit = self.consume(True)
+        tok, lit = self.consume()
         if tok == _ID:
             return {lit}
         raise ParseError(f"found '{lit}', expected: identifier")

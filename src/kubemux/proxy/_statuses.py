@@ -19,6 +19,7 @@ resource version", "The provided continue parameter is too old ..."). A status w
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -80,11 +81,16 @@ def _go_escape(out: bytes) -> bytes:
     return out
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_MARK = "\U0010fffe"  # a noncharacter standing for an invalid byte until it is escaped
+_MARK_UTF8 = _MARK.encode()
+
+
 def _valid_text(value: Any) -> Any:
-    """``value`` with every string made valid UTF-8 (lone surrogates, which a request's
-    ``surrogateescape`` decoding produces, become U+FFFD as Go writes invalid bytes)."""
+    """``value`` with every lone surrogate (a byte that was not UTF-8, decoded with
+    ``surrogateescape``) marked, so that it encodes as Go writes an invalid byte."""
     if isinstance(value, str):
-        return value.encode("utf-8", "replace").decode("utf-8")
+        return _SURROGATE.sub(_MARK, value)
     if isinstance(value, Mapping):
         return {_valid_text(k): _valid_text(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -94,12 +100,12 @@ def _valid_text(value: Any) -> Any:
 
 def encode_json(value: Any) -> bytes:
     """``value`` as Go's ``encoding/json`` writes it (without the Encoder's newline): compact,
-    keys in the mapping's order, HTML characters and U+2028/U+2029 escaped, invalid UTF-8 as
-    U+FFFD."""
+    keys in the mapping's order, HTML characters and U+2028/U+2029 escaped, each invalid
+    UTF-8 byte as ``\\ufffd``."""
     try:
         out = orjson.dumps(value)
     except TypeError:  # a lone surrogate: not valid UTF-8
-        out = orjson.dumps(_valid_text(value))
+        out = orjson.dumps(_valid_text(value)).replace(_MARK_UTF8, b"\\ufffd")
     return _go_escape(out)
 
 
