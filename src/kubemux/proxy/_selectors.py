@@ -62,6 +62,8 @@ class _Head(msgspec.Struct, gc=False):
 
 
 _head_decoder = msgspec.json.Decoder(_Head)
+_EMPTY_META = _Meta()
+_NO_LABELS: dict[str, str] = {}
 
 
 class ObjectFilter:
@@ -70,7 +72,7 @@ class ObjectFilter:
     reads more). Works on Table rows too (``{"cells": ..., "metadata": ...}``) as long as
     the field selector reads only metadata."""
 
-    __slots__ = ("_fields_need_object", "fields", "labels", "namespace")
+    __slots__ = ("_fields", "_fields_need_object", "_labels", "fields", "labels", "namespace")
 
     def __init__(
         self,
@@ -82,6 +84,9 @@ class ObjectFilter:
         self.labels = labels
         self.fields = fields if fields is not None else FieldSelector()
         self._fields_need_object = self.fields.needs_object
+        # the hot path reads these: None when there is nothing to check
+        self._labels = None if labels.empty else labels.matches
+        self._fields = None if self.fields.empty else self.fields.matches_meta
 
     @property
     def is_everything(self) -> bool:
@@ -115,18 +120,21 @@ class ObjectFilter:
     def matches_raw(self, raw: bytes) -> bool:
         """:meth:`matches` on JSON bytes."""
         if self._fields_need_object:
-            return self.matches(decode_raw(raw))
-        if self.labels.empty and self.fields.empty and self.namespace is None:
+            return self.matches(self.fields.project(raw))
+        namespace = self.namespace
+        labels = self._labels
+        fields = self._fields
+        if labels is None and fields is None and namespace is None:
             return True
         try:
-            meta = _head_decoder.decode(raw).metadata or _Meta()
+            meta = _head_decoder.decode(raw).metadata or _EMPTY_META
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             return self.matches(decode_raw(raw))
-        if self.namespace is not None and meta.namespace != self.namespace:
+        if namespace is not None and meta.namespace != namespace:
             return False
-        if not self.labels.empty and not self.labels.matches(meta.labels or {}):
+        if labels is not None and not labels(meta.labels or _NO_LABELS):
             return False
-        return self.fields.empty or self.fields.matches_meta(meta.namespace, meta.name)
+        return fields is None or fields(meta.namespace, meta.name)
 
     def __repr__(self) -> str:
         return (
