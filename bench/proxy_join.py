@@ -100,9 +100,11 @@ class _History:
         return lambda: self.listeners.remove(fn)
 
 
-def _fanout_us(watchers: int, raw: bytes) -> float:
-    """us per watcher to hand one event to ``watchers`` watchers of one view (the
-    synchronous dispatch the informer pays)."""
+def _fanout_us(watchers: int, raw: bytes) -> tuple[float, float]:
+    """(us per watcher to hand one event to ``watchers`` watchers of one view: the
+    synchronous dispatch the informer pays; bytes allocated per idle watcher)."""
+    import tracemalloc
+
     import anyio
 
     history = _History()
@@ -117,6 +119,8 @@ def _fanout_us(watchers: int, raw: bytes) -> float:
             nonlocal sent
             sent += 1
 
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
         async with anyio.create_task_group() as tg:
             for _ in range(watchers):
                 tg.start_soon(
@@ -126,6 +130,8 @@ def _fanout_us(watchers: int, raw: bytes) -> float:
                 )
             while broadcaster.watchers < watchers:  # noqa: ASYNC110 (a bench, not a test)
                 await anyio.sleep(0.01)
+            per_watcher = (tracemalloc.get_traced_memory()[0] - before) / watchers
+            tracemalloc.stop()
             (listener,) = history.listeners
             best = float("inf")
             for rv in range(2, 22):
@@ -135,11 +141,11 @@ def _fanout_us(watchers: int, raw: bytes) -> float:
                 best = min(best, time.perf_counter() - start)
                 while sent < watchers * (rv - 1):  # let every writer send it
                     await anyio.lowlevel.checkpoint()
-            result.append(best / watchers * 1e6)
+            result.extend((best / watchers * 1e6, per_watcher))
             tg.cancel_scope.cancel()
 
     anyio.run(main)
-    return result[0]
+    return result[0], result[1]
 
 
 def _lists(n: int) -> list[list[str]]:
@@ -243,7 +249,10 @@ def main(sizes: list[int]) -> None:
         rows.extend(_lists(n))
     for watchers in (100, 1000):
         raw = next(iter(_objects(1).values()))
-        us = _fanout_us(watchers, raw)
+        us, memory = _fanout_us(watchers, raw)
+        rows.append(
+            [f"memory per idle watcher ({watchers})", "-", "-", "-", f"{memory / 1024:.1f} KB"]
+        )
         rows.append(
             [
                 f"watch event fan-out to {watchers} watchers",
