@@ -1,0 +1,1 @@
+"""The Kubernetes API of every kubeconfig context, served from kubemux's caches."""
