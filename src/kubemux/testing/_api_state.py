@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 from ._auth import AuthState
+from ._log_book import LogBook
 from ._rbac import Access
 from ._resource_state import Watch
 from ._state import ObjectStore
@@ -32,6 +33,13 @@ class RecordedRequest:
         query: Query parameters (the last value wins when one repeats).
         token: The bearer token sent, or None.
         is_watch: True for ``watch=true`` / ``watch=1`` requests.
+        verb: The Kubernetes verb (``get``, ``list``, ``watch``, ``create``, ``update``,
+            ``patch``, ``delete``, ``deletecollection``; ``get`` for discovery and other
+            non-resource paths).
+        resource: The resource's full name (``pods``, ``deployments.apps``), or None.
+        namespace: The namespace in the path, or None.
+        name: The object's name, or None.
+        subresource: ``status``, ``scale``, ``log``, ``exec``, ... or None.
     """
 
     method: str
@@ -39,6 +47,13 @@ class RecordedRequest:
     query: dict[str, str]
     token: str | None
     is_watch: bool
+    # read from the path; not compared, so records built with the five fields above (before
+    # these existed) still compare equal
+    verb: str = dataclasses.field(default="", compare=False)
+    resource: str | None = dataclasses.field(default=None, compare=False)
+    namespace: str | None = dataclasses.field(default=None, compare=False)
+    name: str | None = dataclasses.field(default=None, compare=False)
+    subresource: str | None = dataclasses.field(default=None, compare=False)
 
 
 @dataclasses.dataclass(slots=True)
@@ -93,6 +108,7 @@ class ApiState:
         self.access: dict[str, Access] = {}  # token -> its limits (absent: everything)
         self.self_subject_review = True  # serve POST .../selfsubjectreviews (else 404)
         self.requests: list[RecordedRequest] = []
+        self.logs = LogBook()
         self.watches: set[Watch] = set()
         self.faults: list[Fault] = []
         self.stalled = False

@@ -78,6 +78,8 @@ from .._resources import Resource
 from ._auth import AuthState
 from ._cluster_auth import AuthControls, make_tls
 from ._cluster_faults import FaultControls
+from ._cluster_observe import ObservationControls
+from ._cluster_pods import PodControls
 from ._http import ApiServer, RecordedRequest, StreamingList, TrackingServer
 from ._state import ObjectStore
 
@@ -86,7 +88,7 @@ __all__ = ["FakeCluster", "RecordedRequest"]
 _SHUTDOWN_TIMEOUT = 2.0
 
 
-class FakeCluster(AuthControls, FaultControls):
+class FakeCluster(AuthControls, FaultControls, ObservationControls, PodControls):
     """A fake kube-apiserver on 127.0.0.1 for tests, benchmarks and demos.
 
     Use it as an async context manager (``async with FakeCluster() as cluster``), or call
@@ -422,35 +424,7 @@ class FakeCluster(AuthControls, FaultControls):
         """The current global resourceVersion."""
         return str(self._store.rv)
 
-    # ------------------------------------------------------------------ faults
     # ------------------------------------------------------------------ observation
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """Every request received so far (a copy), oldest first."""
-        return list(self._api.requests)
-
-    def requests_for(self, token: str | None) -> list[RecordedRequest]:
-        """The requests that carried ``token`` (None: those without one)."""
-        return [r for r in self._api.requests if r.token == token]
-
-    def clear_requests(self) -> None:
-        """Forget the recorded requests."""
-        self._api.requests.clear()
-
-    @property
-    def open_watches(self) -> int:
-        """Watch streams currently open."""
-        return len(self._api.watches)
-
-    def open_watches_for(self, token: str | None) -> int:
-        """Watch streams currently open that were opened with ``token``."""
-        return sum(1 for w in self._api.watches if w.token == token)
-
-    @property
-    def open_connections(self) -> int:
-        """Server-side TCP connections currently open."""
-        return len(self._server.live) if self._server is not None else 0
-
     async def wait_for(
         self,
         predicate: Callable[[], bool],

@@ -1,8 +1,11 @@
 """The HTTP side of the fake: the request entry point, faults, routing and discovery.
 
-The handlers live in their own modules: ``_rest`` (GET, LIST, POST, DELETE), ``_watch_stream``
-(WATCH), ``_table_http`` (Table negotiation), ``_rbac`` (credentials and RBAC),
-``_responses`` (Status bodies) and ``_chunked`` (Go's chunked framing).
+The handlers live in their own modules: ``_rest`` (GET, LIST, POST), ``_writes`` (PUT, PATCH,
+DELETE, deletecollection, status/scale/eviction), ``_watch_stream`` (WATCH), ``_pod_logs``
+(pods/log), ``_pod_exec`` (exec, attach and port-forward over WebSocket), ``_openapi``,
+``_table_http`` (Table negotiation), ``_rbac`` (credentials and RBAC), ``_responses``
+(Status bodies) and ``_chunked`` (Go's chunked framing); ``_request_info`` reads the verb
+and resource of a path.
 """
 
 from __future__ import annotations
@@ -23,8 +26,13 @@ from ._discovery import (
     groups,
     resource_list,
 )
+from ._openapi import openapi
+from ._pod_exec import serve_stream
+from ._pod_logs import serve_log
 from ._protocol import BadRequest, Selector
 from ._rbac import Access, bearer, forbidden, peercert, self_subject_review
+from ._request_info import RequestInfo, request_info
+from ._resource_state import ResourceState
 from ._responses import (
     JSON,
     abort,
@@ -34,13 +42,17 @@ from ._responses import (
     method_not_allowed,
     not_found,
     status_response,
+    too_large,
 )
-from ._rest import create_object, delete_object, get_object, list_objects
+from ._rest import create_object, get_object, list_objects
 from ._table_http import table_printer
+from ._views import SCALE_KINDS, has_status, scale_view
 from ._watch_stream import serve_watch
+from ._writes import delete_collection, delete_one, evict, patch_object, replace_object
 
 __all__ = ["Access", "ApiServer", "Fault", "RecordedRequest", "StreamingList", "TrackingServer"]
 
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 _SELF_SUBJECT_REVIEWS = ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]
 
 
@@ -54,9 +66,19 @@ class ApiServer(ApiState):
         is_watch = query.get("watch", "").lower() in ("true", "1")
         token = bearer(request.headers.get(hdrs.AUTHORIZATION))
         path = request.path
+        info = request_info(request.method, path, is_watch=is_watch)
         self.requests.append(
             RecordedRequest(
-                method=request.method, path=path, query=query, token=token, is_watch=is_watch
+                method=request.method,
+                path=path,
+                query=query,
+                token=token,
+                is_watch=is_watch,
+                verb=info.verb,
+                resource=info.resource,
+                namespace=info.namespace,
+                name=info.name,
+                subresource=info.subresource,
             )
         )
         self.notify()
@@ -76,17 +98,18 @@ class ApiServer(ApiState):
                 )
             if self.auth.required and self.auth.authenticate(token, peercert(request)) is None:
                 return status_response(401, "Unauthorized", "Unauthorized")
-            if request.method not in ("GET", "POST", "DELETE"):
+            if request.method not in _METHODS:
                 return method_not_allowed()
-            return await self._route(request, path, query, is_watch, token)
+            return await self._route(request, info, path, query, is_watch, token)
         except BadRequest as exc:
-            return status_response(400, "BadRequest", str(exc))
+            return too_large(exc) or status_response(400, "BadRequest", str(exc))
         finally:
             self.notify()
 
     async def _route(
         self,
         request: web.BaseRequest,
+        info: RequestInfo,
         path: str,
         query: dict[str, str],
         is_watch: bool,
@@ -106,50 +129,68 @@ class ApiServer(ApiState):
             return web.Response(text="ok")
         if parts == ["version"]:
             return json_response(VERSION_INFO)
-        if head == "api":
+        if head == "openapi":
+            return openapi(self.store, parts[1:])
+        if head not in ("api", "apis"):
+            return not_found()
+        if info.plural is None:
+            if method != "GET":
+                return method_not_allowed()
             if len(parts) == 1:
-                return self._discovery(request, core=True)
-            group, version, rest = "", parts[1], parts[2:]
-        elif head == "apis":
-            if len(parts) == 1:
-                return self._discovery(request, core=False)
-            if len(parts) == 2:
+                return self._discovery(request, core=head == "api")
+            if head == "apis" and len(parts) == 2:
                 group_info = groups(self.store).get(parts[1])
                 return json_response(group_info) if group_info else not_found()
-            group, version, rest = parts[1], parts[2], parts[3:]
-        else:
-            return not_found()
-        if not rest:
-            listing = resource_list(self.store, group, version)
+            listing = resource_list(self.store, info.group, info.version)
             return json_response(listing) if listing else not_found()
-        namespace: str | None = None
-        if rest[0] == "namespaces" and len(rest) >= 3:
-            namespace, rest = rest[1], rest[2:]
-        if len(rest) > 2:
+        return await self._resource(request, info, query, is_watch, token)
+
+    async def _resource(
+        self,
+        request: web.BaseRequest,
+        info: RequestInfo,
+        query: dict[str, str],
+        is_watch: bool,
+        token: str | None,
+    ) -> web.StreamResponse:
+        assert info.plural is not None
+        state = self.store.lookup(info.group, info.version, info.plural)
+        namespace, name, sub = info.namespace, info.name, info.subresource
+        if state is None or info.extra:
             return not_found()
-        plural, name = rest[0], (rest[1] if len(rest) == 2 else None)
-        state = self.store.lookup(group, version, plural)
-        if state is None:
-            return not_found()
-        namespaced = state.resource.namespaced
-        if (namespace is not None and not namespaced) or (
-            name is not None and namespaced and namespace is None
+        res = state.resource
+        if (namespace is not None and not res.namespaced) or (
+            name is not None and res.namespaced and namespace is None
         ):
             return not_found()
-        if (method == "POST" and name is not None) or (method == "DELETE" and name is None):
-            return method_not_allowed()
-        verb = {"POST": "create", "DELETE": "delete"}.get(method) or (
-            "watch" if is_watch else "get" if name is not None else "list"
-        )
+        method = request.method
         access = self.access.get(token) if token is not None else None
-        if access is not None and not access.allows(state.resource, namespace):
-            return forbidden(access.user, verb, state.resource, namespace, name)
-        if method == "POST":
-            return await create_object(request, self.store, state, namespace)
-        if method == "DELETE":
-            return delete_object(self.store, state, namespace, name or "")
+        if access is not None and not access.allows(res, namespace):
+            return forbidden(access.user, info.verb, res, namespace, name)
+        store = self.store
+        if name is None:
+            if method == "POST":
+                return await create_object(request, store, state, namespace, query)
+            if method == "DELETE":
+                selector = Selector.parse(
+                    namespace, query.get("labelSelector", ""), query.get("fieldSelector", "")
+                )
+                return await delete_collection(request, store, state, selector, query)
+            if method != "GET":
+                return method_not_allowed()
+        elif sub is None:
+            if method == "PUT":
+                return await replace_object(request, store, state, namespace, name, query)
+            if method == "PATCH":
+                return await patch_object(request, store, state, namespace, name, query)
+            if method == "DELETE":
+                return await delete_one(request, store, state, namespace, name, query)
+            if method != "GET":
+                return method_not_allowed()
+        else:
+            return await self._subresource(request, state, namespace, name, sub, query)
         table = (
-            table_printer(request, self.store, state, version, query) if self.table_format else None
+            table_printer(request, store, state, info.version, query) if self.table_format else None
         )
         field_selector = query.get("fieldSelector", "")
         if name is not None:
@@ -160,7 +201,48 @@ class ApiServer(ApiState):
         selector = Selector.parse(namespace, query.get("labelSelector", ""), field_selector)
         if is_watch:
             return await serve_watch(self, request, state, selector, query, token, table)
-        return list_objects(self.store, state, selector, query, table)
+        return list_objects(store, state, selector, query, table)
+
+    async def _subresource(
+        self,
+        request: web.BaseRequest,
+        state: ResourceState,
+        namespace: str | None,
+        name: str,
+        sub: str,
+        query: dict[str, str],
+    ) -> web.StreamResponse:
+        method, store = request.method, self.store
+        ident = (state.resource.group, state.resource.plural)
+        pods = ident == ("", "pods")
+        if sub in ("status", "scale"):
+            if (sub == "status" and not has_status(store, state)) or (
+                sub == "scale" and ident not in SCALE_KINDS
+            ):
+                return not_found()
+            if method == "GET":
+                stored = state.objects.get(store.key_of(state, namespace, name))
+                if stored is None or sub == "status":
+                    return get_object(state, namespace, name)
+                return json_response(scale_view(state, stored.obj))
+            if method == "PUT":
+                return await replace_object(request, store, state, namespace, name, query, sub)
+            if method == "PATCH":
+                return await patch_object(request, store, state, namespace, name, query, sub)
+            return method_not_allowed()
+        if pods and sub == "eviction" and namespace is not None:
+            if method != "POST":
+                return method_not_allowed()
+            return await evict(request, store, state, namespace, name)
+        if pods and sub == "log" and namespace is not None:
+            if method != "GET":
+                return method_not_allowed()
+            return await serve_log(self, request, state, namespace, name)
+        if pods and sub in ("exec", "attach", "portforward") and namespace is not None:
+            if method not in ("GET", "POST"):
+                return method_not_allowed()
+            return await serve_stream(self, request, state, namespace, name, sub)
+        return not_found()
 
     # ------------------------------------------------------------------ discovery
     def _discovery(self, request: web.BaseRequest, *, core: bool) -> web.Response:
