@@ -93,7 +93,7 @@ def _status(code: int, command: list[str]) -> bytes:
 
 def _missing(program: str) -> bytes:
     message = (
-        "error executing command in container: failed to exec in container: failed to start "
+        "Internal error occurred: error executing command in container: failed to exec in container: failed to start "
         f"exec: OCI runtime exec failed: exec failed: unable to start container process: exec: "
         f'"{program}": executable file not found in $PATH: unknown'
     )
