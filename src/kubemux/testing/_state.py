@@ -22,7 +22,7 @@ import orjson
 
 from .._resources import BUILTIN_RESOURCES, Resource, parse_resource, register_resource
 from ._crd import CrdInfo
-from ._protocol import Key, Selector
+from ._protocol import BadRequest, Key, Selector
 from ._resource_state import (
     ADDED,
     DELETED,
@@ -239,7 +239,11 @@ class ObjectStore:
         for k, v in obj.items():
             if k not in _TOP_KEYS:
                 out[k] = v
-        return key, Stored(orjson.dumps(out))  # bytes: nothing the caller can still touch
+        try:
+            raw = orjson.dumps(out)  # bytes: nothing the caller can still touch
+        except orjson.JSONEncodeError as exc:  # nested deeper than orjson writes (254)
+            raise BadRequest(f"the object cannot be stored: {exc}") from None
+        return key, Stored(raw)
 
     def _insert(self, state: ResourceState, objs: Iterable[Mapping[str, Any]]) -> list[Event]:
         events: list[Event] = []
