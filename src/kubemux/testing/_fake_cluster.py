@@ -64,10 +64,9 @@ Faithful to kube-apiserver:
   ``container``, ``tailLines``, ``sinceSeconds``/``sinceTime``, ``timestamps``,
   ``limitBytes``, and ``follow=true`` streaming appended lines until the pod is deleted or
   its container terminated; ``kubectl logs [-f]`` works;
-* ``pods/exec`` and ``pods/attach`` over WebSocket (``v5.channel.k8s.io``,
-  ``v4.channel.k8s.io``; kubectl 1.32's default transport): a minimal exec (``echo``, ``cat``
-  echoing stdin, ``true``, ``false``, ``sh -c 'exit N'``) with the kubelet's status message on
-  channel 3, ``tty``, and v5's close channel; ``attach`` streams appended log lines;
+* ``pods/exec`` and ``pods/attach`` over WebSocket (``v5``/``v4.channel.k8s.io``, kubectl
+  1.32's default): a minimal exec (``echo``, ``cat`` echoing stdin, ``true``, ``false``,
+  ``sh -c 'exit N'``), the kubelet's status on channel 3; ``attach`` streams appended logs;
 * requests recorded with their verb and resource (:meth:`FakeCluster.request_count`).
 
 Simplified:
