@@ -124,10 +124,12 @@ class SubscriberOverflow(KubemuxError):
 class StartTimeout(KubemuxError, TimeoutError):
     """A context did not start (client built, credentials obtained) within its time limit."""
 
-    def __init__(self, context: str, timeout: float) -> None:
-        super().__init__(f"context {context!r} did not start within {timeout:g}s")
+    def __init__(self, context: str, timeout: float, detail: str | None = None) -> None:
+        message = f"context {context!r} did not start within {timeout:g}s"
+        super().__init__(f"{message}: {detail}" if detail else message)
         self.context = context
         self.timeout = timeout
+        self.detail = detail  # what the start was waiting for (an exec plugin, a lock)
 
 
 class RegistryClosed(KubemuxError, RuntimeError):
