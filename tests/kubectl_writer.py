@@ -6,8 +6,7 @@ For SECONDS, edits the file as kubectl's ``ModifyConfig`` does: create ``<file>.
 (``O_CREAT|O_EXCL``; when it exists kubectl fails, and this writer tries again a moment later,
 as a user re-running the command would), read the file, add one context ``edit-<i>``, write it
 back the way ``os.WriteFile`` does (truncate, then write; here in two halves with a pause in
-between, a slow disk), remove the lock. Writes ``{"edits": n, "busy": b}`` to RESULT at the end
-and a line to RESULT.started after the first edit.
+between, a slow disk), remove the lock. Writes ``{"edits": n, "busy": b}`` to RESULT at the end.
 """
 
 import json
@@ -47,10 +46,7 @@ def main() -> None:
         finally:
             os.unlink(lock)
         edits += 1
-        if edits == 1:
-            with open(result + ".started", "w") as f:
-                f.write("started\n")
-        time.sleep(0.01)
+        time.sleep(0.02)  # a user typing the next command; never less than kubectl starts in
     with open(result, "w") as f:
         json.dump({"edits": edits, "busy": busy}, f)
 

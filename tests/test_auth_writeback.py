@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 import yaml
 
@@ -64,27 +65,33 @@ async def test_a_kubectl_writer_loses_no_edit_and_no_refresh_token(tmp_path: Pat
         path = kubeconfig_file(tmp_path / "config", cluster, users, {u: u for u in users})
         configs = _contexts(path)
         result = tmp_path / "writer.json"
-        writer = await anyio.open_process(
-            [sys.executable, WRITER, str(path), "3", str(result)], stdout=None, stderr=None
-        )
-        async with writer:
-            with anyio.fail_after(20):
-                while not _exists(f"{result}.started"):  # noqa: ASYNC110 - another process
-                    await anyio.sleep(0.01)
-            done = anyio.Event()
-            pool, other = CredentialPool(), CredentialPool()  # "other": a second kubemux process
-            async with anyio.create_task_group() as tg:
+        done = anyio.Event()
+        pool, other = CredentialPool(), CredentialPool()  # "other": a second kubemux process
+        async with anyio.create_task_group() as tg:
 
-                async def client(config: ContextConfig, pool: CredentialPool) -> None:
-                    async with open_client(config, credentials=pool) as c:
-                        await _keep_listing(c, done)
+            async def client(
+                config: ContextConfig,
+                pool: CredentialPool,
+                *,
+                task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+            ) -> None:
+                async with open_client(config, credentials=pool) as c:
+                    await _list(c)
+                    task_status.started()
+                    await _keep_listing(c, done)
 
+            with anyio.fail_after(30):  # every client up (and refreshed once) before kubectl
                 for name in users:
-                    tg.start_soon(client, configs[name], pool)
-                tg.start_soon(client, configs["u0"], other)
+                    await tg.start(client, configs[name], pool)
+                await tg.start(client, configs["u0"], other)
+            before = len(idp.spent)
+            writer = await anyio.open_process(
+                [sys.executable, WRITER, str(path), "3", str(result)], stdout=None, stderr=None
+            )
+            async with writer:
                 with anyio.fail_after(30):
                     await writer.wait()
-                done.set()
+            done.set()
         assert writer.returncode == 0
         summary = json.loads(result.read_text())
         assert summary["edits"] >= 20, summary
@@ -92,7 +99,7 @@ async def test_a_kubectl_writer_loses_no_edit_and_no_refresh_token(tmp_path: Pat
         lost = [i for i in range(summary["edits"]) if f"edit-{i}" not in names]
         assert lost == [], f"{len(lost)} of {summary['edits']} kubectl edits lost"
         assert idp.refused == [], "a refresh presented a refresh token already spent"
-        assert len(idp.spent) >= 6, idp.spent  # refreshes did happen while kubectl wrote
+        assert len(idp.spent) - before >= 3, idp.spent  # refreshes happened while kubectl wrote
         for name in users:
             assert provider_config(path, name)["refresh-token"] == idp.newest[f"{name}-"]
         assert not _locked(path)
@@ -119,7 +126,7 @@ async def test_eight_users_of_one_file_never_present_a_spent_refresh_token(
             await anyio.sleep(5)  # the scenario's duration, not a synchronisation
             done.set()
         assert idp.refused == [], f"{len(idp.refused)} refreshes presented a spent token"
-        assert len(idp.spent) >= 24, len(idp.spent)
+        assert len(idp.spent) >= 16, len(idp.spent)  # 8 initial, then at least one more each
         stale = [
             n for n in users if provider_config(path, n)["refresh-token"] != idp.newest[f"{n}-"]
         ]

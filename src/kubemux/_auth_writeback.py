@@ -60,7 +60,7 @@ __all__ = [
 LOCK_TIMEOUT: Final = 15.0
 """Seconds to wait for ``<file>.lock``: more than kubemux itself holds it (one identity
 provider request, at most ``_auth_oidc.TOKEN_TIMEOUT``), far more than kubectl does."""
-_LOCK_RETRY: Final = (0.002, 0.1)  # first delay between attempts, doubling up to the second
+_LOCK_RETRY: Final = (0.002, 0.01)  # first delay between attempts, doubling up to the second
 _SETTLE_READS: Final = 5  # guarded reads of a file that looks half written, ~20 ms apart
 
 
