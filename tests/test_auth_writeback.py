@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ import yaml
 
 from kubemux import CredentialError, WatchSettings, load_kubeconfig, parse_resource
 from kubemux._auth import CredentialPool
+from kubemux._auth_writeback import kubeconfig_lock
 from kubemux._client import ContextClient, open_client
 from kubemux._kubeconfig import ContextConfig
 from kubemux.testing import FakeCluster
@@ -286,3 +289,43 @@ async def test_the_lock_is_named_after_the_path_kubectl_uses(tmp_path: Path) -> 
             await _list(client)
         assert link.is_symlink()  # written through the link, which stays a link
         assert provider_config(real, "u")["refresh-token"] == idp.newest[""]
+
+
+def _kubectl_132() -> str | None:
+    found = shutil.which("kubectl")
+    if found is None:
+        return None
+    real = os.path.join(os.path.dirname(os.path.realpath(found)), "kubectl.1.32")
+    return real if os.path.exists(real) else None
+
+
+async def test_kubectl_honours_the_lock_and_reads_what_was_written(tmp_path: Path) -> None:
+    kubectl = _kubectl_132()
+    if kubectl is None:
+        pytest.skip("kubectl 1.32 is not installed")
+    async with FakeCluster(tokens=set()) as cluster, FakeIdP(cluster, ttl=3600) as idp:
+        real = kubeconfig_file(
+            tmp_path / "real", cluster, {"u": {"auth-provider": idp.provider()}}, {"a": "u"}
+        )
+        link = tmp_path / "config"
+        link.symlink_to(real)
+        env = {**os.environ, "KUBECONFIG": str(link)}
+
+        async def kubectl_run(*args: str) -> subprocess.CompletedProcess[bytes]:
+            with anyio.fail_after(30):
+                return await anyio.run_process([kubectl, *args], env=env, check=False)
+
+        async with kubeconfig_lock(str(link)):  # kubemux holds it: kubectl must not write
+            done = await kubectl_run("config", "set-context", "edit", "--cluster=c")
+            assert done.returncode == 1
+            assert f"open {link}.lock: file exists" in done.stderr.decode()
+        done = await kubectl_run("config", "set-context", "edit", "--cluster=c")
+        assert done.returncode == 0, done.stderr
+        async with open_client(_contexts(link)["a"]) as client:
+            await _list(client)
+        view = await kubectl_run("config", "view", "--raw", "-o", "json")
+        assert view.returncode == 0, view.stderr
+        doc = json.loads(view.stdout)
+        saved = doc["users"][0]["user"]["auth-provider"]["config"]
+        assert saved["refresh-token"] == idp.newest[""] and idp.spent == ["r0"]
+        assert {c["name"] for c in doc["contexts"]} == {"a", "edit"}  # kubectl's edit kept
