@@ -329,3 +329,47 @@ async def test_kubectl_honours_the_lock_and_reads_what_was_written(tmp_path: Pat
         saved = doc["users"][0]["user"]["auth-provider"]["config"]
         assert saved["refresh-token"] == idp.newest[""] and idp.spent == ["r0"]
         assert {c["name"] for c in doc["contexts"]} == {"a", "edit"}  # kubectl's edit kept
+
+
+async def test_a_successor_that_could_not_be_saved_is_kept_and_saved_next_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the disk is full when the first answer comes back: the refresh token is spent, so the
+    # new one is kept in memory, used for the next refresh, and saved then
+    async with FakeCluster(tokens=set()) as cluster, FakeIdP(cluster, ttl=0.5) as idp:
+        path = kubeconfig_file(
+            tmp_path / "config", cluster, {"u": {"auth-provider": idp.provider()}}, {"a": "u"}
+        )
+        real_fsync = os.fsync
+
+        def full(fd: int) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(os, "fsync", full)
+        async with open_client(_contexts(path)["a"]) as client:
+            await _list(client)
+            assert provider_config(path, "u")["refresh-token"] == "r0"  # not saved
+            assert "could not be saved" in caplog.text and "No space left" in caplog.text
+            monkeypatch.setattr(os, "fsync", real_fsync)
+            with anyio.fail_after(20):
+                while len(idp.spent) < 2:
+                    await _list(client)
+                    await anyio.sleep(0.05)  # pacing: the id-token expires in 0.5 s
+        assert idp.refused == []  # the successor, not the spent r0, was presented
+        assert provider_config(path, "u")["refresh-token"] == idp.newest[""]
+        assert not _locked(path)
+
+
+async def test_a_hard_linked_kubeconfig_is_written_in_place(tmp_path: Path) -> None:
+    # a rename would split the two names: write as client-go does (truncate, write)
+    async with FakeCluster(tokens=set()) as cluster, FakeIdP(cluster, ttl=3600) as idp:
+        path = kubeconfig_file(
+            tmp_path / "config", cluster, {"u": {"auth-provider": idp.provider()}}, {"a": "u"}
+        )
+        other = tmp_path / "other-name"
+        os.link(path, other)
+        inode = os.stat(path).st_ino
+        async with open_client(_contexts(path)["a"]) as client:
+            await _list(client)
+        assert os.stat(path).st_ino == inode and os.stat(other).st_ino == inode
+        assert provider_config(other, "u")["refresh-token"] == idp.newest[""] == "r1"
