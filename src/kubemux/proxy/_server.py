@@ -250,6 +250,8 @@ class ProxyServer:
         self.url: str | None = None
         self._server: uvicorn.Server | None = None
         self._kubeconfig_written = ""
+        self.kubeconfig_writes = 0  # how many times follow_kubeconfig wrote the file
+        self._written = anyio.Event()
 
     def __repr__(self) -> str:  # never the token
         return f"<ProxyServer url={self.url!r}>"
@@ -414,8 +416,17 @@ class ProxyServer:
             if text != self._kubeconfig_written:
                 await anyio.to_thread.run_sync(_write_private, target, text)
                 self._kubeconfig_written = text
+                self.kubeconfig_writes += 1
+                self._written.set()
+                self._written = anyio.Event()
                 log.info("wrote %s (%d contexts)", target, len(self.registry.contexts))
             await self.registry.wait_kubeconfig_sync(seen)
+
+    async def wait_kubeconfig_written(self, after: int) -> int:
+        """Wait until :attr:`kubeconfig_writes` exceeds ``after``; returns it."""
+        while self.kubeconfig_writes <= after:
+            await self._written.wait()
+        return self.kubeconfig_writes
 
 
 def _write_private(path: Path, text: str) -> None:
