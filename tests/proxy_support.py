@@ -115,6 +115,24 @@ POD = {
 }
 
 
+RESOURCES = {
+    "kind": "APIResourceList",
+    "groupVersion": "v1",
+    "resources": [
+        {
+            "name": "pods",
+            "singularName": "pod",
+            "namespaced": True,
+            "kind": "Pod",
+            "verbs": ["get", "list", "watch"],
+            "shortNames": ["po"],
+        },
+        {"name": "pods/exec", "namespaced": True, "kind": "PodExecOptions", "verbs": ["get"]},
+        {"name": "pods/log", "namespaced": True, "kind": "Pod", "verbs": ["get"]},
+    ],
+}
+
+
 class TinyUpstream:
     """An API server that knows one pod, its exec (WebSocket, v5.channel.k8s.io: echoes
     the command's arguments on stdout, then a Success status) and its log (a few lines,
@@ -157,6 +175,12 @@ class TinyUpstream:
             return await self._log(request)
         if path.endswith("/pods/shell"):
             return web.json_response(POD)
+        if path == "/api":
+            return web.json_response({"kind": "APIVersions", "versions": ["v1"]})
+        if path == "/apis":
+            return web.json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
+        if path == "/api/v1":
+            return web.json_response(RESOURCES)
         status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404}
         return web.json_response({**status, "reason": "NotFound", "message": "nf"}, status=404)
 

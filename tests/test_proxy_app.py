@@ -373,6 +373,9 @@ async def test_a_refused_upgrade_is_refused_downstream_and_for_the_spdy_fallback
                     headers={"Upgrade": "SPDY/3.1", "Connection": "Upgrade"},
                 )
                 assert status == 403 and json.loads(body)["reason"] == "Forbidden"
+                assert (
+                    json.loads(body)["message"] == 'pods "shell" is forbidden: exec is not allowed'
+                )
                 status, _, body = await client.request(
                     "POST",
                     "tiny",

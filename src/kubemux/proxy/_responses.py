@@ -61,14 +61,18 @@ class StatusError(Exception):
         *,
         reason: str | None = None,
         headers: Mapping[str, str] | None = None,
+        raw: bytes | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.reason = reason or REASONS.get(code, "")
         self.headers = dict(headers or {})
+        self.raw = raw  # the API server's own Status body, passed on as it is
 
     def body(self) -> bytes:
+        if self.raw is not None:
+            return self.raw
         return status_body(self.code, self.reason, self.message)
 
 

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import collections
 import logging
+import re
 import time
 
 import aiohttp
 import anyio
+import orjson
 from starlette.types import Receive, Scope, Send
 
 from .._errors import KubemuxError
@@ -117,11 +119,48 @@ async def bridge(
             await _pump(ws, receive, send)
     except aiohttp.WSServerHandshakeError as exc:
         error = _refusal(exc, upstream.context)
+        if error.code >= 400 and _STREAMING.search(target.partition("?")[0]):
+            error = await _reason(upstream, target, headers, error)
         refused.remember(upstream.context, target, error)
         await deny(scope, send, error)
     except KubemuxError as exc:
         error = status_for_error(exc, upstream.context)
         await deny(scope, send, error)
+
+
+_STREAMING = re.compile(r"/pods/[^/]+/(exec|attach|portforward)$")
+_REASON_MAX = 64 * 1024
+
+
+async def _reason(
+    upstream: Upstream, target: str, headers: list[tuple[str, str]], error: StatusError
+) -> StatusError:
+    """The API server's own Status for a refused upgrade (aiohttp drops the body of the
+    refusal): the same request without the upgrade, which kube-apiserver refuses before
+    anything runs (a 403 by RBAC, a 404 for a missing pod; else a 400 "Upgrade request
+    required", not used). Bounded: 5 s and 64 KiB."""
+    timeouts = aiohttp.ClientTimeout(total=5.0, sock_connect=5.0)
+    try:
+        with anyio.fail_after(5.0):
+            async with upstream.request("GET", target, headers=headers, timeouts=timeouts) as r:
+                if r.status != error.code or "json" not in r.headers.get("Content-Type", ""):
+                    return error
+                body = b""
+                async for chunk in r.content.iter_any():
+                    body += chunk
+                    if len(body) > _REASON_MAX:
+                        return error
+    except (KubemuxError, aiohttp.ClientError, TimeoutError):
+        return error
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return error
+    if not isinstance(doc, dict) or doc.get("kind") != "Status":
+        return error
+    message = str(doc.get("message") or error.message)
+    reason = str(doc.get("reason") or error.reason)
+    return StatusError(error.code, message, reason=reason, headers=error.headers, raw=body)
 
 
 async def _pump(ws: aiohttp.ClientWebSocketResponse, receive: Receive, send: Send) -> None:
