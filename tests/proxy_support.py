@@ -164,6 +164,7 @@ class TinyUpstream:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._runner is not None
+        self.release_log.set()  # a log stream still held ends
         await self._runner.cleanup()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -220,6 +221,7 @@ class TinyUpstream:
         self.log_started.set()
         if request.query.get("follow") == "true":
             await self.release_log.wait()
-        await resp.write(b"line 2\n")
-        await resp.write_eof()
+        with contextlib.suppress(ConnectionError):  # the reader may have left
+            await resp.write(b"line 2\n")
+            await resp.write_eof()
         return resp

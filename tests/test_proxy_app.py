@@ -397,3 +397,62 @@ async def test_log_follow_is_streamed(tmp_path: Path) -> None:
                     tiny.release_log.set()
                     assert await resp.content.readline() == b"line 2\n"
                     assert await resp.content.read() == b""
+
+
+async def test_upstream_streams_per_context_are_capped(tmp_path: Path) -> None:
+    from kubemux.proxy import ProxySettings
+
+    async with TinyUpstream() as tiny:
+        kubeconfig = write_kubeconfig(tmp_path / "config", {"tiny": FakeContext(cluster=tiny.url)})
+        settings = ProxySettings(max_upstream_streams=1)
+        async with running_proxy(kubeconfig, settings=settings) as (_, client):
+            url = client.url("tiny", "/api/v1/namespaces/default/pods/shell/log?follow=true")
+            with anyio.fail_after(20):
+                async with client.session.get(url, headers=client.auth, ssl=client.ssl) as held:
+                    assert await held.content.readline() == b"line 1\n"
+                    status, headers, body = await client.request(
+                        "GET", "tiny", "/api/v1/namespaces/default/pods/shell/log?follow=true"
+                    )
+                    assert status == 429 and headers["Retry-After"] == "1"
+                    assert json.loads(body)["reason"] == "TooManyRequests"
+                    # what is not a stream is not counted
+                    status, _, _ = await client.request(
+                        "GET", "tiny", "/api/v1/namespaces/default/pods/shell"
+                    )
+                    assert status == 200
+                    tiny.release_log.set()
+                    await held.read()
+                # the slot is free again
+                status, _, body = await client.request(
+                    "GET", "tiny", "/api/v1/namespaces/default/pods/shell/log?follow=true"
+                )
+                assert status == 200 and body == b"line 1\nline 2\n"
+
+
+async def test_a_failed_informer_does_not_cut_the_streams_of_its_context(tmp_path: Path) -> None:
+    # the tiny upstream answers LIST pods with 404: the informer's first sync fails and
+    # its slot goes; the context's generation must stay, with the log stream it serves
+    async with TinyUpstream() as tiny:
+        kubeconfig = write_kubeconfig(tmp_path / "config", {"tiny": FakeContext(cluster=tiny.url)})
+        async with running_proxy(kubeconfig) as (_, client):
+            url = client.url("tiny", "/api/v1/namespaces/default/pods/shell/log?follow=true")
+            with anyio.fail_after(20):
+                async with client.session.get(url, headers=client.auth, ssl=client.ssl) as held:
+                    assert await held.content.readline() == b"line 1\n"
+                    status, _, _ = await client.request("GET", "tiny", "/api/v1/pods")
+                    assert status == 404  # the API server's answer, passed through
+                    tiny.release_log.set()
+                    assert await held.read() == b"line 2\n"
+
+
+async def test_stopping_a_context_ends_its_streams(tmp_path: Path) -> None:
+    async with TinyUpstream() as tiny:
+        kubeconfig = write_kubeconfig(tmp_path / "config", {"tiny": FakeContext(cluster=tiny.url)})
+        async with running_proxy(kubeconfig) as (server, client):
+            url = client.url("tiny", "/api/v1/namespaces/default/pods/shell/log?follow=true")
+            with anyio.fail_after(20):
+                async with client.session.get(url, headers=client.auth, ssl=client.ssl) as held:
+                    assert await held.content.readline() == b"line 1\n"
+                    assert await server.registry.stop_watcher("tiny")
+                    with pytest.raises(aiohttp.ClientPayloadError):
+                        await held.read()  # cut off, not complete

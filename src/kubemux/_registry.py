@@ -431,7 +431,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
                 if client is None:
                     raise RuntimeError(f"context {context!r}: its connector has no HTTP client")
                 gen.last_used = time.monotonic()
-                yield Upstream(client, gen.number)
+                yield Upstream(client, gen.number, gen.wait_done)
                 return
             finally:
                 gen.pending -= 1

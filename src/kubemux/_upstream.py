@@ -14,7 +14,7 @@ response (or WebSocket) and streams it on.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -45,13 +45,31 @@ class Upstream:
         server: The server URL, without a password (for messages).
     """
 
-    __slots__ = ("_client", "context", "generation", "server")
+    __slots__ = ("_client", "_closed", "context", "generation", "server")
 
-    def __init__(self, client: ContextClient, generation: int) -> None:
+    def __init__(
+        self,
+        client: ContextClient,
+        generation: int,
+        closed: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self._client = client
+        self._closed = closed
         self.context = client.context
         self.generation = generation
         self.server = client.server
+
+    async def wait_closed(self) -> None:
+        """Return once the generation has stopped (its session is closed).
+
+        A stream being read when the session closes is not always woken by aiohttp (a
+        read already waiting stays waiting): whoever streams an answer races it against
+        this and stops reading when it returns.
+        """
+        if self._closed is None:
+            await anyio.sleep_forever()
+        else:
+            await self._closed()
 
     def __repr__(self) -> str:
         return f"<Upstream context={self.context!r} generation={self.generation}>"

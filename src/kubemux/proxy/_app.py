@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
@@ -83,6 +83,10 @@ class ProxySettings:
         discovery_ttl: Seconds a discovery or OpenAPI document is kept.
         cache_reads: Answer LIST, GET and WATCH from the informers (False: everything
             goes upstream, as ``kubectl proxy`` does).
+        max_upstream_streams: Streams (``watch=true``, ``follow=true``, WebSockets) one
+            context may have open upstream at once; more get a 429 with ``Retry-After``.
+            A context's connections are shared with its informers (kubernetes-asyncio's
+            pool holds 100), so clients holding streams must not take them all.
     """
 
     max_body_size: int = 3 * 1024 * 1024
@@ -92,6 +96,7 @@ class ProxySettings:
     start_timeout: float = 35.0
     discovery_ttl: float = 600.0
     cache_reads: bool = True
+    max_upstream_streams: int = 50
 
 
 class Proxy:
@@ -105,6 +110,7 @@ class Proxy:
         self.discovery = DiscoveryCache(ttl=self.settings.discovery_ttl)
         self.refused = RefusedUpgrades()
         self._resources: dict[tuple[str, int, str, str, str], Resource | None] = {}
+        self._streams: dict[str, int] = {}  # context -> upstream streams open
 
     @property
     def _start_timeout(self) -> float:
@@ -187,6 +193,24 @@ class Proxy:
                 raise status_for_error(exc, context) from None
             yield up
 
+    @contextlib.contextmanager
+    def _stream_slot(self, context: str) -> Iterator[None]:
+        """Count one upstream stream of ``context``; a 429 past the limit."""
+        open_now = self._streams.get(context, 0)
+        if open_now >= self.settings.max_upstream_streams:
+            raise StatusError(
+                429, "Too many requests, please try again later.", headers={"Retry-After": "1"}
+            )
+        self._streams[context] = open_now + 1
+        try:
+            yield
+        finally:
+            left = self._streams[context] - 1
+            if left:
+                self._streams[context] = left
+            else:
+                del self._streams[context]
+
     async def _forward(
         self, context: str, path: ApiPath, target: str, scope: Scope, receive: Receive, send: Send
     ) -> None:
@@ -203,18 +227,19 @@ class Proxy:
         streaming = query.get("watch", "").lower() in ("true", "1") or query.get(
             "follow", ""
         ).lower() in ("true", "1")
-        async with self._upstream(context) as up:
-            await forward(
-                up,
-                scope,
-                receive,
-                send,
-                target,
-                body=body,
-                streaming=streaming,
-                response_timeout=self.settings.response_timeout,
-                read_timeout=self.settings.read_timeout,
-            )
+        with self._stream_slot(context) if streaming else contextlib.nullcontext():
+            async with self._upstream(context) as up:
+                await forward(
+                    up,
+                    scope,
+                    receive,
+                    send,
+                    target,
+                    body=body,
+                    streaming=streaming,
+                    response_timeout=self.settings.response_timeout,
+                    read_timeout=self.settings.read_timeout,
+                )
         if (
             method in _API_WRITES
             and path.kind == "resource"
@@ -228,16 +253,17 @@ class Proxy:
         message = await receive()
         if message["type"] != "websocket.connect":
             return
-        async with self._upstream(context) as up:
-            await bridge(
-                up,
-                scope,
-                receive,
-                send,
-                target,
-                self.refused,
-                handshake_timeout=self.settings.response_timeout,
-            )
+        with self._stream_slot(context):
+            async with self._upstream(context) as up:
+                await bridge(
+                    up,
+                    scope,
+                    receive,
+                    send,
+                    target,
+                    self.refused,
+                    handshake_timeout=self.settings.response_timeout,
+                )
 
     # ------------------------------------------------------------------ reads
     async def resource_for(self, context: str, path: ApiPath) -> Resource | None:

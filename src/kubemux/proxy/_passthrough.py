@@ -123,6 +123,11 @@ async def _wait_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
             return
 
 
+async def _wait_closed(upstream: Upstream, scope: anyio.CancelScope) -> None:
+    await upstream.wait_closed()
+    scope.cancel("the context stopped")
+
+
 async def forward(
     upstream: Upstream,
     scope: Scope,
@@ -140,8 +145,9 @@ async def forward(
     answer back. ``body`` has been read already (so the downstream ``receive`` only waits
     for the client to leave, which ends the exchange).
 
-    An answer that breaks off midway ends without its last chunk (the ASGI server then
-    closes the connection), so the client sees a truncated body, never a complete one.
+    An answer that breaks off midway (also because the context stopped or reloaded) ends
+    without its last chunk (the ASGI server then closes the connection), so the client
+    sees a truncated body, never a complete one.
 
     Raises:
         StatusError: the request could not be sent or got no answer (nothing was sent
@@ -150,6 +156,7 @@ async def forward(
     failure: list[StatusError] = []
     async with anyio.create_task_group() as tg:
         tg.start_soon(_wait_disconnect, receive, tg.cancel_scope)
+        tg.start_soon(_wait_closed, upstream, tg.cancel_scope)
         try:
             await _exchange(
                 upstream,
@@ -209,7 +216,7 @@ async def _exchange(
         try:
             async for chunk in resp.content.iter_any():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except (aiohttp.ClientError, TimeoutError, OSError, RuntimeError) as exc:
             log.info(
                 "context %r: %s %s: the upstream answer broke off (%s)",
                 upstream.context,

@@ -20,6 +20,7 @@ with a 400 saying SPDY is not supported.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import re
 import time
@@ -116,7 +117,7 @@ async def bridge(
             target, protocols=protocols, headers=headers, handshake_timeout=handshake_timeout
         ) as ws:
             await send({"type": "websocket.accept", "subprotocol": ws.protocol})
-            await _pump(ws, receive, send)
+            await _pump(upstream, ws, receive, send)
     except aiohttp.WSServerHandshakeError as exc:
         error = _refusal(exc, upstream.context)
         if error.code >= 400 and _STREAMING.search(target.partition("?")[0]):
@@ -163,8 +164,16 @@ async def _reason(
     return StatusError(error.code, message, reason=reason, headers=error.headers, raw=body)
 
 
-async def _pump(ws: aiohttp.ClientWebSocketResponse, receive: Receive, send: Send) -> None:
+async def _pump(
+    upstream: Upstream, ws: aiohttp.ClientWebSocketResponse, receive: Receive, send: Send
+) -> None:
     async with anyio.create_task_group() as tg:
+
+        async def context_stopped() -> None:
+            await upstream.wait_closed()
+            with contextlib.suppress(OSError, RuntimeError):
+                await send({"type": "websocket.close", "code": 1001})  # going away
+            tg.cancel_scope.cancel("the context stopped")
 
         async def downstream_to_upstream() -> None:
             while True:
@@ -195,6 +204,7 @@ async def _pump(ws: aiohttp.ClientWebSocketResponse, receive: Receive, send: Sen
                 pass
             tg.cancel_scope.cancel("the server closed")
 
+        tg.start_soon(context_stopped)
         tg.start_soon(downstream_to_upstream)
         tg.start_soon(upstream_to_downstream)
 
