@@ -105,8 +105,9 @@ async def test_kubectl_reads_through_the_proxy_match_the_server(
             lines = listed.splitlines()
             assert one.splitlines() == [lines[0], next(x for x in lines if x.startswith("web-1"))]
             cluster.clear_requests()
-            for args in [*READS, ("get", "pod", "web-1")]:  # again: all from the caches
-                code, _, err = await kubectl(out, *args)
+            for args in [*READS, ("get", "pod", "web-1")]:  # again: all from the caches,
+                # discovery too (a fresh kubectl cache each time: it asks /api and /apis)
+                code, _, err = await kubectl(out, *args, cache=f"fresh-{len(args)}-{args[-1]}")
                 assert code == 0, err
     upstream = [r for r in cluster.requests if not r.is_watch]
     assert upstream == []

@@ -300,3 +300,53 @@ def test_raise_fd_limit() -> None:
         assert result[1] == now
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_public_names() -> None:
+    import kubemux.proxy
+
+    public = {n for n in vars(kubemux.proxy) if not n.startswith("_")} - {"annotations"}
+    assert sorted(kubemux.proxy.__all__) == kubemux.proxy.__all__
+    assert set(kubemux.proxy.__all__) == {
+        n for n in public if not isinstance(getattr(kubemux.proxy, n), type(kubemux))
+    }
+
+
+async def test_no_token_reaches_the_logs(
+    cluster: FakeCluster, kubeconfig: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("DEBUG")
+    async with running_proxy(kubeconfig) as (server, client):
+        with anyio.fail_after(20):
+            await client.request("GET", "prod", "/api/v1/pods")
+            await client.request("GET", "prod", "/api/v1/pods", auth=False)
+            await client.request("GET", "prod", "/api/v1/pods?watch=1&timeoutSeconds=0")
+            await client.request("POST", "prod", "/api/v1/namespaces/default/pods", data=b"{")
+            await client.request("GET", "nope", "/api")
+    assert caplog.records  # something was logged
+    assert server.token not in caplog.text and TOKEN not in caplog.text
+
+
+async def test_a_rotated_token_is_refreshed_for_passed_through_requests(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    from kubemux.testing import FakeContext
+
+    token_file = tmp_path / "token"
+    source = write_kubeconfig(
+        tmp_path / "config",
+        {"prod": FakeContext(cluster=cluster, token=TOKEN, token_file=str(token_file))},
+    )
+    async with running_proxy(source) as (_, client):
+        with anyio.fail_after(20):
+            status, _, _ = await client.request("GET", "prod", "/api/v1/pods?labelSelector=a")
+            assert status == 200
+            cluster.tokens.add("rotated")
+            token_file.write_text("rotated")
+            cluster.tokens.discard(TOKEN)
+            status, _, body = await client.request(
+                "GET", "prod", "/api/v1/pods?labelSelector=a"
+            )
+            assert status == 200, body
+    tokens = [r.token for r in cluster.requests if r.query.get("labelSelector") == "a"]
+    assert tokens[0] == TOKEN and tokens[-1] == "rotated"
