@@ -365,7 +365,7 @@ class ContextGeneration:
             del self.slots[slot.key]
         slot.store._clear()
         slot.source = None
-        if not self.slots:  # nothing left to run: close the session too
+        if not self.slots and not self.pending:  # nothing left to run: close the session too
             self.request_stop("idle after a failed start", None)
 
     def _cleanup(self) -> None:
