@@ -98,6 +98,11 @@ class RedisServer:
         return b"".join(chunks)
 
 
+def _python_path() -> str:
+    """This process's import path, absolute (a replica may run in another folder)."""
+    return os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
+
+
 _CHANGED = [anyio.Event()]
 
 
@@ -110,23 +115,35 @@ def _changed() -> None:
 class Replica:
     """A replica process; its JSON lines are kept in :attr:`events`."""
 
-    def __init__(self, name: str, args: list[str], *, script: Path = REPLICA) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        *,
+        script: Path = REPLICA,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.args = args
         self.script = script
+        self.cwd = cwd
+        self.extra_env = env or {}
         self.proc: anyio.abc.Process | None = None
         self.events: list[dict[str, Any]] = []
         self.stopped = False
 
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        env["PYTHONPATH"] = _python_path()
+        env.update(self.extra_env)
         self.proc = await anyio.open_process(
             [sys.executable, str(self.script), *self.args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=None,
             env=env,
+            cwd=self.cwd,
         )
         tg.start_soon(self._read)
 

@@ -340,7 +340,7 @@ async def test_fenced_write_demotes_and_lease_is_released(
 
             lease_keys = [k async for k in raw.scan_iter(match="t:*:lease")]
             assert len(lease_keys) == 1
-            await raw.set(lease_keys[0], b"somebody-else", px=60_000)  # another leader
+            await raw.set(lease_keys[0], "5" * 32, px=60_000)  # another replica's token
             cluster.delete("pods", "default", "web-7")
             await cluster.wait_for(lambda: leader.slot_status(key).role == "follower")
             assert leader.slot_status(key).fenced_writes >= 1

@@ -46,8 +46,6 @@ from ._watch_stream import StreamingList, serve_watch
 
 __all__ = ["Access", "ApiServer", "Fault", "RecordedRequest", "StreamingList", "TrackingServer"]
 
-_SELF_SUBJECT_REVIEWS = ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]
-
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RecordedRequest:
@@ -114,7 +112,8 @@ class ApiServer:
         self.aggregated_discovery = aggregated_discovery
         self.table_format = table_format
         self.access: dict[str, Access] = {}  # token -> its limits (absent: everything)
-        self.self_subject_review = True  # serve POST .../selfsubjectreviews (else 404)
+        # versions of POST /apis/authentication.k8s.io/<v>/selfsubjectreviews served (else 404)
+        self.self_subject_review: frozenset[str] = frozenset(("v1", "v1beta1"))
         self.requests: list[RecordedRequest] = []
         self.watches: set[Watch] = set()
         self.faults: list[Fault] = []
@@ -218,15 +217,33 @@ class ApiServer:
                     f"fault injected by FakeCluster.fail_next ({fault.reason})",
                     headers=headers,
                 )
-            if self.auth.required and self.auth.authenticate(token, peercert(request)) is None:
-                return status_response(401, "Unauthorized", "Unauthorized")
+            user = None
+            if self.auth.required:
+                user = self.auth.authenticate(token, peercert(request))
+                if user is None:
+                    return status_response(401, "Unauthorized", "Unauthorized")
             if request.method not in ("GET", "POST", "DELETE"):
                 return method_not_allowed()
+            if request.method == "POST" and self._is_review(path):
+                access = self.access.get(token) if token is not None else None
+                version = path.split("/")[3]
+                review = self_subject_review(access, token, user, version)
+                return json_response(review, status=201)
             return await self._route(request, path, query, is_watch, token)
         except BadRequest as exc:
             return status_response(400, "BadRequest", str(exc))
         finally:
             self.notify()
+
+    def _is_review(self, path: str) -> bool:
+        """``/apis/authentication.k8s.io/<served version>/selfsubjectreviews``?"""
+        parts = path.split("/")
+        return (
+            len(parts) == 5
+            and parts[:3] == ["", "apis", "authentication.k8s.io"]
+            and parts[3] in self.self_subject_review
+            and parts[4] == "selfsubjectreviews"
+        )
 
     async def _route(
         self,
@@ -242,9 +259,6 @@ class ApiServer:
             return method_not_allowed()
         if not parts:
             return json_response({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/version"]})
-        if method == "POST" and parts == _SELF_SUBJECT_REVIEWS and self.self_subject_review:
-            access = self.access.get(token) if token is not None else None
-            return json_response(self_subject_review(access, token), status=201)
         head = parts[0]
         if len(parts) == 1 and head in ("healthz", "livez", "readyz"):
             return web.Response(text="ok")
