@@ -500,6 +500,8 @@ async def test_redis_down_at_start_runs_locally_then_leads(
             server.start()
             await _status_is(session, key, role="leader", last_error=None)
             assert session.slot_status(key).epoch is not None  # its snapshot is written
+            # one watch (it opens a moment after the LIST, later still on a loaded machine)
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
             assert lists(cluster) == 1 and cluster.open_watches == 1
             tg.cancel_scope.cancel()
     finally:

@@ -5,9 +5,11 @@ every key of a slot land on one Redis Cluster node)::
 
     {prefix}:{H}:lease          string  owner token, SET NX PX, renewed every lease_ttl/3
     {prefix}:{H}:meta           hash    epoch (random hex), seq (changes in this epoch), rv,
-                                        columns (table views: JSON column definitions)
+                                        rvmac, columns (table views: JSON column
+                                        definitions), columnsmac (MACs: with a secret_key)
     {prefix}:{H}:objs           hash    "namespace/name" -> b"<resourceVersion>\\n<JSON>"
-    {prefix}:{H}:log            stream  t, f, v (as objs), n (seq), e (epoch), ts; capped
+    {prefix}:{H}:log            stream  t, f, v (as objs), n (seq), e (epoch), ts, m (MAC);
+                                        capped
     {prefix}:{H}:stage:<epoch>  hash    a snapshot being written; renamed to objs on commit
 
 Every write is a Lua script that first checks the lease still holds the writer's token
@@ -46,7 +48,6 @@ from ._redis_crypt import (
 from ._redis_keys import (
     _ACQUIRE,
     _COMMIT_SNAPSHOT,
-    _HYDRATE,
     _PUBLISH,
     _RELEASE,
     _RENEW,
@@ -194,7 +195,6 @@ class RedisSession:
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
         self._acquire = client.register_script(_ACQUIRE)
-        self._hydrate = client.register_script(_HYDRATE)
 
     def __repr__(self) -> str:
         roles = collections.Counter(s.role for s in self._slots.values())

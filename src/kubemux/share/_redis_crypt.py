@@ -94,13 +94,14 @@ def identity_salt(key: bytes) -> bytes:
 class SignedValues(PlainValues):
     """A slot's values authenticated under a ``secret_key`` (one per slot)."""
 
-    __slots__ = ("_mac_key", "_slot")
+    __slots__ = ("_mac", "_slot")
     signed = True
 
     def __init__(self, key: bytes, digest: str, max_value_size: int) -> None:
         super().__init__(max_value_size)
-        self._mac_key = hmac.new(key, _MAC_INFO, hashlib.sha256).digest()
+        mac_key = hmac.new(key, _MAC_INFO, hashlib.sha256).digest()
         self._slot = digest.encode() + b"\0"
+        self._mac = hmac.new(mac_key, self._slot, hashlib.sha256)  # copied for each tag
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}>"
@@ -109,7 +110,7 @@ class SignedValues(PlainValues):
         return b"%s%s\0%s\0%s" % (self._slot, epoch.encode(), field, rv)
 
     def _tag(self, *parts: bytes) -> bytes:
-        mac = hmac.new(self._mac_key, self._slot, hashlib.sha256)
+        mac = self._mac.copy()
         for part in parts:
             mac.update(b"%d:" % len(part))
             mac.update(part)

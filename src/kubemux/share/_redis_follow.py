@@ -19,6 +19,7 @@ from .._store import Replacement, announced_entries
 from ._redis_keys import (
     _SLICE,
     BadSlotData,
+    Meta,
     SkippedValue,
     _unwrap,
     checked_type,
@@ -148,16 +149,36 @@ class _Follower(_SlotBase):
             self._emit(change.type, change.entry, change.old)
         return True
 
-    async def _load(self) -> tuple[Any, Any, int, list[bytes], dict[bytes, int]]:
-        """One atomic read of the slot (see ``_HYDRATE``): (meta fields, the stream's last
-        entry, the object count, fields and values, sizes of the values left out)."""
+    async def _load(self) -> tuple[Any, Any, dict[bytes, bytes]] | None:
+        """The slot's meta fields, its stream's last entry and its objects, read in one
+        ``MULTI``; None when there is no data. The object count is looked at first, so a
+        slot holding more than ``max_objects`` is never read.
+
+        Raises:
+            BadSlotData: the meta is not what a leader writes, or too many objects.
+        """
+        fields = ["epoch", "seq", "rv", "rvmac", "columns", "columnsmac"]
+        with anyio.fail_after(self.engine.command_timeout):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hmget(self.k_meta, fields[:4])
+            pipe.hlen(self.k_objs)
+            meta, count = await pipe.execute()
+        self._check_load(meta, count)
         with anyio.fail_after(self.engine.command_timeout * 4):
-            meta, last, count, flat, big = await self.s._hydrate(
-                keys=[self.k_meta, self.k_log, self.k_objs],
-                args=[self.engine.max_objects, self.engine.max_value_size],
-            )
-        sizes = iter(big)
-        return meta, last, int(count), flat, dict(zip(sizes, sizes, strict=True))
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hmget(self.k_meta, fields)
+            pipe.xrevrange(self.k_log, count=1)
+            pipe.hgetall(self.k_objs)
+            meta, last, objs = await pipe.execute()
+        self._check_load(meta[:4], len(objs))  # what moved meanwhile
+        return None if meta[0] is None and meta[1] is None else (meta, last, objs)
+
+    def _check_load(self, meta: list[bytes | None], count: int) -> None:
+        checked = meta_of(self.values, *meta)
+        if isinstance(checked, str):
+            raise BadSlotData(checked)
+        if count > self.engine.max_objects:
+            raise BadSlotData(f"it holds {count} objects, more than max_objects")
 
     async def _hydrate(self) -> bool:
         """Replace the store with the hash (changes reported as after a relist); False if
@@ -167,17 +188,17 @@ class _Follower(_SlotBase):
             BadSlotData: the slot's meta is not what a leader writes, or it holds more than
                 ``max_objects`` objects.
         """
-        (epoch, seq, rv, rvmac, cols, colsmac), last, count, flat, big = await self._load()
-        meta = meta_of(self.values, epoch, seq, rv, rvmac)
-        if meta is None:
+        loaded = await self._load()
+        if loaded is None:
             return False  # no data: wait for a snapshot
-        if isinstance(meta, str):
-            raise BadSlotData(meta)
-        if count > self.engine.max_objects:
-            raise BadSlotData(f"it holds {count} objects, more than max_objects")
+        (epoch, seq, rv, rvmac, cols, colsmac), last, objs = loaded
+        meta = meta_of(self.values, epoch, seq, rv, rvmac)
+        assert isinstance(meta, Meta)  # checked by _load
         columns = None
         if self.table is not None:  # a table view syncs with its columns or not at all
             try:
+                if cols is not None and len(cols) > self.engine.max_value_size:
+                    raise ValueError(f"{len(cols)} bytes, more than max_value_size")
                 if cols is not None and not self.values.check_meta(
                     meta.epoch, "columns", cols, colsmac
                 ):
@@ -191,14 +212,8 @@ class _Follower(_SlotBase):
         replacement = Replacement(store)
         entry_of = self.values.entry
         skipped = 0
-        pairs = iter(flat)
-        for i, (field, value) in enumerate(zip(pairs, pairs, strict=True)):
+        for i, (field, value) in enumerate(objs.items()):
             try:
-                size = big.get(field)
-                if size is not None:
-                    raise SkippedValue(
-                        field, f"{size} bytes, more than {self.engine.max_value_size}"
-                    )
                 replacement.add(entry_of(field, value, meta.epoch))
             except SkippedValue as exc:  # never cache what no reader could trust
                 skipped += 1
@@ -206,7 +221,7 @@ class _Follower(_SlotBase):
                 self._keep(replacement, field)
             if i % _SLICE == _SLICE - 1:
                 await anyio.lowlevel.checkpoint()
-        del flat
+        del objs
         if not skipped:
             self.last_skipped = None  # a clean load: nothing forged left
             self.tainted = False

@@ -5,9 +5,11 @@ every key of a slot land on one Redis Cluster node)::
 
     {prefix}:{H}:lease          string  owner token, SET NX PX, renewed every lease_ttl/3
     {prefix}:{H}:meta           hash    epoch (random hex), seq (changes in this epoch), rv,
-                                        columns (table views: JSON column definitions)
+                                        rvmac, columns (table views: JSON column
+                                        definitions), columnsmac (MACs: with a secret_key)
     {prefix}:{H}:objs           hash    "namespace/name" -> b"<resourceVersion>\\n<JSON>"
-    {prefix}:{H}:log            stream  t, f, v (as objs), n (seq), e (epoch), ts; capped
+    {prefix}:{H}:log            stream  t, f, v (as objs), n (seq), e (epoch), ts, m (MAC);
+                                        capped
     {prefix}:{H}:stage:<epoch>  hash    a snapshot being written; renamed to objs on commit
 
 Every write is a Lua script that first checks the lease still holds the writer's token
@@ -105,30 +107,6 @@ if forged then
   return 2
 end
 return 0
-"""
-
-# The follower's load, in one atomic step: meta, the stream's last id, and the objects,
-# with no more than ARGV[1] of them (else none: the count says why) and every value
-# larger than ARGV[2] bytes replaced by '' (its field and size listed apart). Without a
-# readable meta.seq nothing is loaded (no data, or forged: the caller tells which).
-_HYDRATE = """
-local meta = redis.call('HMGET', KEYS[1], 'epoch', 'seq', 'rv', 'rvmac', 'columns', 'columnsmac')
-local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
-local seq = meta[2]
-if not seq or #seq > 14 or string.find(seq, '^%d+$') == nil then return {meta, last, 0, {}, {}} end
-local n = redis.call('HLEN', KEYS[3])
-if n > tonumber(ARGV[1]) then return {meta, last, n, {}, {}} end
-local all = redis.call('HGETALL', KEYS[3])
-local big = {}
-local cap = tonumber(ARGV[2])
-for i = 2, #all, 2 do
-  if #all[i] > cap then
-    big[#big + 1] = all[i - 1]
-    big[#big + 1] = #all[i]
-    all[i] = ''
-  end
-end
-return {meta, last, n, all, big}
 """
 
 _RELEASE = """
