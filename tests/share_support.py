@@ -20,6 +20,8 @@ import orjson
 HERE = Path(__file__).resolve().parent
 REPLICA = HERE / "share_replica.py"
 REDIS_SERVER = shutil.which("redis-server")
+STARTUP = 30.0  # seconds a replica may take to start, sync or report: on a loaded 2-core
+# machine (load 10), starting Python processes that import kubemux and redis-py took > 10 s
 
 
 def require_redis_server() -> None:
@@ -159,7 +161,7 @@ class Replica:
             _changed()
         _changed()
 
-    async def wait(self, pred: Callable[[], bool], timeout: float = 10.0) -> None:  # noqa: ASYNC109
+    async def wait(self, pred: Callable[[], bool], timeout: float = STARTUP) -> None:  # noqa: ASYNC109
         with anyio.fail_after(timeout):
             while not pred():
                 if self.proc is not None and self.proc.returncode is not None:

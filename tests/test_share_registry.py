@@ -26,13 +26,16 @@ from kubemux._settings import Backoff, WatchSettings
 from kubemux._table import FALLBACK_COLUMNS, TableStore
 from kubemux.share import Redis
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
-from share_support import RedisServer, Replica
+from share_support import STARTUP, RedisServer, Replica
 
 pytest.importorskip("redis")
 
 HERE = Path(__file__).resolve().parent
 REPLICA = HERE / "share_registry_replica.py"
 FAST = WatchSettings(backoff=Backoff(initial_delay=0.05, max_delay=0.5))
+# seconds for a registry replica process to start, discover and sync: more than 20 s with
+# three of them on a 2-core machine at load 12 (process start, not what is tested)
+REGISTRY_STARTUP = 2 * STARTUP
 
 
 @pytest.fixture
@@ -257,7 +260,9 @@ async def test_three_replicas_one_watch_and_failover_without_list(
             for r in reps:
                 await r.start(tg)
             for r in reps:
-                await r.wait(lambda r=r: roles(r, "fake") in ("leader", "follower"), 20)
+                await r.wait(
+                    lambda r=r: roles(r, "fake") in ("leader", "follower"), REGISTRY_STARTUP
+                )
             assert sorted(roles(r, "fake") or "" for r in reps) == [
                 "follower",
                 "follower",
@@ -293,7 +298,9 @@ async def test_table_view_failover_resumes_the_table_watch_without_list(
             for r in reps:
                 await r.start(tg)
             for r in reps:
-                await r.wait(lambda r=r: roles(r, "fake") in ("leader", "follower"), 20)
+                await r.wait(
+                    lambda r=r: roles(r, "fake") in ("leader", "follower"), REGISTRY_STARTUP
+                )
             assert sorted(roles(r, "fake") or "" for r in reps) == [
                 "follower",
                 "follower",
@@ -353,8 +360,12 @@ async def test_identities_context_names_and_token_rotation(
                 await r.start(tg)
             for r in reps[:2]:
                 for ctx in ("alice", "bob"):
-                    await r.wait(lambda r=r, c=ctx: roles(r, c) in ("leader", "follower"), 20)
-            await reps[2].wait(lambda: roles(reps[2], "prod-as-alice") is not None, 20)
+                    await r.wait(
+                        lambda r=r, c=ctx: roles(r, c) in ("leader", "follower"), REGISTRY_STARTUP
+                    )
+            await reps[2].wait(
+                lambda: roles(reps[2], "prod-as-alice") is not None, REGISTRY_STARTUP
+            )
             await reps[2].wait(
                 lambda: roles(reps[2], "prod-as-alice") in ("leader", "follower"), 20
             )
