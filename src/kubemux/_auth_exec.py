@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from ._auth_provider import Credential, CredentialProvider, note_interrupted
 from ._errors import CredentialError, KubeconfigError
@@ -220,15 +221,21 @@ async def _run_plugin(
         _PluginStopped: it was killed for one of those reasons (the message says which).
         OSError: it could not be started.
     """
-    # its own process group, so that a wrapper's children (sh -c ..., a shim) die with it
-    process = await anyio.open_process(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        start_new_session=True,
-    )
+    await anyio.lowlevel.checkpoint_if_cancelled()
+    # Shielded: the process runs before open_process returns (asyncio still connects its
+    # pipes), and a cancellation landing then would leave it to asyncio, which kills the
+    # direct child only and does not wait. Bounded: connecting pipes waits for nothing but
+    # the event loop. The cancellation arrives at the next checkpoint, in the try below.
+    with anyio.CancelScope(shield=True):
+        # its own process group, so that a wrapper's children (sh -c ..., a shim) die with it
+        process = await anyio.open_process(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
     run.pid = process.pid
     out = bytearray()
     stopped: list[str] = []  # why the task group below was cancelled
