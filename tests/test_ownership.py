@@ -325,7 +325,9 @@ async def test_closing_with_a_pending_watch_finishes_and_starts_nothing(
                 tg.start_soon(pending_watch)
                 await fake_cluster.wait_for(lambda: fake_cluster.open_connections > 0, TIMEOUT)
                 generations_at_close = next(registry._generations.numbers)
-            assert next(registry._generations.numbers) == generations_at_close + 1  # none made in close
+            assert (
+                next(registry._generations.numbers) == generations_at_close + 1
+            )  # none made in close
     fake_cluster.unstall()
     assert [type(e) for e in outcome] == [ContextRemoved]
     assert kubemux_tasks() == []
