@@ -28,6 +28,13 @@ def test_all_is_sorted_and_complete(module: types.ModuleType) -> None:
         assert getattr(module, name) is not None
 
 
+def test_the_testing_fakes_are_public() -> None:
+    """Both fakes users test with: an HTTP server, and a connector without HTTP."""
+    for name in ("FakeCluster", "FakeConnector", "Gate", "write_kubeconfig", "make_pod"):
+        assert name in kubemux.testing.__all__
+    assert kubemux.testing.FakeConnector.__module__ == "kubemux.testing._connector"
+
+
 def test_error_tree() -> None:
     for name in (
         "ApiError",

@@ -1,0 +1,499 @@
+"""FakeConnector: contexts whose objects live in memory, for tests without HTTP.
+
+A :class:`FakeConnector` is a :class:`~kubemux._connector.Connector` (the seam through which a
+context generation gets its data) that serves objects the test puts into it. It drives the
+real lifecycle core (registry, generations, slots, stores, subscriptions) with no server,
+socket or client in between, and scripts what a connector can do to it: a connect that
+fails or hangs, a first sync that fails or waits, an informer that reports an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import hashlib
+import itertools
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any
+
+import anyio
+import anyio.abc
+import orjson
+
+from .._auth_provider import CredentialStatus
+from .._codec import Entry
+from .._discovery import resolve
+from .._informer_types import InformerKey, InformerState, InformerStatus, OnChange
+from .._kubeconfig import ContextConfig
+from .._resources import BUILTIN_RESOURCES, Resource, known_resource, parse_resource
+from .._store import Store
+from .._table import FALLBACK_COLUMNS, TableStore
+from ._protocol import Selector
+
+__all__ = ["FakeConnector", "Gate"]
+
+
+class Gate:
+    """Where a :class:`FakeConnector` holds calls (connects, first syncs) until :meth:`open`.
+
+    A test waits for a call to arrive with :meth:`wait_reached`, does what it wants to race
+    against the held call (stop the context, reload it, close the registry), then opens the
+    gate or lets the held call be cancelled.
+    """
+
+    def __init__(self) -> None:
+        self._opened = False
+        self._open_event: anyio.Event | None = None
+        self._reached_event: anyio.Event | None = None
+        self.reached = 0
+        """How many calls have arrived at the gate so far."""
+        self.waiting = 0
+        """How many calls are held at the gate now."""
+
+    @property
+    def is_open(self) -> bool:
+        return self._opened
+
+    def open(self) -> None:
+        """Let every held call (and every later one) through."""
+        self._opened = True
+        if self._open_event is not None:
+            self._open_event.set()
+
+    async def wait_reached(self, count: int = 1) -> None:
+        """Wait until ``count`` calls have arrived at the gate. Cancelling only stops the wait."""
+        while self.reached < count:
+            if self._reached_event is None:
+                self._reached_event = anyio.Event()
+            await self._reached_event.wait()
+
+    async def _pass(self) -> None:
+        self.reached += 1
+        event, self._reached_event = self._reached_event, None
+        if event is not None:
+            event.set()
+        if self._opened:
+            return
+        self.waiting += 1
+        try:
+            while not self._opened:
+                if self._open_event is None:
+                    self._open_event = anyio.Event()
+                await self._open_event.wait()
+        finally:
+            self.waiting -= 1
+
+
+@dataclasses.dataclass
+class _Scripted:
+    """Faults and gates for one context (and, by resource name, for its first syncs)."""
+
+    connect_errors: list[BaseException] = dataclasses.field(default_factory=list)
+    connect_gate: Gate | None = None
+    sync_errors: dict[str, list[BaseException]] = dataclasses.field(default_factory=dict)
+    sync_gates: dict[str, Gate] = dataclasses.field(default_factory=dict)
+
+
+class FakeConnector:
+    """A connector whose contexts serve objects held in memory (no HTTP).
+
+    Pass it as ``WatcherRegistry(contexts, connector=fake)``; :meth:`contexts` makes the
+    :class:`~kubemux.ContextConfig` values. Objects are put in per context and resource with
+    :meth:`create`, :meth:`update` and :meth:`delete`; a change reaches every running
+    informer of that resource at once (synchronously: when the call returns, the stores
+    hold it and subscribers have it queued). Informers filter by namespace and label and
+    field selectors as the API server does.
+
+    Example::
+
+        fake = FakeConnector()
+        fake.create("prod", "pods", make_pod("web-1"))
+        async with WatcherRegistry(fake.contexts("prod"), connector=fake) as registry:
+            store = await registry.watch("prod", "pods")
+            fake.create("prod", "pods", make_pod("web-2"))
+            assert store.get("default", "web-2") is not None
+
+    Faults: :meth:`fail_connect`, :meth:`hold_connect`, :meth:`fail_sync`,
+    :meth:`hold_sync` and :meth:`set_error`. Observation: :attr:`connects`,
+    :meth:`open_connections`, :meth:`running` and :meth:`wait_for`.
+
+    Args:
+        resources: Resources served besides the built-ins (custom resources), resolved by
+            their kubectl names (plural, singular, kind, short names) like discovery does.
+    """
+
+    def __init__(self, resources: Iterable[Resource] = ()) -> None:
+        self._served: tuple[Resource, ...] = (*BUILTIN_RESOURCES, *resources)
+        self._objects: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {}
+        self._rv = itertools.count(1)
+        self._last_rv = 0
+        self._scripts: dict[str, _Scripted] = {}
+        self._sources: set[_FakeSource] = set()
+        self._connections: list[_FakeConnection] = []
+        self._changed: anyio.Event | None = None
+        self.connects: list[str] = []
+        """Every connect attempt, by context name, in order."""
+
+    def __repr__(self) -> str:
+        return (
+            f"<FakeConnector connections={len(self._connections)} "
+            f"informers={len(self._sources)} connects={len(self.connects)}>"
+        )
+
+    # ------------------------------------------------------------------ contexts
+    @staticmethod
+    def context(name: str, *, namespace: str | None = None, revision: int = 0) -> ContextConfig:
+        """A :class:`ContextConfig` for ``name`` (no file, no credentials).
+
+        A different ``revision`` gives a different fingerprint: put it in a
+        :class:`~kubemux.KubeconfigSource` to make the registry reload the context.
+        """
+        server = f"https://{name}.fake.invalid"
+        digest = hashlib.sha256(orjson.dumps([name, namespace, revision])).hexdigest()
+        return ContextConfig(
+            name=name,
+            cluster_name=name,
+            server=server,
+            user_name=name,
+            namespace=namespace,
+            source="<fake>",
+            fingerprint=digest,
+            config={},
+        )
+
+    @classmethod
+    def contexts(cls, *names: str, namespace: str | None = None) -> dict[str, ContextConfig]:
+        """``{name: context(name)}`` for each name, in order."""
+        return {name: cls.context(name, namespace=namespace) for name in names}
+
+    # ------------------------------------------------------------------ objects
+    def create(
+        self, context: str, resource: str | Resource, obj: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Add (or replace) an object; returns it with its new ``resourceVersion``."""
+        return self._put(context, resource, obj)
+
+    def update(
+        self, context: str, resource: str | Resource, obj: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Replace an existing object (:class:`KeyError` if there is none)."""
+        res = self._resource(resource)
+        if _key(res, obj) not in self._objects.get((context, res.name), {}):
+            raise KeyError(f"{context}/{res.name}: no object {_key(res, obj)}")
+        return self._put(context, res, obj)
+
+    def delete(
+        self, context: str, resource: str | Resource, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        """Remove an object; returns it, or None if there was none."""
+        res = self._resource(resource)
+        objects = self._objects.get((context, res.name), {})
+        gone = objects.pop(((namespace or "default") if res.namespaced else "", name), None)
+        if gone is None:
+            return None
+        gone = copy.deepcopy(gone)
+        gone["metadata"]["resourceVersion"] = self._next_rv()
+        self._publish(context, res, "DELETED", gone)
+        return gone
+
+    def objects(self, context: str, resource: str | Resource) -> list[dict[str, Any]]:
+        """The objects of one resource in one context (copies), by namespace and name."""
+        res = self._resource(resource)
+        objects = self._objects.get((context, res.name), {})
+        return [copy.deepcopy(objects[k]) for k in sorted(objects)]
+
+    # ------------------------------------------------------------------ faults
+    def fail_connect(self, context: str, error: BaseException, times: int = 1) -> None:
+        """The next ``times`` connects of ``context`` raise ``error`` (a copy each time)."""
+        self._script(context).connect_errors.extend(error for _ in range(times))
+
+    def hold_connect(self, context: str) -> Gate:
+        """Hold connects of ``context`` at a :class:`Gate` (until it is opened)."""
+        gate = self._script(context).connect_gate = Gate()
+        return gate
+
+    def fail_sync(
+        self, context: str, resource: str | Resource, error: BaseException, times: int = 1
+    ) -> None:
+        """The next ``times`` first syncs of ``resource`` in ``context`` raise ``error``."""
+        errors = self._script(context).sync_errors.setdefault(self._resource(resource).name, [])
+        errors.extend(error for _ in range(times))
+
+    def hold_sync(self, context: str, resource: str | Resource) -> Gate:
+        """Hold first syncs of ``resource`` in ``context`` at a :class:`Gate`."""
+        gate = self._script(context).sync_gates[self._resource(resource).name] = Gate()
+        return gate
+
+    def set_error(
+        self,
+        context: str,
+        resource: str | Resource,
+        error: str | None,
+        state: InformerState = InformerState.BACKING_OFF,
+    ) -> int:
+        """Make the running informers of ``resource`` report ``error`` in their status (as an
+        informer whose watch fails does), or, with None, recover (state ``watching``, no
+        error). Returns how many informers it reached."""
+        name = self._resource(resource).name
+        reached = 0
+        for source in list(self._sources):
+            if source.context == context and source.resource.name == name:
+                source._report(state if error is not None else InformerState.WATCHING, error)
+                reached += 1
+        return reached
+
+    # ------------------------------------------------------------------ observation
+    def open_connections(self, context: str | None = None) -> int:
+        """Connections open now (of ``context``, or of every context)."""
+        return sum(1 for c in self._connections if context is None or c.context == context)
+
+    def running(self, context: str | None = None, resource: str | Resource | None = None) -> int:
+        """Informers running now (synced and not stopped), optionally of one context and
+        resource."""
+        name = None if resource is None else self._resource(resource).name
+        return sum(
+            1
+            for s in self._sources
+            if (context is None or s.context == context)
+            and (name is None or s.resource.name == name)
+        )
+
+    async def wait_for(self, predicate: Callable[[], bool]) -> None:
+        """Wait until ``predicate()`` holds; it is checked after every connect, disconnect,
+        informer start and stop, and object change. Cancelling only stops the wait (guard it
+        with ``anyio.fail_after``)."""
+        while not predicate():
+            if self._changed is None:
+                self._changed = anyio.Event()
+            await self._changed.wait()
+
+    # ------------------------------------------------------------------ connector
+    @contextlib.asynccontextmanager
+    async def connect(self, config: ContextConfig) -> AsyncIterator[_FakeConnection]:
+        """Connect one generation of ``config.name`` (the :class:`Connector` protocol)."""
+        name = config.name
+        self.connects.append(name)
+        self._notify()
+        script = self._scripts.get(name)
+        if script is not None:
+            if script.connect_gate is not None:
+                await script.connect_gate._pass()
+            if script.connect_errors:
+                raise copy.copy(script.connect_errors.pop(0))
+        connection = _FakeConnection(self, name)
+        self._connections.append(connection)
+        self._notify()
+        try:
+            yield connection
+        finally:
+            self._connections.remove(connection)
+            self._notify()
+
+    # ------------------------------------------------------------------ internals
+    def _script(self, context: str) -> _Scripted:
+        return self._scripts.setdefault(context, _Scripted())
+
+    def _resource(self, resource: str | Resource) -> Resource:
+        if isinstance(resource, Resource):
+            return resource
+        return known_resource(resource) or resolve(resource, self._served)
+
+    def _next_rv(self) -> str:
+        self._last_rv = next(self._rv)
+        return str(self._last_rv)
+
+    def _put(
+        self, context: str, resource: str | Resource, obj: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        res = self._resource(resource)
+        stored = copy.deepcopy(dict(obj))
+        meta = stored.setdefault("metadata", {})
+        if not res.namespaced:
+            meta.pop("namespace", None)
+        elif not meta.get("namespace"):
+            meta["namespace"] = "default"
+        meta.setdefault(
+            "uid",
+            hashlib.sha256(orjson.dumps([context, res.name, _key(res, stored)])).hexdigest()[:32],
+        )
+        meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        meta["resourceVersion"] = self._next_rv()
+        stored.setdefault("apiVersion", res.api_version)
+        if res.kind:
+            stored.setdefault("kind", res.kind)
+        objects = self._objects.setdefault((context, res.name), {})
+        key = _key(res, stored)
+        kind = "MODIFIED" if key in objects else "ADDED"
+        objects[key] = stored
+        self._publish(context, res, kind, stored)
+        return copy.deepcopy(stored)
+
+    def _publish(self, context: str, res: Resource, kind: str, obj: dict[str, Any]) -> None:
+        for source in list(self._sources):
+            if source.context == context and source.resource.name == res.name:
+                source._apply(kind, obj)
+        self._notify()
+
+    def _notify(self) -> None:
+        event, self._changed = self._changed, None
+        if event is not None:
+            event.set()
+
+
+def _key(res: Resource, obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    namespace = (meta.get("namespace") or "default") if res.namespaced else ""
+    return namespace, str(meta.get("name") or "")
+
+
+class _FakeConnection:
+    """One generation's connection to a :class:`FakeConnector` context."""
+
+    def __init__(self, fake: FakeConnector, context: str) -> None:
+        self.fake = fake
+        self.context = context
+
+    async def resources(self) -> tuple[Resource, ...]:
+        return self.fake._served
+
+    async def resolve(self, name: str) -> Resource:
+        return known_resource(name) or resolve(name, self.fake._served, context=self.context)
+
+    def resolve_cached(self, name: str) -> Resource | None:
+        try:
+            return known_resource(name) or resolve(name, self.fake._served)
+        except LookupError:
+            try:
+                return parse_resource(name)
+            except ValueError:
+                return None
+
+    def credential_status(self) -> CredentialStatus | None:
+        return None
+
+    def source(
+        self,
+        resource: Resource,
+        key: InformerKey,
+        *,
+        store: Store,
+        on_change: OnChange,
+        on_state: Callable[[], None],
+    ) -> _FakeSource:
+        return _FakeSource(self.fake, self.context, resource, key, store, on_change, on_state)
+
+
+class _FakeSource:
+    """What fills one slot from a :class:`FakeConnector` (the ``SlotSource`` protocol)."""
+
+    def __init__(
+        self,
+        fake: FakeConnector,
+        context: str,
+        resource: Resource,
+        key: InformerKey,
+        store: Store,
+        on_change: OnChange,
+        on_state: Callable[[], None],
+    ) -> None:
+        self.fake = fake
+        self.context = context
+        self.resource = resource
+        self.key = key
+        self.store = store
+        self._on_change = on_change
+        self._on_state = on_state
+        self._selector = Selector.parse(
+            key.namespace if resource.namespaced else None,
+            key.label_selector or "",
+            key.field_selector or "",
+        )
+        self._state = InformerState.LISTING
+        self._last_error: str | None = None
+        self._last_sync: float | None = None
+        self._synced = False
+        self._events = 0
+
+    def __repr__(self) -> str:
+        return f"<FakeSource {self.context}/{self.key} {self._state}>"
+
+    @property
+    def has_synced(self) -> bool:
+        return self._synced
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        fake = self.fake
+        script = fake._scripts.get(self.context)
+        name = self.resource.name
+        if script is not None:
+            gate = script.sync_gates.get(name)
+            if gate is not None:
+                await gate._pass()
+            errors = script.sync_errors.get(name)
+            if errors:
+                error = copy.copy(errors.pop(0))
+                self._report(InformerState.ERROR, str(error))
+                raise error
+        objects = fake._objects.get((self.context, name), {})
+        entries = [self._entry(o) for o in objects.values() if self._selector.matches(o)]
+        for change in self.store._replace(entries, str(fake._last_rv)):
+            self._on_change(change.type, change.entry, change.old)
+        self._synced = True
+        self._last_sync = time.time()
+        fake._sources.add(self)
+        self._report(InformerState.WATCHING, None)
+        fake._notify()
+        try:
+            task_status.started()
+            await anyio.sleep_forever()
+        finally:
+            fake._sources.discard(self)
+            self._state = InformerState.STOPPED
+            fake._notify()
+
+    def status(self) -> InformerStatus:
+        return InformerStatus(
+            resource=self.key.resource,
+            namespace=self.key.namespace,
+            label_selector=self.key.label_selector,
+            field_selector=self.key.field_selector,
+            state=self._state,
+            has_synced=self._synced,
+            objects=len(self.store),
+            resource_version=self.store.resource_version,
+            relists=0,
+            reconnects=0,
+            skipped_lines=0,
+            last_error=self._last_error,
+            last_sync=self._last_sync,
+            events_applied=self._events,
+            view=self.key.view,
+        )
+
+    def snapshot_entries(self, namespace: str | None = None) -> list[Entry]:
+        return self.store._entries(namespace)
+
+    def _report(self, state: InformerState, error: str | None) -> None:
+        if (state, error) != (self._state, self._last_error):
+            self._state, self._last_error = state, error
+            self._on_state()
+
+    def _entry(self, obj: Mapping[str, Any]) -> Entry:
+        store = self.store
+        if isinstance(store, TableStore):  # the rows of a server without Table support
+            store.columns, store.is_fallback = FALLBACK_COLUMNS, True
+            meta = obj.get("metadata") or {}
+            row = {"cells": [meta.get("name"), meta.get("creationTimestamp")], "metadata": meta}
+            return store._prepare(orjson.dumps(row))
+        return store._prepare(orjson.dumps(obj))
+
+    def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        entry = self._entry(obj)
+        if kind != "DELETED" and not self._selector.matches(obj):
+            kind = "DELETED"  # it no longer matches: gone from this informer's view
+        change = self.store._apply(kind, entry)
+        if change is not None:
+            self._events += 1
+            self._on_change(change.type, change.entry, change.old)
