@@ -16,8 +16,8 @@ import pytest
 
 from kubemux import Backoff, WatcherRegistry, WatchSettings
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from support import TIMEOUT, wait_until
 
-TIMEOUT = 15
 FAST = WatchSettings(
     backoff=Backoff(initial_delay=0.02, max_delay=0.1),
     inactivity_timeout=0.5,
@@ -445,15 +445,10 @@ async def test_a_deleted_crd_is_reported_and_its_return_resumes_the_informer(
             (status,) = reg.status().contexts["c"].informers
             return status
 
-        async def until(check: Any) -> None:
-            version = reg.status_version
-            while not check():
-                version = await reg.wait_status_change(version)
-
         with anyio.fail_after(TIMEOUT):
             store = await reg.watch("c", "widgets")
-            cluster.delete_crd("widgets.example.com")
-            await until(lambda: informer().state == "error")
+        cluster.delete_crd("widgets.example.com")
+        await wait_until(lambda: informer().state == "error", registry=reg)
         message = informer().last_error or ""
         assert message.startswith("the server no longer serves widgets.example.com")
         assert reg.status().contexts["c"].state == "backing off"
@@ -474,5 +469,4 @@ async def test_a_deleted_crd_is_reported_and_its_return_resumes_the_informer(
                         break
         assert store.get("default", "w-2") is not None
         assert store.get("default", "w-1") is None  # gone with its CRD
-        with anyio.fail_after(TIMEOUT):
-            await until(lambda: informer().state == "watching" and len(store) == 1)
+        await wait_until(lambda: informer().state == "watching" and len(store) == 1, registry=reg)

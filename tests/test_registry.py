@@ -21,8 +21,7 @@ from kubemux import (
 )
 from kubemux._informer import Informer
 from kubemux.testing import FakeCluster, FakeContext, make_pod, rewrite_kubeconfig, write_kubeconfig
-
-TIMEOUT = 10
+from support import TIMEOUT
 
 
 def _kubeconfig(tmp_path: Path, contexts: dict[str, FakeCluster | FakeContext]) -> Path:
