@@ -544,4 +544,6 @@ async def test_autowatch_in_the_table_view(
         table = registry.store("a", "pods", view="table")
         assert table is not None and "web-1" in [r.name for r in table.rows()]
         assert registry.store("a", "pods") is None  # no full-object informer
+        # synced is after the LIST; the watch opens a moment later: then exactly one
+        await a.wait_for(lambda: a.open_watches >= 1, timeout=TIMEOUT)
         assert a.open_watches == 1

@@ -210,8 +210,9 @@ class Generations:
             await gen.wait_done()
         if not gen.is_done:
             log.error("context %r did not stop within %.1fs", gen.key, self._stop_timeout)
+            if self.gens.get(gen.key) is gen:  # no longer current, still tracked
+                del self.gens[gen.key]
             self.stragglers.add(gen)
-            self._finished(gen)
 
     async def stop(
         self,
@@ -260,7 +261,8 @@ class Generations:
         if gen is not None:  # stopping on its own (idle after a failed start)
             with anyio.move_on_after(self._stop_timeout, shield=True):
                 await gen.wait_done()
-            self._finished(gen)
+            # one that overran stop_timeout stays tracked: _spawn keeps it as a straggler
+            # (closing waits for it), and its own end deletes nothing (compare-and-delete)
         if context not in self._source.contexts:
             raise ContextNotFound(context, self._source.snapshot.invalid.get(context))
         failure = self.failures.get(context)

@@ -92,6 +92,7 @@ class _Scripted:
 
     connect_errors: list[BaseException] = dataclasses.field(default_factory=list)
     connect_gate: Gate | None = None
+    disconnect_gate: Gate | None = None
     sync_errors: dict[str, list[BaseException]] = dataclasses.field(default_factory=dict)
     sync_gates: dict[str, Gate] = dataclasses.field(default_factory=dict)
 
@@ -115,8 +116,8 @@ class FakeConnector:
             fake.create("prod", "pods", make_pod("web-2"))
             assert store.get("default", "web-2") is not None
 
-    Faults: :meth:`fail_connect`, :meth:`hold_connect`, :meth:`fail_sync`,
-    :meth:`hold_sync` and :meth:`set_error`. Observation: :attr:`connects`,
+    Faults: :meth:`fail_connect`, :meth:`hold_connect`, :meth:`hold_disconnect`,
+    :meth:`fail_sync`, :meth:`hold_sync`, :meth:`set_error` and :meth:`crash`. Observation: :attr:`connects`,
     :meth:`open_connections`, :meth:`running` and :meth:`wait_for`.
 
     Args:
@@ -134,7 +135,7 @@ class FakeConnector:
         self._connections: list[_FakeConnection] = []
         self._changed: anyio.Event | None = None
         self.connects: list[str] = []
-        """Every connect attempt, by context name, in order."""
+        """Every connect attempt (that was not cancelled on entry), by context name, in order."""
 
     def __repr__(self) -> str:
         return (
@@ -214,6 +215,12 @@ class FakeConnector:
         gate = self._script(context).connect_gate = Gate()
         return gate
 
+    def hold_disconnect(self, context: str) -> Gate:
+        """Hold the closing of connections of ``context`` at a :class:`Gate`, shielded from
+        cancellation (a cleanup that hangs: what ``stop_timeout`` bounds)."""
+        gate = self._script(context).disconnect_gate = Gate()
+        return gate
+
     def fail_sync(
         self, context: str, resource: str | Resource, error: BaseException, times: int = 1
     ) -> None:
@@ -241,6 +248,18 @@ class FakeConnector:
         for source in list(self._sources):
             if source.context == context and source.resource.name == name:
                 source._report(state if error is not None else InformerState.WATCHING, error)
+                reached += 1
+        return reached
+
+    def crash(self, context: str, resource: str | Resource, error: BaseException) -> int:
+        """Make the running informers of ``resource`` raise ``error`` (as a bug below the
+        registry would); returns how many it reached. The registry contains it and starts
+        them again after a backoff."""
+        name = self._resource(resource).name
+        reached = 0
+        for source in list(self._sources):
+            if source.context == context and source.resource.name == name:
+                source._crash(error)
                 reached += 1
         return reached
 
@@ -274,6 +293,7 @@ class FakeConnector:
     async def connect(self, config: ContextConfig) -> AsyncIterator[_FakeConnection]:
         """Connect one generation of ``config.name`` (the :class:`Connector` protocol)."""
         name = config.name
+        await anyio.lowlevel.checkpoint()  # as real I/O would: a cancelled start ends here
         self.connects.append(name)
         self._notify()
         script = self._scripts.get(name)
@@ -288,6 +308,11 @@ class FakeConnector:
         try:
             yield connection
         finally:
+            script = self._scripts.get(name)
+            gate = script.disconnect_gate if script is not None else None
+            if gate is not None:
+                with anyio.CancelScope(shield=True):
+                    await gate._pass()
             self._connections.remove(connection)
             self._notify()
 
@@ -415,6 +440,8 @@ class _FakeSource:
         self._last_sync: float | None = None
         self._synced = False
         self._events = 0
+        self._crashed: BaseException | None = None
+        self._wake: anyio.Event | None = None
 
     def __repr__(self) -> str:
         return f"<FakeSource {self.context}/{self.key} {self._state}>"
@@ -447,7 +474,10 @@ class _FakeSource:
         fake._notify()
         try:
             task_status.started()
-            await anyio.sleep_forever()
+            while self._crashed is None:
+                self._wake = anyio.Event()
+                await self._wake.wait()
+            raise self._crashed
         finally:
             fake._sources.discard(self)
             self._state = InformerState.STOPPED
@@ -474,6 +504,11 @@ class _FakeSource:
 
     def snapshot_entries(self, namespace: str | None = None) -> list[Entry]:
         return self.store._entries(namespace)
+
+    def _crash(self, error: BaseException) -> None:
+        self._crashed = copy.copy(error)
+        if self._wake is not None:
+            self._wake.set()
 
     def _report(self, state: InformerState, error: str | None) -> None:
         if (state, error) != (self._state, self._last_error):
