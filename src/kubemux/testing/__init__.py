@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from ._auth import sign_token as sign_token
 from ._connector import FakeConnector as FakeConnector
-from ._connector import Gate as Gate
 from ._fake_cluster import FakeCluster as FakeCluster
+from ._fake_source import Gate as Gate
 from ._http import RecordedRequest as RecordedRequest
 from ._kubeconfig_writer import FakeContext as FakeContext
 from ._kubeconfig_writer import kubeconfig_dict as kubeconfig_dict

@@ -23,67 +23,14 @@ import anyio.abc
 import orjson
 
 from .._auth_provider import CredentialStatus
-from .._codec import Entry
 from .._discovery import resolve
-from .._informer_types import InformerKey, InformerState, InformerStatus, OnChange
+from .._informer_types import InformerKey, InformerState, OnChange
 from .._kubeconfig import ContextConfig
 from .._resources import BUILTIN_RESOURCES, Resource, known_resource, parse_resource
 from .._store import Store
-from .._table import FALLBACK_COLUMNS, TableStore
-from ._protocol import Selector
+from ._fake_source import FakeSource, Gate, SourceHooks
 
-__all__ = ["FakeConnector", "Gate"]
-
-
-class Gate:
-    """Where a :class:`FakeConnector` holds calls (connects, first syncs) until :meth:`open`.
-
-    A test waits for a call to arrive with :meth:`wait_reached`, does what it wants to race
-    against the held call (stop the context, reload it, close the registry), then opens the
-    gate or lets the held call be cancelled.
-    """
-
-    def __init__(self) -> None:
-        self._opened = False
-        self._open_event: anyio.Event | None = None
-        self._reached_event: anyio.Event | None = None
-        self.reached = 0
-        """How many calls have arrived at the gate so far."""
-        self.waiting = 0
-        """How many calls are held at the gate now."""
-
-    @property
-    def is_open(self) -> bool:
-        return self._opened
-
-    def open(self) -> None:
-        """Let every held call (and every later one) through."""
-        self._opened = True
-        if self._open_event is not None:
-            self._open_event.set()
-
-    async def wait_reached(self, count: int = 1) -> None:
-        """Wait until ``count`` calls have arrived at the gate. Cancelling only stops the wait."""
-        while self.reached < count:
-            if self._reached_event is None:
-                self._reached_event = anyio.Event()
-            await self._reached_event.wait()
-
-    async def _pass(self) -> None:
-        self.reached += 1
-        event, self._reached_event = self._reached_event, None
-        if event is not None:
-            event.set()
-        if self._opened:
-            return
-        self.waiting += 1
-        try:
-            while not self._opened:
-                if self._open_event is None:
-                    self._open_event = anyio.Event()
-                await self._open_event.wait()
-        finally:
-            self.waiting -= 1
+__all__ = ["FakeConnector"]
 
 
 @dataclasses.dataclass
@@ -131,9 +78,16 @@ class FakeConnector:
         self._rv = itertools.count(1)
         self._last_rv = 0
         self._scripts: dict[str, _Scripted] = {}
-        self._sources: set[_FakeSource] = set()
+        self._sources: set[FakeSource] = set()
         self._connections: list[_FakeConnection] = []
         self._changed: anyio.Event | None = None
+        self._hooks = SourceHooks(
+            before_sync=self._before_sync,
+            objects=self._objects_of,
+            resource_version=lambda: str(self._last_rv),
+            started=self._started,
+            stopped=self._stopped,
+        )
         self.connects: list[str] = []
         """Every connect attempt (that was not cancelled on entry), by context name, in order."""
 
@@ -247,7 +201,7 @@ class FakeConnector:
         reached = 0
         for source in list(self._sources):
             if source.context == context and source.resource.name == name:
-                source._report(state if error is not None else InformerState.WATCHING, error)
+                source.report(state if error is not None else InformerState.WATCHING, error)
                 reached += 1
         return reached
 
@@ -259,7 +213,7 @@ class FakeConnector:
         reached = 0
         for source in list(self._sources):
             if source.context == context and source.resource.name == name:
-                source._crash(error)
+                source.crash(error)
                 reached += 1
         return reached
 
@@ -358,7 +312,29 @@ class FakeConnector:
     def _publish(self, context: str, res: Resource, kind: str, obj: dict[str, Any]) -> None:
         for source in list(self._sources):
             if source.context == context and source.resource.name == res.name:
-                source._apply(kind, obj)
+                source.apply(kind, obj)
+        self._notify()
+
+    async def _before_sync(self, context: str, resource: str) -> None:
+        script = self._scripts.get(context)
+        if script is None:
+            return
+        gate = script.sync_gates.get(resource)
+        if gate is not None:
+            await gate._pass()
+        errors = script.sync_errors.get(resource)
+        if errors:
+            raise copy.copy(errors.pop(0))
+
+    def _objects_of(self, context: str, resource: str) -> Iterable[Mapping[str, Any]]:
+        return self._objects.get((context, resource), {}).values()
+
+    def _started(self, source: FakeSource) -> None:
+        self._sources.add(source)
+        self._notify()
+
+    def _stopped(self, source: FakeSource) -> None:
+        self._sources.discard(source)
         self._notify()
 
     def _notify(self) -> None:
@@ -406,129 +382,13 @@ class _FakeConnection:
         store: Store,
         on_change: OnChange,
         on_state: Callable[[], None],
-    ) -> _FakeSource:
-        return _FakeSource(self.fake, self.context, resource, key, store, on_change, on_state)
-
-
-class _FakeSource:
-    """What fills one slot from a :class:`FakeConnector` (the ``SlotSource`` protocol)."""
-
-    def __init__(
-        self,
-        fake: FakeConnector,
-        context: str,
-        resource: Resource,
-        key: InformerKey,
-        store: Store,
-        on_change: OnChange,
-        on_state: Callable[[], None],
-    ) -> None:
-        self.fake = fake
-        self.context = context
-        self.resource = resource
-        self.key = key
-        self.store = store
-        self._on_change = on_change
-        self._on_state = on_state
-        self._selector = Selector.parse(
-            key.namespace if resource.namespaced else None,
-            key.label_selector or "",
-            key.field_selector or "",
+    ) -> FakeSource:
+        return FakeSource(
+            self.context,
+            resource,
+            key,
+            store=store,
+            on_change=on_change,
+            on_state=on_state,
+            hooks=self.fake._hooks,
         )
-        self._state = InformerState.LISTING
-        self._last_error: str | None = None
-        self._last_sync: float | None = None
-        self._synced = False
-        self._events = 0
-        self._crashed: BaseException | None = None
-        self._wake: anyio.Event | None = None
-
-    def __repr__(self) -> str:
-        return f"<FakeSource {self.context}/{self.key} {self._state}>"
-
-    @property
-    def has_synced(self) -> bool:
-        return self._synced
-
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        fake = self.fake
-        script = fake._scripts.get(self.context)
-        name = self.resource.name
-        if script is not None:
-            gate = script.sync_gates.get(name)
-            if gate is not None:
-                await gate._pass()
-            errors = script.sync_errors.get(name)
-            if errors:
-                error = copy.copy(errors.pop(0))
-                self._report(InformerState.ERROR, str(error))
-                raise error
-        objects = fake._objects.get((self.context, name), {})
-        entries = [self._entry(o) for o in objects.values() if self._selector.matches(o)]
-        for change in self.store._replace(entries, str(fake._last_rv)):
-            self._on_change(change.type, change.entry, change.old)
-        self._synced = True
-        self._last_sync = time.time()
-        fake._sources.add(self)
-        self._report(InformerState.WATCHING, None)
-        fake._notify()
-        try:
-            task_status.started()
-            while self._crashed is None:
-                self._wake = anyio.Event()
-                await self._wake.wait()
-            raise self._crashed
-        finally:
-            fake._sources.discard(self)
-            self._state = InformerState.STOPPED
-            fake._notify()
-
-    def status(self) -> InformerStatus:
-        return InformerStatus(
-            resource=self.key.resource,
-            namespace=self.key.namespace,
-            label_selector=self.key.label_selector,
-            field_selector=self.key.field_selector,
-            state=self._state,
-            has_synced=self._synced,
-            objects=len(self.store),
-            resource_version=self.store.resource_version,
-            relists=0,
-            reconnects=0,
-            skipped_lines=0,
-            last_error=self._last_error,
-            last_sync=self._last_sync,
-            events_applied=self._events,
-            view=self.key.view,
-        )
-
-    def snapshot_entries(self, namespace: str | None = None) -> list[Entry]:
-        return self.store._entries(namespace)
-
-    def _crash(self, error: BaseException) -> None:
-        self._crashed = copy.copy(error)
-        if self._wake is not None:
-            self._wake.set()
-
-    def _report(self, state: InformerState, error: str | None) -> None:
-        if (state, error) != (self._state, self._last_error):
-            self._state, self._last_error = state, error
-            self._on_state()
-
-    def _entry(self, obj: Mapping[str, Any]) -> Entry:
-        store = self.store
-        if isinstance(store, TableStore):  # the rows of a server without Table support
-            store.columns, store.is_fallback = FALLBACK_COLUMNS, True
-            meta = obj.get("metadata") or {}
-            row = {"cells": [meta.get("name"), meta.get("creationTimestamp")], "metadata": meta}
-            return store._prepare(orjson.dumps(row))
-        return store._prepare(orjson.dumps(obj))
-
-    def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
-        entry = self._entry(obj)
-        if kind != "DELETED" and not self._selector.matches(obj):
-            kind = "DELETED"  # it no longer matches: gone from this informer's view
-        change = self.store._apply(kind, entry)
-        if change is not None:
-            self._events += 1
-            self._on_change(change.type, change.entry, change.old)
