@@ -37,8 +37,6 @@ def _tasks(prefix: str) -> list[str]:
 def _starter(gens: Generations) -> Starter:
     return Starter(
         gens,
-        contexts=dict,
-        namespaces={},
         stop_timeout=5.0,
         names=ResourceNames(),
         status_changed=lambda: None,

@@ -126,7 +126,6 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         autowatched = [parse_resource(r) for r in autowatch]
         self._subscriber_buffer = subscriber_buffer
         self._idle_timeout = idle_timeout
-        self._namespaces = {k: tuple(v) for k, v in (namespaces or {}).items()}
         self._share = share
         connector = connector or HttpConnector(self.settings, CredentialPool())
         self._share_connector: ShareConnector | None = None
@@ -146,6 +145,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             event_keys=EVENT_KEYS,
             event_cap=event_cap,
             event_max_age=event_max_age,
+            namespaces={k: tuple(v) for k, v in (namespaces or {}).items()},
         )
         self._fanout = Fanout()
         publisher = Publisher(self._fanout, EVENT_KEYS)
@@ -162,8 +162,6 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         )
         self._starter = Starter(
             self._generations,
-            contexts=lambda: self.contexts,
-            namespaces=self._namespaces,
             stop_timeout=stop_timeout,
             names=ResourceNames(),
             status_changed=self._signal.changed,

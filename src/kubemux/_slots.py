@@ -21,12 +21,11 @@ import anyio
 
 from ._changes import ResourceNames
 from ._connector import Connection
-from ._context import ContextGeneration, Slot
+from ._context import ContextGeneration, Narrowed, Slot
 from ._errors import ContextRemoved, Forbidden, ResourceNotFound
 from ._event_index import EventIndex
 from ._generations import Generations
 from ._informer import InformerKey
-from ._kubeconfig import ContextConfig
 from ._multistore import MultiStore, MultiTableStore
 from ._resources import Resource, known_resource, parse_resource
 from ._status import ContextState
@@ -53,15 +52,11 @@ class Starter:
         self,
         generations: Generations,
         *,
-        contexts: Callable[[], Mapping[str, ContextConfig]],
-        namespaces: Mapping[str, Sequence[str]],
         stop_timeout: float,
         names: ResourceNames,
         status_changed: Callable[[], None],
     ) -> None:
         self._gens = generations
-        self._contexts = contexts
-        self._namespaces = namespaces
         self._stop_timeout = stop_timeout
         self._names = names
         self._status_changed = status_changed
@@ -72,44 +67,68 @@ class Starter:
         resource: ResourceSpec,
         namespace: str | None,
         namespaces: Sequence[str] | None,
-        label_selector: str | None,
-        field_selector: str | None,
+        labels: str | None,
+        fields: str | None,
         view: str,
     ) -> Store:
+        """The synced store of ``watch()``/``table()``: one informer, one per namespace of
+        ``namespaces``, or, where the cluster-wide LIST is forbidden, one per namespace the
+        user may read."""
         if namespaces is not None:
             if namespace is not None:
                 raise ValueError("give namespace or namespaces, not both")
             if isinstance(namespaces, str) or not namespaces:
                 raise ValueError("namespaces must be a non-empty list of names")
-            return await self._union(
-                context, resource, namespaces, label_selector, field_selector, view, ""
-            )
+            return await self._union(context, resource, namespaces, labels, fields, view, "")
+        if namespace is None and (found := self._narrowed(context, resource, labels, fields, view)):
+            return await self._narrowed_store(context, resource, labels, fields, view, found)
         try:
-            return await self.synced_store(
-                context, resource, namespace, label_selector, field_selector, view
+            return await self.synced_store(context, resource, namespace, labels, fields, view)
+        except Forbidden:
+            # a cluster-wide LIST refused: the generation narrowed it to the namespaces the
+            # user may read (see ContextGeneration._narrow); anything else is the caller's
+            found = (
+                None
+                if namespace is not None
+                else self._narrowed(context, resource, labels, fields, view)
             )
-        except Forbidden as exc:
-            cfg = self._contexts().get(context)
-            if namespace is not None or cfg is None:
+            if found is None:
                 raise
-            configured = self._namespaces.get(context)
-            scope = list(configured or [cfg.namespace or "default"])
-            origin = "configured for the context" if configured else "the context's namespace"
-            reason = (
-                f"listing across all namespaces is forbidden ({exc.message or exc.reason}); "
-                f"watching {', '.join(scope)} ({origin})"
-            )
-            store = await self._union(
-                context, resource, scope, label_selector, field_selector, view, reason
-            )
-            if not store.resource.namespaced:
-                raise
-            gen = self._gens.gens.get(context)
-            if gen is not None:
-                gen.notes[store.resource.name] = reason
-                self._status_changed()
-            log.info("context %r: %s: %s", context, store.resource.name, reason)
-            return store
+            return await self._narrowed_store(context, resource, labels, fields, view, found)
+
+    def _narrowed(
+        self,
+        context: str,
+        resource: ResourceSpec,
+        labels: str | None,
+        fields: str | None,
+        view: str,
+    ) -> Narrowed | None:
+        """The live generation's narrowing of this cluster-wide informer, if it made one."""
+        gen = self._gens.gens.get(context)
+        if gen is None or not gen.narrowed or gen.is_stopping:
+            return None
+        res = resource if isinstance(resource, Resource) else known_resource(resource)
+        if res is None and (connection := gen.cached_connection()) is not None:
+            res = connection.resolve_cached(str(resource))
+        if res is None:
+            return None
+        return gen.narrowed.get(informer_key(res, None, labels, fields, view))
+
+    async def _narrowed_store(
+        self,
+        context: str,
+        resource: ResourceSpec,
+        labels: str | None,
+        fields: str | None,
+        view: str,
+        narrowed: Narrowed,
+    ) -> Store:
+        store = await self._union(
+            context, resource, narrowed.scope, labels, fields, view, narrowed.reason
+        )
+        narrowed.store = store  # what store() returns for the cluster-wide informer
+        return store
 
     async def _union(
         self,
@@ -263,7 +282,14 @@ class Starter:
             res = connection.resolve_cached(resource) if connection is not None else None
         if res is None:
             return None
-        slot = gen.slots.get(informer_key(res, namespace, label_selector, field_selector, view))
+        key = informer_key(res, namespace, label_selector, field_selector, view)
+        slot = gen.slots.get(key)
+        if slot is None and (narrowed := gen.narrowed.get(key)) is not None:
+            union = narrowed.store  # a forbidden cluster-wide informer: its namespaces
+            if union is None or not union.has_synced:
+                return None
+            gen.last_used = time.monotonic()
+            return union
         if slot is None or not slot.store.has_synced:
             return None
         gen.last_used = time.monotonic()
