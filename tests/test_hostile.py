@@ -328,7 +328,7 @@ async def test_watch_forever_contains_every_failure_and_keeps_the_cache() -> Non
             tg.start_soon(informer.watch_forever)
             await wait_until(lambda: cluster.open_watches == 1)
             cluster.create("pods", make_pod("q"))  # the callback raises on this one
-            await wait_until(lambda: "RuntimeError" in (informer.status().last_error or ""))
+            await wait_until(lambda: informer.status().errors_by_type.get("InternalError"))
             cluster.create("pods", make_pod("r"))
             await wait_until(lambda: informer.store.get("default", "r") is not None)  # relisted
             assert informer.store.get("default", "p") is not None

@@ -164,7 +164,8 @@ async def test_burst_of_5xx_backs_off_and_recovers(tmp_path: Path, cluster: Fake
         # five failed attempts plus the one that worked, nothing more: no spinning
         assert watches(cluster) - before <= 7
         st = registry.status().contexts["c"].informers[0]
-        assert st.last_error is not None and "503" in st.last_error
+        assert st.errors_by_type.get("ApiError", 0) >= 1  # recorded while it held,
+        assert st.last_error is None  # and not shown as current once it no longer does
 
 
 async def test_stalled_stream_reconnects_on_inactivity(
@@ -180,7 +181,8 @@ async def test_stalled_stream_reconnects_on_inactivity(
         cluster.unstall()
         await converge(registry, cluster)
         st = registry.status().contexts["c"].informers[0]
-        assert st.last_error is not None and "inactive" in st.last_error
+        assert sum(st.errors_by_type.values()) >= 1  # the dead stream was a failure,
+        assert st.last_error is None  # which no longer holds once the watch is back
 
 
 async def test_two_mib_object(tmp_path: Path, cluster: FakeCluster) -> None:

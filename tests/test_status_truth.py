@@ -4,14 +4,22 @@ as failing, an error that no longer holds is not shown as current, a skipped obj
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from kubemux import Backoff, MultiStore, MultiTableStore, WatcherRegistry, WatchSettings
+from kubemux import (
+    Backoff,
+    Forbidden,
+    KubemuxError,
+    MultiStore,
+    MultiTableStore,
+    Unauthorized,
+    WatcherRegistry,
+    WatchSettings,
+)
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 from support import TIMEOUT, wait_until
 
@@ -92,3 +100,116 @@ async def test_an_autowatched_resource_falls_back_once_and_shows_running(limited
             "team-a-pod"
         ]
         assert reg.store("limited", "pods", view="table") is table
+
+
+# ------------------------------------------------------------------ 2. errors that no longer hold
+def _informer(reg: WatcherRegistry, context: str = "c") -> Any:
+    (status,) = reg.status().contexts[context].informers
+    return status
+
+
+async def _recovered(reg: WatcherRegistry, cluster: FakeCluster, store: Any) -> None:
+    """The informer watches again with no error shown, and changes flow."""
+
+    def clean() -> bool:
+        st = reg.status().contexts["c"]
+        return (
+            st.state == "running"
+            and st.last_error is None
+            and _informer(reg).last_error is None
+            and _informer(reg).state == "watching"
+        )
+
+    await wait_until(clean, registry=reg)
+    cluster.create("pods", make_pod("after-recovery"))
+    with anyio.fail_after(TIMEOUT):
+        await cluster.wait_for(lambda: store.get("default", "after-recovery") is not None)
+
+
+async def test_a_401_is_cleared_once_the_refreshed_credential_works(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("one\n")
+    async with FakeCluster(tokens={"one"}) as cluster:
+        cluster.create("pods", make_pod("web-1"))
+        ctx = FakeContext(cluster=cluster, token_file=str(token_file))
+        path = write_kubeconfig(tmp_path / "config", {"c": ctx})
+        async with WatcherRegistry.from_kubeconfig(str(path), settings=FAST) as reg:
+            with anyio.fail_after(TIMEOUT):
+                store = await reg.watch("c", "pods")
+            cluster.tokens.clear()  # the token stops working, the file still holds it
+            cluster.tokens.add("two")
+            cluster.drop_watches()
+            await wait_until(lambda: "401" in (_informer(reg).last_error or ""), registry=reg)
+            token_file.write_text("two\n")  # the credential is refreshed (re-read after a 401)
+            await _recovered(reg, cluster, store)
+
+
+@pytest.mark.parametrize("fault", ["5xx", "timeout", "410 then a failed relist"])
+async def test_an_error_is_cleared_when_the_informer_recovers(tmp_path: Path, fault: str) -> None:
+    async with FakeCluster(bookmark_period=0.1) as cluster:
+        cluster.create("pods", make_pod("web-1"))
+        path = write_kubeconfig(tmp_path / "config", {"c": cluster})
+        async with WatcherRegistry.from_kubeconfig(str(path), settings=FAST) as reg:
+            with anyio.fail_after(TIMEOUT):
+                store = await reg.watch("c", "pods")
+                await cluster.wait_for(lambda: cluster.open_watches == 1)
+            if fault == "5xx":
+                cluster.fail_next(2, 503, reason="ServiceUnavailable", watch=True)
+                cluster.drop_watches()
+            elif fault == "timeout":
+                cluster.stall()  # the open watch goes quiet, new requests hang
+                cluster.drop_watches()
+            else:
+                cluster.fail_next(1, 500)  # the relist after the 410 fails once
+                cluster.compact()
+            await wait_until(lambda: _informer(reg).last_error is not None, registry=reg)
+            if fault == "timeout":
+                cluster.unstall()
+            await _recovered(reg, cluster, store)
+
+
+async def test_a_401_of_another_informer_is_cleared_when_the_context_works_again(
+    tmp_path: Path,
+) -> None:
+    async with FakeCluster() as cluster:
+        cluster.create("pods", make_pod("web-1"))
+        path = write_kubeconfig(tmp_path / "config", {"c": cluster})
+        async with WatcherRegistry.from_kubeconfig(str(path), settings=FAST) as reg:
+            cluster.fail_next(3, 401, reason="Unauthorized", path_prefix="/api/v1/services")
+            with anyio.fail_after(TIMEOUT), pytest.raises(Unauthorized):
+                await reg.watch("c", "services")
+            assert reg.status().contexts["c"].state == "backing off"
+            with anyio.fail_after(TIMEOUT):
+                await reg.watch("c", "pods")  # the credential works: the 401 no longer holds
+            status = reg.status().contexts["c"]
+            assert status.state == "running" and status.last_error is None, status
+            assert status.retry_in is None
+            cluster.fail_next(
+                1, 403, reason="Forbidden", path_prefix="/api/v1/namespaces/default/configmaps"
+            )
+            with anyio.fail_after(TIMEOUT), pytest.raises(Forbidden):
+                await reg.watch("c", "configmaps", "default")
+            with anyio.fail_after(TIMEOUT):
+                await reg.watch("c", "pods", "default")  # a 403 is about its resource: kept
+            assert "403" in (reg.status().contexts["c"].last_error or "")
+
+
+async def test_a_discovery_failure_leaves_nothing_behind_once_discovery_works(
+    tmp_path: Path,
+) -> None:
+    async with FakeCluster() as cluster:
+        cluster.add_crd("example.com", "widgets", "Widget")
+        path = write_kubeconfig(tmp_path / "config", {"c": cluster})
+        async with WatcherRegistry.from_kubeconfig(str(path), settings=FAST) as reg:
+            cluster.fail_next(10, 503, reason="ServiceUnavailable", path_prefix="/api")
+            with anyio.fail_after(TIMEOUT), pytest.raises(KubemuxError):
+                await reg.watch("c", "widgets")  # a short name needs discovery
+            with anyio.fail_after(TIMEOUT):
+                while True:  # discovery answers again once the faults are used up
+                    try:
+                        await reg.watch("c", "widgets")
+                        break
+                    except KubemuxError:
+                        await cluster.wait_for(lambda: True)
+            status = reg.status().contexts["c"]
+            assert status.state == "running" and status.last_error is None, status

@@ -120,8 +120,9 @@ class HttpConnection:
         if known is not None:  # built-ins mean the same on every cluster: no request
             return known
         try:
-            return await self.discovery.resolve(name)
+            resource = await self.discovery.resolve(name)
         except UnknownResource:
+            self._discovery_works()
             raise
         except KubemuxError as exc:
             # a server whose discovery fails (or is missing) still serves the built-ins
@@ -137,6 +138,14 @@ class HttpConnection:
                     exc,
                 )
             return resource
+        self._discovery_works()
+        return resource
+
+    def _discovery_works(self) -> None:
+        """Discovery answered: a failure it had no longer holds (the next one is logged)."""
+        if self._discovery_failed:
+            self._discovery_failed = False
+            log.info("context %r: discovery works again", self.client.context)
 
     def resolve_cached(self, name: str) -> Resource | None:
         builtin = known_resource(name)

@@ -21,7 +21,16 @@ import anyio
 import anyio.abc
 
 from ._context import ChangeSink, ContextGeneration, GenerationSettings, Hooks, Slot
-from ._errors import ContextNotFound, ContextRemoved, RegistryClosed
+from ._errors import (
+    ApiError,
+    ClusterUnreachable,
+    ContextNotFound,
+    ContextRemoved,
+    CredentialError,
+    RegistryClosed,
+    StartTimeout,
+    Unauthorized,
+)
 from ._failure import Failure
 from ._informer import InformerKey, InformerStatus
 from ._kubeconfig import ContextConfig
@@ -334,11 +343,28 @@ class Generations:
             return
         if failure is None:
             self.forget_failures(gen.key, key)
+            self._forget_context_wide(gen.key)
             return
         failures = self.slot_failures.setdefault(gen.key, {})
         for k in [k for k, f in failures.items() if not f.pending]:
             del failures[k]  # expired records go: at most one per live backoff
         failures[key] = failure
+
+    def _forget_context_wide(self, context: str) -> None:
+        """An informer of ``context`` just synced: the failures of its other informers that
+        were about the credential or the server (401, unreachable, a timeout, 5xx, 429) no
+        longer hold, so they are not shown (nor backed off) any more. Those about one
+        resource (403, 404, a bad response) stay until that resource syncs."""
+        failures = self.slot_failures.get(context)
+        if not failures:
+            return
+        stale = [k for k, f in failures.items() if _context_wide(f.error)]
+        for k in stale:
+            del failures[k]
+        if not failures:
+            del self.slot_failures[context]
+        if stale:
+            self._status_changed()
 
     def forget_failures(self, context: str, key: InformerKey | None = None) -> None:
         """Drop the failure records of a context (or of one of its informers)."""
@@ -428,6 +454,13 @@ class Generations:
                 else None
             ),
         )
+
+
+def _context_wide(error: BaseException) -> bool:
+    """Whether a failure is about the context (credential, server) rather than a resource."""
+    if isinstance(error, Unauthorized | CredentialError | ClusterUnreachable | StartTimeout):
+        return True
+    return isinstance(error, ApiError) and (error.status >= 500 or error.status == 429)
 
 
 class _SharedStop:

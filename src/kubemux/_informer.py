@@ -235,6 +235,7 @@ class Informer(Lister):
                 try:
                     self._rv = await self._sync()
                     relist = False
+                    self._set_state(WATCHING, None)  # listed: the last error no longer holds
                 except ResourceNotFound as exc:
                     await self._gone(exc)
                     continue
@@ -302,6 +303,8 @@ class Informer(Lister):
         try:
             async with self._open_watch(params) as blocks:
                 self._watch_started = time.time()
+                if self._last_error is not None:  # answered: the last error no longer holds
+                    self._set_state(WATCHING, None)
                 to_wall = self._watch_started - clock()
                 async for block in blocks:
                     for etype, item in self._decode(block):
