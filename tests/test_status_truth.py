@@ -20,6 +20,7 @@ from kubemux import (
     WatcherRegistry,
     WatchSettings,
 )
+from kubemux.dashboard.views import status_payload
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 from support import TIMEOUT, wait_until
 
@@ -213,3 +214,54 @@ async def test_a_discovery_failure_leaves_nothing_behind_once_discovery_works(
                         await cluster.wait_for(lambda: True)
             status = reg.status().contexts["c"]
             assert status.state == "running" and status.last_error is None, status
+
+
+# ------------------------------------------------------------------ 3. a skipped object says why
+async def test_a_transform_that_raises_leaves_its_reason_in_status(tmp_path: Path) -> None:
+    def picky(obj: dict[str, Any]) -> dict[str, Any]:
+        name = obj["metadata"]["name"]
+        if name.startswith("bad"):
+            raise ValueError(f"see https://admin:hunter2@example.com/ about {name} " + "x" * 1000)
+        return obj
+
+    async with FakeCluster() as cluster:
+        cluster.create("pods", make_pod("good"))
+        cluster.create("pods", make_pod("bad-1"))
+        cluster.create("secrets", {"metadata": {"name": "bad-s"}, "data": {"k": "djE="}})
+        path = write_kubeconfig(tmp_path / "config", {"c": cluster})
+        registry = WatcherRegistry.from_kubeconfig(
+            str(path), settings=FAST, transforms={"pods": picky, "secrets": picky}
+        )
+        async with registry as reg:
+            with anyio.fail_after(TIMEOUT):
+                store = await reg.watch("c", "pods")
+            assert store.get("default", "bad-1") is None and store.get("default", "good")
+            (st,) = reg.status().contexts["c"].informers
+            assert st.skipped_lines == 1 and st.last_skip is not None
+            assert "the transform raised ValueError" in st.last_skip and "bad-1" in st.last_skip
+            assert "hunter2" not in st.last_skip and len(st.last_skip) <= 300
+            assert st.last_skip_at is not None and st.last_skip_at > 0
+            cluster.create("pods", make_pod("bad-2"))  # from the watch: the latest reason
+            await wait_until(lambda: "bad-2" in (_informer(reg).last_skip or ""), poll=0.02)
+            with anyio.fail_after(TIMEOUT):
+                await reg.watch("c", "secrets")
+            secrets = next(
+                i for i in reg.status().contexts["c"].informers if i.resource == "secrets"
+            )
+            assert secrets.last_skip is not None and "raised ValueError" in secrets.last_skip
+            assert "bad-s" not in secrets.last_skip  # a Secret's message is withheld
+            doc = reg.status().to_json()["contexts"][0]["informers"]
+            assert {i["resource"]: bool(i["last_skip"]) for i in doc} == {
+                "pods": True,
+                "secrets": True,
+            }
+            page = status_payload(reg.status())["contexts"][0]["informers"]  # the dashboard's
+            assert all(i["last_skip"] and "hunter2" not in i["last_skip"] for i in page)
+
+
+async def test_no_skip_no_reason(tmp_path: Path, fake_cluster: FakeCluster) -> None:
+    path = write_kubeconfig(tmp_path / "config", {"c": fake_cluster})
+    async with WatcherRegistry.from_kubeconfig(str(path)) as reg:
+        with anyio.fail_after(TIMEOUT):
+            await reg.watch("c", "pods")
+        assert _informer(reg).last_skip is None and _informer(reg).last_skip_at is None

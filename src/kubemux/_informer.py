@@ -35,7 +35,14 @@ from ._errors import (
     ResourceExpired,
     ResourceNotFound,
 )
-from ._informer_types import InformerKey, InformerState, InformerStatus, OnChange, count_error
+from ._informer_types import (
+    InformerKey,
+    InformerState,
+    InformerStatus,
+    OnChange,
+    count_error,
+    skip_reason,
+)
 from ._listing import Lister, _preview, _status_error, _why
 from ._resources import Resource
 from ._settings import WatchSettings
@@ -101,6 +108,7 @@ class Informer(Lister):
         self._progress = Progress(on_slow=on_state)
         self._skips_unlogged = 0  # skipped since the last log record
         self._last_skip = ""
+        self._latest_skip: tuple[str, float] | None = None  # (reason, wall clock), for status
         self._skip_logged_at = -math.inf
         self._relists = 0
         self._reconnects = 0
@@ -160,6 +168,8 @@ class Informer(Lister):
             errors_by_type=dict(self._errors),
             watch_started=self._watch_started,
             last_event=self._last_event,
+            last_skip=self._latest_skip[0] if self._latest_skip else None,
+            last_skip_at=self._latest_skip[1] if self._latest_skip else None,
             view=self.key.view,
         )
 
@@ -384,6 +394,7 @@ class Informer(Lister):
         """Count a skipped line or object; log the first at once, then a summary at most
         once per ``skip_log_period`` (a server streaming junk must not flood the log)."""
         self._skipped += 1
+        self._latest_skip = (skip_reason(why, self.resource.name), time.time())
         now = time.monotonic()
         if now - self._skip_logged_at < self.settings.skip_log_period:
             self._skips_unlogged += 1
