@@ -58,6 +58,7 @@ def test_error_tree() -> None:
     [
         kubemux.KubeconfigError("bad file", path="/tmp/x"),
         kubemux.ContextNotFound("prod", "its user is not defined"),
+        kubemux.InvalidContext("prod", "user 'u' not found", "/tmp/config"),
         kubemux.ContextRemoved("prod", "removed from the kubeconfig"),
         kubemux.ClusterUnreachable("https://a:6443", "connection refused"),
         kubemux.ApiError(500, "InternalError", "boom"),

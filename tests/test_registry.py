@@ -316,8 +316,10 @@ async def test_unknown_context_and_invalid_context(tmp_path: Path) -> None:
         "users:\n- name: u\n  user: {token: s3cret-token}\n"
     )
     async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
-        with pytest.raises(ContextNotFound, match="missing"):
-            await registry.watch("broken", "pods")
+        with pytest.raises(kubemux.InvalidContext, match="cluster 'missing' not found") as info:
+            await registry.watch("broken", "pods")  # found, but it cannot be used
+        assert info.value.path == str(path) and info.value.context == "broken"
+        assert not isinstance(info.value, ContextNotFound)
         with pytest.raises(ContextNotFound):
             await registry.watch("nope", "pods")
         assert "broken" in registry.status().invalid_contexts

@@ -4,6 +4,8 @@ as failing, an error that no longer holds is not shown as current, a skipped obj
 
 from __future__ import annotations
 
+import io
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,10 @@ import pytest
 
 from kubemux import (
     Backoff,
+    ContextNotFound,
     Forbidden,
+    InvalidContext,
+    KubeconfigError,
     KubemuxError,
     MultiStore,
     MultiTableStore,
@@ -20,6 +25,7 @@ from kubemux import (
     WatcherRegistry,
     WatchSettings,
 )
+from kubemux.cli import run
 from kubemux.dashboard.views import status_payload
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 from support import TIMEOUT, wait_until
@@ -265,3 +271,91 @@ async def test_no_skip_no_reason(tmp_path: Path, fake_cluster: FakeCluster) -> N
         with anyio.fail_after(TIMEOUT):
             await reg.watch("c", "pods")
         assert _informer(reg).last_skip is None and _informer(reg).last_skip_at is None
+
+
+# ------------------------------------------------------------------ 4. an invalid context
+INVALID = """apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:1"}
+users:
+- name: az
+  user: {auth-provider: {name: azure, config: {tenant-id: t}}}
+- name: gc
+  user: {auth-provider: {name: gcp}}
+- name: ok
+  user: {token: s3cret}
+contexts:
+- name: azure
+  context: {cluster: c, user: az}
+- name: gcp
+  context: {cluster: c, user: gc}
+- name: no-cluster
+  context: {cluster: gone, user: ok}
+- name: no-user
+  context: {cluster: c, user: nobody}
+- name: fine
+  context: {cluster: c, user: ok}
+"""
+
+
+@pytest.mark.parametrize(
+    ("context", "why"),
+    [
+        ("azure", r"user 'az': auth-provider 'azure' was removed .*kubelogin"),
+        ("gcp", r"user 'gc': auth-provider 'gcp' was removed .*gke-gcloud-auth-plugin"),
+        ("no-cluster", r"cluster 'gone' not found"),
+        ("no-user", r"user 'nobody' not found"),
+    ],
+)
+async def test_watching_an_invalid_context_names_the_file_the_entry_and_why(
+    tmp_path: Path, context: str, why: str
+) -> None:
+    path = tmp_path / "config"
+    path.write_text(INVALID)
+    async with WatcherRegistry.from_kubeconfig(str(path)) as reg:
+        assert context in reg.status().invalid_contexts and context not in reg.contexts
+        with anyio.fail_after(TIMEOUT), pytest.raises(InvalidContext, match=why) as info:
+            await reg.watch(context, "pods")
+        error = info.value
+        assert isinstance(error, KubeconfigError) and not isinstance(error, ContextNotFound)
+        assert error.context == context and error.path == str(path)
+        assert str(path) in str(error) and "s3cret" not in str(error)
+        with pytest.raises(InvalidContext):
+            await reg.resources(context)
+        with pytest.raises(ContextNotFound):  # one the kubeconfig does not define at all
+            await reg.watch("nowhere", "pods")
+
+
+async def test_all_contexts_commands_name_the_contexts_they_skip_once(tmp_path: Path) -> None:
+    async with FakeCluster() as cluster:
+        cluster.create("pods", make_pod("web-1"))
+        good = write_kubeconfig(tmp_path / "good", {"fine": cluster})
+        bad = tmp_path / "bad"
+        bad.write_text(INVALID.replace("- name: fine\n  context: {cluster: c, user: ok}\n", ""))
+        kubeconfig = f"{good}{os.pathsep}{bad}"
+        for argv in (
+            ["get", "pods", "--all-contexts"],
+            ["watch", "pods", "--all-contexts", "--duration", "0.3"],
+        ):
+            out, err = io.StringIO(), io.StringIO()
+            with anyio.fail_after(TIMEOUT):
+                code = await run([*argv, "--kubeconfig", kubeconfig], stdout=out, stderr=err)
+            assert code == 0, err.getvalue()
+            assert "web-1" in out.getvalue()
+            lines = err.getvalue().splitlines()
+            skipped = sorted(line.split("'")[1] for line in lines if "skipping context" in line)
+            assert skipped == ["azure", "gcp", "no-cluster", "no-user"], lines
+            assert any(str(bad) in line and "kubelogin" in line for line in lines)
+            assert "s3cret" not in err.getvalue()
+        out, err = io.StringIO(), io.StringIO()
+        with anyio.fail_after(TIMEOUT):
+            code = await run(
+                ["get", "pods", "--context", "azure", "--kubeconfig", kubeconfig],
+                stdout=out,
+                stderr=err,
+            )
+        assert (
+            code == 1 and "cannot be used" in err.getvalue() and "not found" not in err.getvalue()
+        )

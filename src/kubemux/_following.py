@@ -10,7 +10,7 @@ import anyio
 
 from ._auth import in_cluster_config
 from ._generations import Generations
-from ._kubeconfig import ContextConfig
+from ._kubeconfig import ContextConfig, KubeconfigSnapshot
 from ._kubeconfig_watch import ContextDiff, KubeconfigSource
 from ._status import StatusSignal
 
@@ -38,6 +38,12 @@ class KubeconfigFollower:
     def contexts(self) -> Mapping[str, ContextConfig]:
         """What the kubeconfig says now: context name -> :class:`ContextConfig`."""
         return self._source.contexts
+
+    @property
+    def kubeconfig_snapshot(self) -> KubeconfigSnapshot:
+        """The merged kubeconfig as of the latest sync (frozen): valid and invalid contexts,
+        the file that defined each invalid one, file errors."""
+        return self._source.snapshot
 
     @property
     def current_context(self) -> str | None:

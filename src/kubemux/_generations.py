@@ -27,6 +27,7 @@ from ._errors import (
     ContextNotFound,
     ContextRemoved,
     CredentialError,
+    InvalidContext,
     RegistryClosed,
     StartTimeout,
     Unauthorized,
@@ -273,7 +274,11 @@ class Generations:
             # one that overran stop_timeout stays tracked: _spawn keeps it as a straggler
             # (closing waits for it), and its own end deletes nothing (compare-and-delete)
         if context not in self._source.contexts:
-            raise ContextNotFound(context, self._source.snapshot.invalid.get(context))
+            snapshot = self._source.snapshot
+            why = snapshot.invalid.get(context)
+            if why is not None:  # it was found; it cannot be used
+                raise InvalidContext(context, why, snapshot.invalid_sources.get(context))
+            raise ContextNotFound(context)
         failure = self.failures.get(context)
         if failure is not None and failure.pending:
             failure.reraise()

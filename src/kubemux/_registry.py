@@ -288,7 +288,10 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         it is stopped or removed, :class:`ContextRemoved` is raised.
 
         Raises:
-            ContextNotFound: no such (valid) context in the kubeconfig.
+            ContextNotFound: no such context in the kubeconfig.
+            InvalidContext: the kubeconfig defines the context but it cannot be used (a
+                missing cluster or user entry, a removed auth provider, ...): names the
+                file, the entry and why; also listed in ``status().invalid_contexts``.
             ContextRemoved: the context was stopped or removed while starting.
             Unauthorized, Forbidden, ResourceNotFound, ApiError: the first LIST failed.
             ClusterUnreachable: the server could not be reached.
