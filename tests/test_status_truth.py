@@ -359,3 +359,54 @@ async def test_all_contexts_commands_name_the_contexts_they_skip_once(tmp_path: 
         assert (
             code == 1 and "cannot be used" in err.getvalue() and "not found" not in err.getvalue()
         )
+
+
+# ------------------------------------------------------------------ 5. a CRD that comes back
+def _widget(name: str) -> dict[str, Any]:
+    return {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}}
+
+
+def _widget_requests(cluster: FakeCluster) -> int:
+    return sum(1 for r in cluster.requests if "/widgets" in r.path)
+
+
+@pytest.mark.parametrize("may_read_crds", [True, False])
+async def test_a_crd_created_again_is_noticed_within_seconds_without_a_request_loop(
+    tmp_path: Path, may_read_crds: bool
+) -> None:
+    async with FakeCluster(tokens={"admin"}) as cluster:
+        cluster.add_crd("example.com", "widgets", "Widget")
+        cluster.create("widgets.example.com", _widget("w-1"))
+        if not may_read_crds:  # widgets (and discovery, always open), nothing else
+            cluster.restrict("admin", user="u", resources=["widgets.example.com"])
+        path = write_kubeconfig(tmp_path / "config", {"c": cluster})
+        async with WatcherRegistry.from_kubeconfig(str(path)) as reg:  # gone_retry: 60 s
+            with anyio.fail_after(TIMEOUT):
+                store = await reg.watch("c", "widgets")
+            cluster.delete_crd("widgets.example.com")
+            await wait_until(lambda: _informer(reg).state == "error", registry=reg)
+            assert "no longer serves widgets.example.com" in (_informer(reg).last_error or "")
+            before = _widget_requests(cluster)
+            async with reg.subscribe("widgets", ["c"], snapshot=False) as changes:
+                cluster.add_crd("example.com", "widgets", "Widget")
+                cluster.create("widgets.example.com", _widget("w-2"))
+                started = anyio.current_time()
+                with anyio.fail_after(10):  # noticed within 10 s, not gone_retry's 60
+                    async for change in changes:
+                        if change.name == "w-2":
+                            break
+                took = anyio.current_time() - started
+            assert store.get("default", "w-2") is not None
+            # one LIST (and its WATCH), maybe one early look: no loop
+            assert _widget_requests(cluster) - before <= 4, cluster.requests[-10:]
+            await wait_until(lambda: _informer(reg).last_error is None, registry=reg)
+            if may_read_crds:
+                assert took < 2.0  # the CRD watch tells at once
+                watched = [r for r in cluster.requests if "customresourcedefinitions" in r.path]
+                assert watched and all(
+                    r.query.get("fieldSelector") == "metadata.name=widgets.example.com"
+                    for r in watched
+                )
+            else:
+                discovery = [r for r in cluster.requests if r.path in ("/api", "/apis")]
+                assert len(discovery) <= 2 * (took / 5 + 3)  # one look per 5 s, two requests

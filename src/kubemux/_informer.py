@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
 import anyio
@@ -126,6 +126,10 @@ class Informer(Lister):
         self._watch_started: float | None = None  # wall clock; None while not watching
         self._last_event: float | None = None  # wall clock of the last event or bookmark
         self._pending: dict[str, dict[str, StoreChange]] = {}
+
+    wait_served: Callable[[Resource], Awaitable[None]] | None = None
+    """Set by the connection: returns once a resource the server stopped serving may be
+    served again (see :mod:`kubemux._served`); without it, ``gone_retry`` paces the looks."""
 
     def __repr__(self) -> str:
         return (
@@ -435,17 +439,26 @@ class Informer(Lister):
 
     async def _gone(self, exc: ResourceNotFound) -> None:
         """The server answers 404 for the resource itself (its CRD was deleted): say so, and
-        look again only every ``gone_retry`` seconds, not in a backoff loop. The cache is kept
-        until a LIST succeeds again."""
+        look again when :attr:`wait_served` says it may be back (at the latest after
+        ``gone_retry`` seconds), not in a backoff loop. The cache is kept until a LIST
+        succeeds again."""
         period = self.settings.gone_retry
-        error = (
-            f"the server no longer serves {self.resource.name} (looking again every {period:g} s)"
-        )
+        waiter = self.wait_served
+        how = "watching for it to come back" if waiter else f"looking again every {period:g} s"
+        error = f"the server no longer serves {self.resource.name} ({how})"
         count_error(self._errors, exc)
         if self._last_error != error:
             log.warning("%s/%s: %s: %s", self.client.context, self.key, error, exc)
         self._set_state(ERROR, error)
-        await anyio.sleep(period)
+        with anyio.move_on_after(period):
+            try:
+                if waiter is not None:
+                    await waiter(self.resource)
+                else:
+                    await anyio.sleep_forever()
+            except Exception:
+                log.exception("%s: waiting for %s to come back failed", self, self.resource.name)
+                await anyio.sleep_forever()
 
     async def _backoff(self) -> None:
         await anyio.sleep(self.settings.backoff.delay(max(1, self._failures)))
