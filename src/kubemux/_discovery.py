@@ -43,7 +43,7 @@ import anyio
 import orjson
 
 from ._errors import ApiError, KubemuxError, UnknownResource
-from ._resources import Resource
+from ._resources import Resource, name_problem, path_segment, shown
 from ._settings import WatchSettings
 
 if TYPE_CHECKING:
@@ -71,36 +71,90 @@ AGGREGATED_ACCEPT = (
 
 
 # ------------------------------------------------------------------------------ parsing
+Dropped = list[tuple[str, str]]
+"""What a parse left out: (the bad value as shown, why), for :class:`Discovery`'s warnings."""
+
+
 def _strs(value: Any) -> tuple[str, ...]:
-    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
 
-def parse_aggregated(doc: Mapping[str, Any]) -> list[Resource]:
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _drop(dropped: Dropped | None, value: object, why: str) -> None:
+    if dropped is not None:
+        dropped.append((shown(value), why))
+
+
+def _check(field: str, value: object, where: str, dropped: Dropped | None) -> bool:
+    """True if ``value`` may be the ``field`` of a resource; else note why and False."""
+    problem = name_problem(field, value)
+    if problem is None:
+        return True
+    _drop(dropped, value, f"{where} dropped: {problem}")
+    return False
+
+
+def parse_aggregated(
+    doc: Mapping[str, Any], *, core: bool | None = None, dropped: Dropped | None = None
+) -> list[Resource]:
     """Every resource of an ``APIGroupDiscoveryList`` (v2 or v2beta1), in priority order.
 
-    Subresources are left out. Versions come as the server lists them (preferred first).
+    Versions come as the server lists them (preferred first). Subresources are left out,
+    and so is any ``resource`` holding a ``/``: only ``subresources`` name subresources.
+    ``responseKind``'s group and version are ignored (as client-go's mapper ignores them).
+    A group, version or plural kube-apiserver could not serve (see
+    :func:`kubemux._resources.name_problem`) is left out and noted in ``dropped``; with
+    ``core`` given, so is a named group in ``/api`` (``core=True``) or the core group in
+    ``/apis`` (``core=False``).
     """
     out: list[Resource] = []
-    for item in doc.get("items") or ():
+    for item in _list(doc.get("items")):
         if not isinstance(item, Mapping):
             continue
-        group = str((item.get("metadata") or {}).get("name") or "")
-        for entry in item.get("versions") or ():
+        group = _map(item.get("metadata")).get("name") or ""
+        if core is not None and (group == "") != core:
+            where = "/api lists only the core group" if core else "/apis lists no core group"
+            _drop(dropped, group, f"group {shown(group)} dropped: {where}")
+            continue
+        if not _check("group", group, "a group", dropped):
+            continue
+        for entry in _list(item.get("versions")):
             if not isinstance(entry, Mapping) or not entry.get("version"):
                 continue
-            version = str(entry["version"])
-            for res in entry.get("resources") or ():
+            version = entry["version"]
+            if not _check("version", version, f"group {group or 'core'!r}", dropped):
+                continue
+            for res in _list(entry.get("resources")):
                 if not isinstance(res, Mapping) or not res.get("resource"):
                     continue
-                kind = str((res.get("responseKind") or {}).get("kind") or "")
+                plural = res["resource"]
+                where = f"a resource of {group or 'core'}/{version}"
+                if isinstance(plural, str) and "/" in plural:
+                    why = "holds a '/' (a subresource is never a top-level resource)"
+                    _drop(dropped, plural, f"{where} dropped: resource {shown(plural)} {why}")
+                    continue
+                if not _check("plural", plural, where, dropped):
+                    continue
+                kind = _text(_map(res.get("responseKind")).get("kind"))
                 out.append(
                     Resource(
                         group=group,
                         version=version,
-                        plural=str(res["resource"]),
+                        plural=plural,
                         kind=kind,
                         namespaced=res.get("scope") != "Cluster",
-                        singular=str(res.get("singularResource") or kind.lower()),
+                        singular=_text(res.get("singularResource")) or kind.lower(),
                         short_names=_strs(res.get("shortNames")),
                         categories=_strs(res.get("categories")),
                         verbs=_strs(res.get("verbs")),
@@ -109,30 +163,49 @@ def parse_aggregated(doc: Mapping[str, Any]) -> list[Resource]:
     return out
 
 
-def parse_resource_list(doc: Mapping[str, Any]) -> list[Resource]:
+def parse_resource_list(
+    doc: Mapping[str, Any],
+    group_version: str | None = None,
+    *,
+    dropped: Dropped | None = None,
+) -> list[Resource]:
     """The resources of one legacy ``APIResourceList`` (``/api/v1``, ``/apis/g/v``).
 
-    Subresources (``pods/log``) are left out; a missing singular name is the lower-cased kind,
-    as client-go guesses it.
+    ``group_version`` is what was asked for (``v1``, ``apps/v1``); a list that says it is
+    another group version is left out (client-go files it under the one it names, where
+    nothing looks for it). Without it, the list's own ``groupVersion`` counts.
+    Subresources (``pods/log``) are left out; a resource's own ``group`` and ``version``
+    are ignored, as client-go's mapper ignores them; a missing singular name is the
+    lower-cased kind, as client-go guesses it. Names kube-apiserver could not serve are
+    left out and noted in ``dropped``.
     """
-    group_version = str(doc.get("groupVersion") or "")
-    group, _, version = group_version.rpartition("/")
+    said = _text(doc.get("groupVersion"))
+    if group_version is not None and said and said != group_version:
+        why = f"the list says it is groupVersion {shown(said)}"
+        _drop(dropped, said, f"the resources of {group_version} dropped: {why}")
+        return []
+    group, _, version = (group_version or said).rpartition("/")
+    where = f"the resources of {group or 'core'}/{shown(version)}"
+    if not (_check("group", group, where, dropped) and _check("version", version, where, dropped)):
+        return []
     out: list[Resource] = []
-    for res in doc.get("resources") or ():
+    for res in _list(doc.get("resources")):
         if not isinstance(res, Mapping):
             continue
-        name = str(res.get("name") or "")
-        if not name or "/" in name:
+        name = res.get("name")
+        if not name or (isinstance(name, str) and "/" in name):
             continue
-        kind = str(res.get("kind") or "")
+        if not _check("plural", name, f"a resource of {group or 'core'}/{version}", dropped):
+            continue
+        kind = _text(res.get("kind"))
         out.append(
             Resource(
-                group=str(res.get("group") or group),
-                version=str(res.get("version") or version),
+                group=group,
+                version=version,
                 plural=name,
                 kind=kind,
-                namespaced=bool(res.get("namespaced")),
-                singular=str(res.get("singularName") or kind.lower()),
+                namespaced=res.get("namespaced") is True,
+                singular=_text(res.get("singularName")) or kind.lower(),
                 short_names=_strs(res.get("shortNames")),
                 categories=_strs(res.get("categories")),
                 verbs=_strs(res.get("verbs")),
@@ -306,6 +379,7 @@ class Discovery:
         self._fetches = 0
         self._aggregated: bool | None = None
         self._failed_groups: tuple[str, ...] = ()
+        self._dropped: tuple[str, ...] = ()
         self._lock = anyio.Lock()
 
     def __repr__(self) -> str:
@@ -327,6 +401,13 @@ class Discovery:
     def failed_groups(self) -> tuple[str, ...]:
         """Group versions whose legacy discovery failed at the last fetch (left out)."""
         return self._failed_groups
+
+    @property
+    def dropped(self) -> tuple[str, ...]:
+        """Why entries of the last fetch were left out (names kube-apiserver could not
+        serve: a version such as ``../../api/v1/secrets``), at most 100; each is logged as
+        a warning once per context and value."""
+        return self._dropped
 
     def cached(self) -> tuple[Resource, ...] | None:
         """The cached resources (preferred versions) without fetching; None before a fetch."""
@@ -401,60 +482,123 @@ class Discovery:
     async def _fetch(self) -> None:
         found: list[Resource] = []
         failed: list[str] = []
+        dropped: Dropped = []
         aggregated = True
         for path in ("/api", "/apis"):
             content_type, body = await self._get(path, AGGREGATED_ACCEPT)
             doc = _load(body, f"GET {path}")
             if _is_aggregated(content_type) or doc.get("kind") == "APIGroupDiscoveryList":
-                found.extend(parse_aggregated(doc))
+                found.extend(parse_aggregated(doc, core=path == "/api", dropped=dropped))
                 continue
             aggregated = False
-            found.extend(await self._legacy(path, doc, failed))
+            found.extend(await self._legacy(path, doc, failed, dropped))
         self._all = tuple(found)
         self._preferred = tuple(preferred(found))
         self._aggregated = aggregated
         self._failed_groups = tuple(failed)
+        self._dropped = tuple(why for _, why in dropped[:_DROPPED_KEPT])
         self._fetched_at = self._clock()
         self._fetches += 1
+        _warn_once(self.client.context, self.client.server, dropped)
         log.debug("%s: fetched (%s)", self, "aggregated" if aggregated else "legacy")
 
-    async def _legacy(self, path: str, doc: Mapping[str, Any], failed: list[str]) -> list[Resource]:
-        """Legacy discovery: one request per group version, preferred version first."""
-        urls: list[str] = []
+    async def _legacy(
+        self, path: str, doc: Mapping[str, Any], failed: list[str], dropped: Dropped
+    ) -> list[Resource]:
+        """Legacy discovery: one request per group version, preferred version first.
+
+        Only group versions whose names kube-apiserver could serve are asked for (each path
+        segment quoted); the rest are noted in ``dropped``.
+        """
+        wanted: list[str] = []  # group versions: "v1", "apps/v1"
         if path == "/api":
-            urls = [f"/api/{v}" for v in _strs(doc.get("versions"))]
+            for version in _list(doc.get("versions")):
+                if _check("version", version, "a core API version", dropped):
+                    wanted.append(version)
         else:
-            for group in doc.get("groups") or ():
+            for group in _list(doc.get("groups")):
                 if not isinstance(group, Mapping):
                     continue
-                versions = [
-                    str(v.get("groupVersion"))
-                    for v in group.get("versions") or ()
-                    if isinstance(v, Mapping) and v.get("groupVersion")
-                ]
-                pref = str((group.get("preferredVersion") or {}).get("groupVersion") or "")
+                name = group.get("name")
+                if not name or not _check("group", name, "an API group", dropped):
+                    continue
+                versions: list[str] = []
+                for entry in _list(group.get("versions")):
+                    gv = _map(entry).get("groupVersion")
+                    if not gv:
+                        continue
+                    own, _, version = gv.rpartition("/") if isinstance(gv, str) else ("", "", gv)
+                    if own != name:
+                        _drop(
+                            dropped,
+                            gv,
+                            f"group version {shown(gv)} of {name!r} dropped: another group",
+                        )
+                        continue
+                    if _check("version", version, f"group {name!r}", dropped):
+                        versions.append(gv)
+                pref = _map(group.get("preferredVersion")).get("groupVersion")
                 if pref in versions:
                     versions.remove(pref)
                     versions.insert(0, pref)
-                urls.extend(f"/apis/{gv}" for gv in versions)
-        results: list[list[Resource]] = [[] for _ in urls]
+                wanted.extend(versions)
+        results: list[list[Resource]] = [[] for _ in wanted]
         errors: list[KubemuxError] = []
         limiter = anyio.CapacityLimiter(8)
 
-        async def one(index: int, url: str) -> None:
+        async def one(index: int, gv: str) -> None:
+            group, _, version = gv.rpartition("/")
+            url = (
+                f"/apis/{path_segment(group)}/{path_segment(version)}"
+                if group
+                else f"/api/{path_segment(version)}"
+            )
             async with limiter:
                 try:
                     _, body = await self._get(url, "application/json")
-                    results[index] = parse_resource_list(_load(body, f"GET {url}"))
+                    doc = _load(body, f"GET {url}")
+                    results[index] = parse_resource_list(doc, gv, dropped=dropped)
                 except ApiError as exc:  # one broken group (an aggregated API down): left out
-                    failed.append(url.removeprefix("/apis/").removeprefix("/api/"))
+                    failed.append(gv)
                     log.warning("%s: discovery of %s failed: %s", self, url, exc)
                 except KubemuxError as exc:  # unreachable: raised once, after the others
                     errors.append(exc)
 
         async with anyio.create_task_group() as tg:
-            for index, url in enumerate(urls):
-                tg.start_soon(one, index, url)
+            for index, gv in enumerate(wanted):
+                tg.start_soon(one, index, gv)
         if errors:
             raise errors[0]
         return [res for chunk in results for res in chunk]
+
+
+_DROPPED_KEPT = 100  # reasons kept in Discovery.dropped
+_WARNINGS_PER_FETCH = 20  # new warnings one fetch logs; the rest wait for the next fetch
+_WARNED_MAX = 4096  # (context, server, value) remembered as warned, oldest forgotten first
+_warned: dict[tuple[str, str, str], None] = {}  # insertion-ordered: a bounded FIFO
+
+
+def _warn_once(context: str, server: str, dropped: Dropped) -> None:
+    """Log each dropped value once per (context, server), not on every fetch.
+
+    A hostile document may hold many bad names: one fetch logs at most
+    ``_WARNINGS_PER_FETCH`` new ones, then says how many more wait for later fetches; the
+    memory of what was logged is bounded (``_WARNED_MAX``).
+    """
+    fresh: dict[tuple[str, str, str], str] = {}
+    for value, why in dropped:
+        key = (context, server, value)
+        if key not in _warned and key not in fresh:
+            fresh[key] = why
+    items = list(fresh.items())
+    for key, why in items[:_WARNINGS_PER_FETCH]:
+        log.warning("context %r: discovery: %s", context, why)
+        _warned[key] = None
+        while len(_warned) > _WARNED_MAX:
+            del _warned[next(iter(_warned))]
+    if len(items) > _WARNINGS_PER_FETCH:
+        log.warning(
+            "context %r: discovery: %d more invalid names dropped (named by later fetches)",
+            context,
+            len(items) - _WARNINGS_PER_FETCH,
+        )

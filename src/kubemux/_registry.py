@@ -40,6 +40,7 @@ from ._slots import EVENT_KEYS, ResourceSpec, Starter, StoreFactory
 from ._status import ContextStatus, RegistryStatus
 from ._store import Indexer, Store, Transform, drop_managed_fields
 from ._table import TableStore
+from ._upstream import Upstream
 
 if TYPE_CHECKING:
     from .share import ShareEngine
@@ -350,6 +351,26 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         :meth:`watch` raises when the context cannot be started or discovery fails.
         """
         return await self._starter.resources(context)
+
+    @contextlib.asynccontextmanager
+    async def upstream(self, context: str) -> AsyncGenerator[Upstream]:
+        """The context's API server for requests of any kind (what ``kubemux.proxy``
+        forwards): ``async with registry.upstream("prod") as up: async with
+        up.request("PATCH", path, ...) as resp``.
+
+        Requests go through the running generation's client, with its credential
+        (refreshed as the informers' is). Starts the context if needed, without starting
+        any informer. The generation stays running afterwards, as one with informers does
+        (``idle_timeout`` reaps it once unused), so a stream of requests reuses one
+        session. A reload or removal stops it: requests in flight then fail.
+
+        Raises:
+            What :meth:`watch` raises when the context cannot be started.
+
+        Cancellation: leaving the block (by cancellation too) releases the generation.
+        """
+        async with self._starter.upstream(context) as upstream:
+            yield upstream
 
     async def event_index(self, context: str) -> EventIndex:
         """The live :class:`EventIndex` of ``context``, starting its event informer if needed.

@@ -4,14 +4,81 @@
 ``"events.events.k8s.io"`` all resolve to a :class:`Resource`. Names not in the built-in
 table need the ``plural.version.group`` form (or a :class:`Resource` value) unless they
 have been registered with :func:`register_resource`.
+
+A :class:`Resource` can only hold names kube-apiserver could serve (checked when it is
+built): the group is ``""`` (core) or a DNS-1123 subdomain, the version a DNS-1035 label,
+the plural a lower-case DNS-1123 label that may also hold ``_``. So no URL built from one
+can leave its API group (``..``, ``/``, ``?`` or ``#`` in a name), whatever a discovery
+document said; :attr:`Resource.is_secret` is decided by the same group and plural that
+build the URL.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from urllib.parse import quote
 
-__all__ = ["BUILTIN_RESOURCES", "Resource", "parse_resource", "register_resource"]
+__all__ = [
+    "BUILTIN_RESOURCES",
+    "Resource",
+    "name_problem",
+    "parse_resource",
+    "path_segment",
+    "register_resource",
+]
+
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")  # apimachinery's IsDNS1123Subdomain
+_DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # IsDNS1035Label
+# a DNS-1123 label plus "_", which metrics adapters use in resource names
+_PLURAL = re.compile(r"[a-z0-9]([-a-z0-9_]*[a-z0-9])?")
+_WHY = {
+    "group": "must be empty (the core group) or a DNS-1123 subdomain: lower case "
+    "alphanumeric characters, '-' or '.', at most 253 characters",
+    "version": "must be a DNS-1035 label: lower case alphanumeric characters or '-', "
+    "starting with a letter, at most 63 characters",
+    "plural": "must be lower case alphanumeric characters, '-' or '_', starting and ending "
+    "with an alphanumeric character, at most 253 characters",
+}
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, for messages: a hostile name may
+    be megabytes long or hold control characters (``repr`` escapes them)."""
+    if isinstance(value, str) and len(value) > limit:
+        return repr(value[:limit]) + f"... ({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= limit + 2 else text[:limit] + "..."
+
+
+def name_problem(field: str, value: object) -> str | None:
+    """Why ``value`` cannot be the ``field`` (``"group"``, ``"version"`` or ``"plural"``) of
+    an API resource, or None when it can. Group and version follow what kube-apiserver
+    requires of an APIService (DNS-1123 subdomain, DNS-1035 label)."""
+    if not isinstance(value, str):
+        return f"{field} {shown(value)} is not a string"
+    if field == "group":
+        ok = value == "" or (len(value) <= 253 and _SUBDOMAIN.fullmatch(value) is not None)
+    elif field == "version":
+        ok = len(value) <= 63 and _DNS1035.fullmatch(value) is not None
+    elif field == "plural":
+        ok = len(value) <= 253 and _PLURAL.fullmatch(value) is not None
+    else:
+        raise ValueError(f"unknown field {field!r}")
+    return None if ok else f"{field} {shown(value)} {_WHY[field]}"
+
+
+def path_segment(value: str, what: str = "name") -> str:
+    """``value`` percent-quoted as one URL path segment (``/`` becomes ``%2F``).
+
+    Raises:
+        ValueError: ``value`` is ``.`` or ``..``, which no quoting keeps in place (URL
+            normalisation resolves them, ``%2E%2E`` too), as client-go refuses them.
+    """
+    if value in (".", ".."):
+        raise ValueError(f"invalid {what} {value!r}: may not be '{value}'")
+    return quote(value, safe="")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +102,20 @@ class Resource:
     categories: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
     verbs: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
+    def __post_init__(self) -> None:
+        for field in ("group", "version", "plural"):
+            problem = name_problem(field, getattr(self, field))
+            if problem is not None:
+                raise ValueError(f"invalid resource: {problem}")
+
+    @property
+    def is_secret(self) -> bool:
+        """True for the core ``secrets`` resource, whatever its kind is called: what is
+        read (``/api/{version}/secrets``) decides, never the kind a discovery document
+        declares. The one predicate for redaction and for keeping values out of shared
+        stores."""
+        return self.group == "" and self.plural == "secrets"
+
     @property
     def api_version(self) -> str:
         """``v1`` or ``apps/v1``: the ``apiVersion`` of the objects."""
@@ -46,11 +127,29 @@ class Resource:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
     def path(self, namespace: str | None = None) -> str:
-        """The collection URL path, cluster-wide or in one namespace."""
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        """The collection URL path, cluster-wide or in one namespace; each segment quoted.
+
+        Raises:
+            ValueError: ``namespace`` is ``.`` or ``..``.
+        """
+        version = quote(self.version, safe="")
+        group = quote(self.group, safe="")
+        base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        plural = quote(self.plural, safe="")
         if namespace and self.namespaced:
-            return f"{base}/namespaces/{quote(namespace, safe='')}/{self.plural}"
-        return f"{base}/{self.plural}"
+            return f"{base}/namespaces/{path_segment(namespace, 'namespace')}/{plural}"
+        return f"{base}/{plural}"
+
+    def object_path(self, namespace: str | None, name: str) -> str:
+        """The URL path of one object (``.../namespaces/{ns}/pods/{name}``); each segment
+        quoted.
+
+        Raises:
+            ValueError: ``namespace`` or ``name`` is ``.``, ``..`` or (the name) empty.
+        """
+        if not name:
+            raise ValueError("invalid name '': an object needs a name")
+        return f"{self.path(namespace)}/{path_segment(name)}"
 
     def __str__(self) -> str:
         return self.name

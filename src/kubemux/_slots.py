@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Container, Mapping, Sequence
 from typing import TypeVar
 
 import anyio
@@ -27,10 +27,11 @@ from ._event_index import EventIndex
 from ._generations import Generations
 from ._informer import InformerKey
 from ._multistore import MultiStore, MultiTableStore
-from ._resources import Resource, known_resource, parse_resource
+from ._resources import Resource, known_resource, parse_resource, path_segment
 from ._status import ContextState
 from ._store import Store, Transform
 from ._table import TableStore
+from ._upstream import Upstream
 
 __all__ = ["EVENT_KEYS", "ResourceSpec", "Starter", "StoreFactory", "informer_key"]
 
@@ -243,6 +244,32 @@ class Starter:
 
         return (await self._on_connection(context, self._gens.stops.get(context), discover))[1]
 
+    @contextlib.asynccontextmanager
+    async def upstream(self, context: str) -> AsyncIterator[Upstream]:
+        """See :meth:`WatcherRegistry.upstream`: the live generation's client, held (as
+        pending) for the block; the generation stays running afterwards."""
+        stops_seen = self._gens.stops.get(context)
+        while True:
+            async with self._gens.lock(context):
+                gen = await self._gens.current(context, stops_seen)
+                gen.pending += 1
+            try:
+                try:
+                    connection = await gen.connection()
+                except ContextRemoved:
+                    if self._gens.stops.get(context) != stops_seen or not gen.is_stopping:
+                        raise
+                    continue  # reloaded meanwhile: the new generation
+                client = getattr(connection, "client", None)
+                if client is None:
+                    raise RuntimeError(f"context {context!r}: its connector has no HTTP client")
+                gen.last_used = time.monotonic()
+                yield Upstream(client, gen.number, gen.wait_done)
+                return
+            finally:
+                gen.pending -= 1
+                gen.last_used = time.monotonic()
+
     async def event_index(self, context: str) -> EventIndex:
         """See :meth:`WatcherRegistry.event_index`."""
         while True:
@@ -349,7 +376,14 @@ def informer_key(
     field_selector: str | None,
     view: str = "objects",
 ) -> InformerKey:
-    """What names one informer of a context: a namespace only for namespaced resources."""
+    """What names one informer of a context: a namespace only for namespaced resources.
+
+    Raises:
+        ValueError: the namespace is ``.`` or ``..`` (no URL can hold it; client-go
+            refuses it too).
+    """
+    if namespace and res.namespaced:
+        path_segment(namespace, "namespace")
     return InformerKey(
         res.name,
         namespace if res.namespaced else None,

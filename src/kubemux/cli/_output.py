@@ -157,9 +157,28 @@ def _state(state: object) -> str:
     return str(getattr(state, "value", state))
 
 
+MAX_CELL_WIDTH = 1000
+"""The most characters a table cell prints (``get``, ``get -w``, ``status``); a longer one
+is cut and ends in ``...``. kubectl does not cut cells, but a server's cell can be
+megabytes, and with columns padded to the widest cell one such cell would widen every
+line (a 30 MB cell: 60 MB printed). ``-o json|yaml`` print the objects whole."""
+
+
+def fit_cell(text: str, limit: int = MAX_CELL_WIDTH) -> str:
+    """``text`` terminal-safe (see :func:`terminal_safe`) and at most ``limit`` characters
+    (counted after escaping); a longer one is cut to end in ``...``. Costs O(limit), never
+    O(len(text))."""
+    safe = terminal_safe(text[: limit + 1])
+    if len(safe) <= limit:
+        return safe
+    return safe[: limit - 3] + "..."
+
+
 def table(header: list[str], rows: list[list[str]]) -> str:
-    """Aligned columns; every cell shown terminal-safe (its control characters escaped)."""
-    rows = [[terminal_safe(c) for c in r] for r in rows]
+    """Aligned columns; every cell shown terminal-safe (its control characters escaped)
+    and at most :data:`MAX_CELL_WIDTH` characters."""
+    header = [fit_cell(c) for c in header]
+    rows = [[fit_cell(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     return "".join(
         "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n"
@@ -171,7 +190,8 @@ class TabWriter:
     """kubectl's tabwriter: columns as wide as their widest cell plus 3 spaces (at least 6),
     the last column unpadded; widths are remembered and only grow, so the rows ``get -w``
     prints one at a time stay aligned with the ones before (``RememberWidths``). Every cell
-    is shown terminal-safe."""
+    is shown terminal-safe and cut to :data:`MAX_CELL_WIDTH` characters (kubectl does not
+    cut; one huge cell would otherwise pad every line to its width)."""
 
     PADDING = 3
     MIN_WIDTH = 6
@@ -183,7 +203,7 @@ class TabWriter:
     def remember(self, rows: list[list[str]]) -> None:
         for row in rows:
             for i, cell in enumerate(row[:-1]):
-                width = max(self.MIN_WIDTH, len(terminal_safe(cell)) + self.PADDING)
+                width = max(self.MIN_WIDTH, len(fit_cell(cell)) + self.PADDING)
                 if i < len(self.widths):
                     self.widths[i] = max(self.widths[i], width)
                 else:
@@ -192,7 +212,7 @@ class TabWriter:
     def write(self, rows: list[list[str]]) -> None:
         self.remember(rows)
         for row in rows:
-            safe = [terminal_safe(c) for c in row]
+            safe = [fit_cell(c) for c in row]
             cells = [c.ljust(w) for c, w in zip(safe[:-1], self.widths, strict=False)]
             self.out.write("".join(cells) + (safe[-1] if safe else "") + "\n")
         self.out.flush()
@@ -227,7 +247,8 @@ def human_duration(seconds: float) -> str:
 
 def cell_text(value: Any, kind: str = "string") -> str:
     """A Table cell as kubectl prints it; a ``date`` cell holding a timestamp (the
-    client-side fallback's Age) becomes an age. Shown terminal-safe."""
+    client-side fallback's Age) becomes an age. Shown terminal-safe, at most
+    :data:`MAX_CELL_WIDTH` characters."""
     if value is None:
         return "<none>"
     if isinstance(value, bool):
@@ -244,4 +265,4 @@ def cell_text(value: Any, kind: str = "string") -> str:
             pass
         else:
             text = human_duration((dt.datetime.now(dt.UTC) - when).total_seconds())
-    return terminal_safe(text)
+    return fit_cell(text)

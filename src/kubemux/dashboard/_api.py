@@ -64,7 +64,7 @@ async def _api_list(request: Request) -> Response:
     namespace = request.query_params.get("namespace") or None
     store = await dashboard.ready_store(context, resource)
     raws = store.list_raw(namespace if resource.namespaced else None)
-    if resource.kind == "Secret":
+    if resource.is_secret:  # what is read decides, not the kind discovery declares
         raws = [orjson.dumps(redact(resource, orjson.loads(raw))) for raw in raws]
     head = orjson.dumps(
         {

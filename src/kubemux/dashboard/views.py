@@ -150,11 +150,13 @@ def change_payload(change: Change) -> dict[str, Any]:
 def redact(resource: Resource | None, obj: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``obj`` that is safe to show: a Secret's values are replaced.
 
+    A Secret is an object of the core ``secrets`` resource (:attr:`Resource.is_secret`:
+    what was read, whatever kind discovery calls it), or one that says ``kind: Secret``.
     The keys of ``data`` and ``stringData`` stay (as ``kubectl describe`` shows them), and
     the last-applied annotation, which holds the whole Secret, is replaced too.
     """
     out = dict(obj)
-    is_secret = (resource is not None and resource.kind == "Secret") or out.get("kind") == "Secret"
+    is_secret = (resource is not None and resource.is_secret) or out.get("kind") == "Secret"
     if not is_secret:
         return out
     for field in ("data", "stringData"):

@@ -183,7 +183,9 @@ class SharedSource:
             lead=lead,
             task_status=task_status,
             can_lead=self.conn.can_lead,
-            kind=self.resource.kind,
+            # Secret slots stay out of Redis (or are sealed) by what is read, the core
+            # secrets resource, never by the kind discovery declares (issue 18)
+            kind="Secret" if self.resource.is_secret else "",
             on_status=self.on_state,
         )
 

@@ -1,8 +1,11 @@
-"""FakeCluster's scripted faults: dropped watches, failed requests, stalls, compaction."""
+"""FakeCluster's scripted faults: dropped watches, failed requests, stalls, compaction,
+hostile discovery documents."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .._resources import Resource
 from ._http import ApiServer, Fault
@@ -57,6 +60,27 @@ class FaultControls:
         for watch in state.watchers:
             watch.push([event])
         return len(state.watchers)
+
+    def serve_discovery(self, path: str, document: Mapping[str, Any] | None) -> None:
+        """Answer discovery at ``path`` with ``document`` as given, instead of what the
+        cluster serves: a broken or hostile aggregated API server's discovery. None goes
+        back to the cluster's own.
+
+        ``path`` is ``/api`` or ``/apis``, or a legacy group (version) path: ``/api/v1``,
+        ``/apis/example.com``, ``/apis/example.com/v1``. A document whose ``kind`` is
+        ``APIGroupDiscoveryList`` replaces the aggregated answer of ``/api`` or ``/apis``
+        (served when the Accept header asks for aggregated discovery, with its content
+        type); any other replaces the legacy (plain JSON) answer. Nothing in the document
+        is checked or served beyond discovery: the resources it names are only served if
+        the cluster serves them anyway.
+        """
+        aggregated = document is not None and document.get("kind") == "APIGroupDiscoveryList"
+        overrides = self._api.discovery_overrides
+        if document is None:
+            overrides.pop((path, False), None)
+            overrides.pop((path, True), None)
+        else:
+            overrides[path, aggregated] = copy.deepcopy(dict(document))
 
     def stall(self) -> None:
         """Freeze the server: watch streams send nothing, new requests hang.

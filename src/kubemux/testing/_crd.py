@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .._resources import Resource
+from .._resources import Resource, name_problem
 
 __all__ = ["CrdInfo", "version_priority"]
 
@@ -30,10 +30,12 @@ class CrdInfo:
     resource: Resource  # at the preferred version, with names, short names and categories
     versions: tuple[str, ...]  # served, by version priority (preferred first)
     columns: Mapping[str, list[dict[str, Any]]]  # version -> additionalPrinterColumns
+    status: bool = False  # some served version has the status subresource
 
     @classmethod
     def parse(cls, crd: Mapping[str, Any]) -> CrdInfo | None:
-        """Read a CRD object; None when it names no group or plural or serves no version."""
+        """Read a CRD object; None when it names no group or plural, serves no version, or
+        has a name kube-apiserver would refuse (no resource is served for it)."""
         spec = crd.get("spec") or {}
         names = spec.get("names") or {}
         group, plural = str(spec.get("group") or ""), str(names.get("plural") or "")
@@ -46,6 +48,10 @@ class CrdInfo:
             return None
         versions = tuple(sorted((str(v.get("name")) for v in served), key=version_priority))
         kind = str(names.get("kind") or "")
+        if name_problem("group", group) or name_problem("plural", plural):
+            return None  # kube-apiserver refuses such a CRD (422); nothing is served
+        if any(name_problem("version", v) for v in versions):
+            return None
         resource = Resource(
             group=group,
             version=versions[0],
@@ -69,4 +75,7 @@ class CrdInfo:
         columns = {
             str(v.get("name")): list(v.get("additionalPrinterColumns") or []) for v in served
         }
-        return cls(resource, versions, columns)
+        status = any(
+            isinstance((v.get("subresources") or {}).get("status"), Mapping) for v in served
+        )
+        return cls(resource, versions, columns, status)
