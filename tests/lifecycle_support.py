@@ -82,11 +82,12 @@ def generation(
     number: int = 1,
     persistent: bool = False,
     start_timeout: float = 10.0,
+    namespace: str | None = None,
 ) -> ContextGeneration:
     return ContextGeneration(
         name,
         number,
-        fake.context(name),
+        fake.context(name, namespace=namespace),
         settings=settings(fake, start_timeout=start_timeout),
         hooks=recorder.hooks(),
         persistent=persistent,

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from kubemux import (
+    ApiError,
     ClusterUnreachable,
     ContextRemoved,
     ContextState,
@@ -144,7 +145,7 @@ async def test_a_start_that_takes_too_long_fails_with_start_timeout() -> None:
 
 async def test_a_lazy_slot_whose_first_sync_fails_is_dropped_and_the_idle_generation_ends() -> None:
     fake = FakeConnector()
-    fake.fail_sync("a", "pods", Forbidden(403, "Forbidden", "pods is forbidden"))
+    fake.fail_sync("a", "pods", Unauthorized(401, "Unauthorized", "token expired"))
     rec = Recorder()
     gen = generation(fake, rec)
     slot = gen.ensure_slot(PODS_KEY, PODS, persistent=False)
@@ -152,7 +153,7 @@ async def test_a_lazy_slot_whose_first_sync_fails_is_dropped_and_the_idle_genera
         async with anyio.create_task_group() as tg:
             tg.start_soon(gen.run)
             await slot.ready.wait()
-            assert slot.failure is not None and isinstance(slot.failure.error, Forbidden)
+            assert slot.failure is not None and isinstance(slot.failure.error, Unauthorized)
             await gen.wait_done()  # nothing left to run: no idle session stays open
     assert gen.stop_reason == "idle after a failed start" and gen.slots == {}
     ((number, key, failure),) = rec.slot_failures
@@ -164,7 +165,7 @@ async def test_a_lazy_slot_whose_first_sync_fails_is_dropped_and_the_idle_genera
 async def test_a_persistent_slot_retries_its_first_sync_while_its_sibling_runs() -> None:
     fake = FakeConnector()
     fake.create("a", "services", {"metadata": {"name": "svc"}})
-    fake.fail_sync("a", "pods", Forbidden(403, "Forbidden", "pods is forbidden"), times=2)
+    fake.fail_sync("a", "pods", ApiError(503, "ServiceUnavailable", "try later"), times=2)
     rec = Recorder()
     gen = generation(fake, rec, persistent=True)
     pods = gen.ensure_slot(PODS_KEY, PODS, persistent=True)
@@ -241,3 +242,31 @@ async def test_an_unused_lazy_generation_stops_itself_unless_a_caller_is_about_t
     persistent = generation(fake, rec, number=2, persistent=True)
     assert not persistent.stop_if_unused()  # autowatched contexts are not idle
     assert fake.open_connections() == 0
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+async def test_a_forbidden_cluster_wide_sync_is_narrowed_to_the_namespaces_not_failed(
+    persistent: bool,
+) -> None:
+    fake = FakeConnector()
+    fake.create("a", "pods", make_pod("web-1", "team-a"))
+    fake.create("a", "pods", make_pod("db-1", "team-b"))
+    forbidden = Forbidden(403, "Forbidden", 'pods is forbidden: User "jane" cannot list ...')
+    fake.fail_sync("a", "pods", forbidden)
+    rec = Recorder()
+    gen = generation(fake, rec, persistent=persistent, namespace="team-a")
+    slot = gen.ensure_slot(PODS_KEY, PODS, persistent=persistent)
+    team_a = InformerKey("pods", namespace="team-a")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(gen.run)
+        with anyio.fail_after(TIMEOUT):
+            await slot.ready.wait()
+        assert slot.failure is not None and isinstance(slot.failure.error, Forbidden)
+        assert list(gen.slots) == [team_a] and gen.slots[team_a].persistent is persistent
+        await wait_until(lambda: gen.slots[team_a].store.has_synced, registry=rec.signal)
+        assert [o["metadata"]["name"] for o in gen.slots[team_a].store.list()] == ["web-1"]
+        assert gen.narrowed[PODS_KEY].scope == ("team-a",)
+        assert "watching team-a (the context's namespace)" in gen.notes["pods"]
+        assert all(f is None for _, _, f in rec.slot_failures)  # a note, never a failure
+        assert gen.is_running
+        gen.request_stop("done", None)
