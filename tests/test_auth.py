@@ -28,6 +28,7 @@ from kubemux._client import ContextClient, open_client
 from kubemux._kubeconfig import ContextConfig
 from kubemux.testing import FakeCluster, sign_token
 from oidc_support import FakeIdP
+from support import wait_until
 
 PLUGIN = str(Path(__file__).parent / "plugins" / "exec_plugin.py")
 PODS = parse_resource("pods")
@@ -254,9 +255,7 @@ async def test_a_hanging_plugin_is_killed_on_timeout_and_on_cancellation(tmp_pat
                         pass
 
                 tg.start_soon(start)
-                # another process writes the log: poll it
-                while len(_runs(log)) < 2:  # noqa: ASYNC110
-                    await anyio.sleep(0.02)
+                await wait_until(lambda: len(_runs(log)) >= 2)  # another process writes it
                 tg.cancel_scope.cancel()
         assert _gone(_runs(log)[1]["pid"])
 
@@ -820,9 +819,7 @@ async def test_a_wrapped_plugin_is_killed_with_its_children(tmp_path: Path) -> N
             ):
                 pass
         child = _runs(log)[0]["pid"]
-        with anyio.fail_after(5):
-            while not _gone(child):  # noqa: ASYNC110 - an unrelated process: poll it
-                await anyio.sleep(0.02)
+        await wait_until(lambda: _gone(child))  # an unrelated process: polled
 
 
 async def test_a_failed_refresh_ahead_of_expiry_keeps_the_working_credential(

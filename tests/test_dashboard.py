@@ -23,8 +23,8 @@ from starlette.applications import Starlette
 from kubemux import Backoff, Change, WatchSettings, dashboard, parse_resource
 from kubemux.dashboard import streams, views
 from kubemux.testing import FakeCluster, FakeContext, make_event, make_pod, write_kubeconfig
+from support import TIMEOUT
 
-TIMEOUT = 10
 XSS = "<img src=x onerror=alert(1)>"
 FAST = {
     "settings": WatchSettings(backoff=Backoff(initial_delay=0.02, max_delay=0.1)),

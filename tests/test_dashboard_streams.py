@@ -21,7 +21,8 @@ from kubemux import WatcherRegistry, dashboard
 from kubemux.dashboard import _broadcast
 from kubemux.dashboard import server as dashboard_server
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
-from test_dashboard import FAST, TIMEOUT, event_stream, make_app, serving
+from support import TIMEOUT
+from test_dashboard import FAST, event_stream, make_app, serving
 
 STREAM_REQUEST = b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 

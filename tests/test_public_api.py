@@ -28,6 +28,14 @@ def test_all_is_sorted_and_complete(module: types.ModuleType) -> None:
         assert getattr(module, name) is not None
 
 
+def test_the_testing_fakes_are_public() -> None:
+    """Both fakes users test with: an HTTP server, and a connector without HTTP."""
+    for name in ("FakeCluster", "FakeConnector", "Gate", "write_kubeconfig", "make_pod"):
+        assert name in kubemux.testing.__all__
+    assert kubemux.testing.FakeConnector.__module__ == "kubemux.testing._connector"
+    assert kubemux.testing.Gate.__module__ == "kubemux.testing._fake_source"
+
+
 def test_error_tree() -> None:
     for name in (
         "ApiError",
@@ -50,6 +58,7 @@ def test_error_tree() -> None:
     [
         kubemux.KubeconfigError("bad file", path="/tmp/x"),
         kubemux.ContextNotFound("prod", "its user is not defined"),
+        kubemux.InvalidContext("prod", "user 'u' not found", "/tmp/config"),
         kubemux.ContextRemoved("prod", "removed from the kubeconfig"),
         kubemux.ClusterUnreachable("https://a:6443", "connection refused"),
         kubemux.ApiError(500, "InternalError", "boom"),

@@ -15,8 +15,8 @@ from kubemux._client import ContextClient, open_client
 from kubemux._informer import InformerKey
 from kubemux._table import FALLBACK_COLUMNS, TableColumn, TableInformer, TableStore
 from kubemux.testing import FakeCluster, kubeconfig_dict, make_pod
+from support import TIMEOUT
 
-TIMEOUT = 15
 PODS = Resource(group="", version="v1", plural="pods", kind="Pod")
 WIDGETS = Resource(group="example.com", version="v1", plural="widgets", kind="Widget")
 FAST = WatchSettings(

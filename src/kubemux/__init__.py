@@ -15,6 +15,7 @@ from ._errors import ContextRemoved as ContextRemoved
 from ._errors import CredentialError as CredentialError
 from ._errors import Forbidden as Forbidden
 from ._errors import InternalError as InternalError
+from ._errors import InvalidContext as InvalidContext
 from ._errors import KubeconfigError as KubeconfigError
 from ._errors import KubemuxError as KubemuxError
 from ._errors import NotSynced as NotSynced
@@ -83,6 +84,7 @@ __all__ = [
     "InformerState",
     "InformerStatus",
     "InternalError",
+    "InvalidContext",
     "KubeconfigError",
     "KubeconfigSnapshot",
     "KubeconfigSource",

@@ -4,6 +4,7 @@
 
     KubemuxError
     ├── KubeconfigError            a kubeconfig file is missing, unreadable or malformed
+    │   └── InvalidContext         a context the kubeconfig defines but kubemux cannot use
     ├── ContextNotFound            (also LookupError) no such context in the kubeconfig
     ├── ContextRemoved             the context was removed or reloaded while you used it
     ├── NotSynced                  a store was read before its first LIST completed
@@ -42,6 +43,7 @@ __all__ = [
     "CredentialError",
     "Forbidden",
     "InternalError",
+    "InvalidContext",
     "KubeconfigError",
     "KubemuxError",
     "NotSynced",
@@ -88,6 +90,24 @@ class KubeconfigError(KubemuxError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+class InvalidContext(KubeconfigError):
+    """The kubeconfig defines the context, but it cannot be used: its cluster or user entry
+    is missing, it uses a removed ``auth-provider`` (azure, gcp), an unsupported field, or
+    a file it references cannot be read.
+
+    Attributes:
+        context: The context name.
+        path: The file that defines it (None when not known).
+        reason: Why it cannot be used, naming the entry (``user 'u': ...``).
+    """
+
+    def __init__(self, context: str, reason: str, path: str | None = None) -> None:
+        where = f" in {path}" if path else ""
+        super().__init__(f"context {context!r}{where} cannot be used: {reason}", path=path)
+        self.context = context
+        self.reason = reason
 
 
 class ContextNotFound(KubemuxError, LookupError):

@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from collections.abc import Callable, Mapping
 
 from ._codec import Entry
+from ._redact import redact_text
 
-__all__ = ["MAX_ERROR_TYPES", "InformerKey", "InformerState", "InformerStatus", "OnChange"]
+__all__ = [
+    "MAX_ERROR_TYPES",
+    "MAX_SKIP_REASON",
+    "InformerKey",
+    "InformerState",
+    "InformerStatus",
+    "OnChange",
+    "skip_reason",
+]
 
 MAX_ERROR_TYPES = 16
 """The most exception names an informer's ``errors_by_type`` holds (bounded label values)."""
@@ -38,6 +48,22 @@ class InformerState(enum.StrEnum):
 
 OnChange = Callable[[str, Entry, Entry | None], None]
 """Called synchronously for every change applied to the store: (type, entry, old entry)."""
+
+
+MAX_SKIP_REASON = 300
+"""The longest skip reason an informer's status shows (characters)."""
+
+_RAISED = re.compile(r"(raised [\w.]+): .*", re.DOTALL)
+
+
+def skip_reason(why: str, resource: str) -> str:
+    """What status shows of why an object was skipped: bounded, URL passwords redacted,
+    and for Secrets without the message of the exception a transform raised (it may
+    quote the data)."""
+    if resource == "secrets":
+        why = _RAISED.sub(r"\1 (message withheld: a Secret)", why)
+    why = redact_text(why)
+    return why if len(why) <= MAX_SKIP_REASON else why[: MAX_SKIP_REASON - 3] + "..."
 
 
 def count_error(errors: dict[str, int], exc: BaseException) -> None:
@@ -106,6 +132,11 @@ class InformerStatus:
     last_event: float | None = None
     """Wall-clock time of the last watch event or bookmark (read once per block of lines
     received, so it can lag by the time one block takes to apply); None before the first."""
+    last_skip: str | None = None
+    """Why the latest skipped line or object was skipped (malformed, undecodable, refused
+    by the transform), at most 300 characters, redacted; None if nothing was skipped."""
+    last_skip_at: float | None = None
+    """Wall-clock time of that skip."""
     view: str = "objects"
     """``"objects"`` (full objects, :meth:`~kubemux.WatcherRegistry.watch`) or ``"table"``
     (the server's rows, :meth:`~kubemux.WatcherRegistry.table`)."""
