@@ -10,7 +10,13 @@ settings behave exactly as they do there), with three changes made here:
   (mode 0600) that lives only while the client is built, not to the shared temp folder
   for the life of the process;
 - a refreshing credential (exec plugin, token file, auth-provider) is removed from the
-  config it sees: :class:`~kubemux._client.ContextClient` sends those itself.
+  config it sees: :class:`~kubemux._client.ContextClient` sends those itself;
+- a SOCKS5 ``proxy-url`` (which aiohttp cannot use) is removed from it too, and the
+  client's HTTP session is replaced by one whose connector tunnels through the proxy
+  (:class:`~kubemux._socks.SocksConnector`), TLS included (:func:`replacement_session`).
+
+Running out of file descriptors while building (a CA file, an inline credential) is
+:class:`~kubemux.TooManyOpenFiles`, not a kubeconfig problem.
 """
 
 from __future__ import annotations
@@ -24,18 +30,22 @@ import os
 import shutil
 import ssl
 import tempfile
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import anyio
 
 from ._errors import KubeconfigError
 from ._redact import redact_text
+from ._socks import SOCKS_SCHEMES, SocksConnector, is_socks
+from ._transport import fd_exhaustion, too_many_open_files
 
 if TYPE_CHECKING:
     from ._kubeconfig import ContextConfig
 
-__all__ = ["build_api_client"]
+__all__ = ["build_api_client", "replacement_session"]
+
+_READ_BUFSIZE = 2**21  # kubernetes-asyncio's: a watch line can hold a 1.5 MiB object
 
 
 async def build_api_client(
@@ -54,6 +64,7 @@ async def build_api_client(
 
     Raises:
         KubeconfigError: the context's credentials, TLS files or proxy cannot be used.
+        TooManyOpenFiles: the process ran out of file descriptors meanwhile.
     """
     from kubernetes_asyncio.client import ApiClient, Configuration
     from kubernetes_asyncio.config.config_exception import ConfigException
@@ -68,7 +79,7 @@ async def build_api_client(
     folder = tempfile.mkdtemp(prefix="kubemux-")
     try:
         client_config = config.client_config()
-        _check_proxy(config, client_config)
+        socks = _check_proxy(config, client_config)
         if refreshing:
             _strip_dynamic_credentials(client_config)
         _materialise_inline_credentials(client_config, folder)
@@ -85,7 +96,12 @@ async def build_api_client(
             api = ApiClient(configuration=cfg)
         finally:
             _PREBUILT_SSL.reset(token)
+        if socks is not None:
+            await _tunnel(api, socks, ssl_context)
     except (ConfigException, OSError, ssl.SSLError, ValueError, KeyError) as exc:
+        code = fd_exhaustion(exc)
+        if code is not None:
+            raise too_many_open_files(config.display_server, "building its client", code) from exc
         raise KubeconfigError(
             f"context {config.name!r} (from {config.source}): cannot build a client: "
             f"{_shorten(str(exc))}",
@@ -199,21 +215,60 @@ def _materialise_inline_credentials(config: dict[str, Any], folder: str) -> None
                 body[field] = path
 
 
-def _check_proxy(config: ContextConfig, client_config: Mapping[str, Any]) -> None:
-    """aiohttp speaks to HTTP(S) proxies only: refuse others clearly, not at connect time."""
+def _check_proxy(config: ContextConfig, client_config: dict[str, Any]) -> str | None:
+    """The SOCKS5 proxy URL to tunnel through (taken out of ``client_config``: aiohttp
+    speaks to HTTP(S) proxies only), or None. Other schemes than http, https and SOCKS5 are
+    refused clearly here (the kubeconfig loader refuses them first), not at connect time."""
+    socks: str | None = None
     for item in client_config.get("clusters") or ():
         body = item.get("cluster") if isinstance(item, dict) else None
         proxy = body.get("proxy-url") if isinstance(body, dict) else None
-        if not proxy:
+        if not proxy or not isinstance(body, dict):
             continue
         scheme = str(proxy).partition("://")[0].lower()
-        if scheme not in ("http", "https"):
+        if is_socks(str(proxy)):
+            socks = str(body.pop("proxy-url"))
+        elif scheme not in ("http", "https"):
             raise KubeconfigError(
-                f"context {config.name!r} (from {config.source}): proxy-url scheme "
-                f"{scheme!r} is not supported (kubemux connects through http:// and "
-                "https:// proxies only)",
+                f"context {config.name!r} (from {config.source}): proxy-url: unsupported "
+                f"scheme {scheme!r}, must be http, https or {' or '.join(SOCKS_SCHEMES)}",
                 path=config.source,
             )
+    return socks
+
+
+async def _tunnel(api: Any, proxy_url: str, ssl_context: ssl.SSLContext) -> None:
+    """Give ``api`` an HTTP session whose connections are tunnels through ``proxy_url``."""
+    rest = api.rest_client
+    unused: aiohttp.ClientSession = rest.pool_manager  # never connected: closes at once
+    limit = unused.connector.limit if unused.connector is not None else 100
+    rest.pool_manager = _session(ssl_context, limit, proxy_url)
+    rest.proxy = None
+    await unused.close()
+
+
+def replacement_session(old: aiohttp.ClientSession, ssl_context: ssl.SSLContext) -> Any:
+    """A new session like ``old`` (the same proxy, connection limit and buffer), with
+    ``ssl_context``: new connections for a client certificate that changed."""
+    connector = old.connector
+    limit = connector.limit if connector is not None else 100
+    proxy = connector.proxy_url if isinstance(connector, SocksConnector) else None
+    return _session(ssl_context, limit, proxy)
+
+
+def _session(ssl_context: ssl.SSLContext, limit: int, socks: str | None) -> aiohttp.ClientSession:
+    if socks is None:
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=limit, ssl=ssl_context),
+            trust_env=True,  # kubernetes-asyncio's: HTTPS_PROXY and NO_PROXY apply
+            read_bufsize=_READ_BUFSIZE,
+        )
+    # a proxy-url replaces the environment's proxies (client-go: http.ProxyURL)
+    return aiohttp.ClientSession(
+        connector=SocksConnector(socks, limit=limit, ssl=ssl_context),
+        trust_env=False,
+        read_bufsize=_READ_BUFSIZE,
+    )
 
 
 def _strip_dynamic_credentials(config: dict[str, Any]) -> None:
