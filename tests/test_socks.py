@@ -402,3 +402,51 @@ async def test_kubectl_reads_the_same_kubeconfig_through_the_same_proxy(tmp_path
                 )
             assert refused.returncode != 0
             assert f'unsupported scheme "{scheme}"' in refused.stderr.decode()
+
+
+# ---------------------------------------------------------------------- the environment
+@pytest.mark.parametrize(
+    ("env", "server", "expected"),
+    [
+        ({"HTTPS_PROXY": "http://p:3128"}, "https://k8s.example.com:6443", "http://p:3128"),
+        ({"https_proxy": "p:3128"}, "https://k8s.example.com", "http://p:3128"),  # Go: http
+        ({"HTTP_PROXY": "http://p:3128"}, "https://k8s.example.com", None),  # https uses HTTPS_
+        ({"HTTP_PROXY": "http://p:3128"}, "http://k8s.example.com", "http://p:3128"),
+        ({"HTTPS_PROXY": "socks5://u:pw@p:1080"}, "https://10.1.2.3", "socks5://u:pw@p:1080"),
+        ({"HTTPS_PROXY": "http://p", "NO_PROXY": ".example.com"}, "https://k8s.example.com", None),
+        ({"HTTPS_PROXY": "http://p"}, "https://127.0.0.1:6443", None),  # never for loopback
+        ({"HTTPS_PROXY": "http://p"}, "https://localhost:6443", None),
+        ({"HTTPS_PROXY": "http://p"}, "https://[::1]:6443", None),
+        ({}, "https://k8s.example.com", None),
+    ],
+)
+def test_environment_proxies_follow_gos_rules(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], server: str, expected: str | None
+) -> None:
+    from kubemux._api_client import environment_proxy
+
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert environment_proxy(server) == expected
+
+
+async def test_netrc_is_never_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kubectl sends no ~/.netrc credentials; aiohttp's trust_env would, and then refuse
+    every request that also carries a bearer token."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".netrc").write_text("machine 127.0.0.1 login someone password netrc-secret\n")
+    (home / ".netrc").chmod(0o600)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:1")  # loopback: never proxied
+    async with FakeCluster(tls=True, tokens={"t"}) as cluster:
+        _pods(cluster)
+        doc = yaml.safe_load(_write(tmp_path / "config", cluster, "http://unused:1").read_text())
+        del doc["clusters"][0]["cluster"]["proxy-url"]
+        (tmp_path / "config").write_text(yaml.safe_dump(doc))
+        cfg = load_kubeconfig([str(tmp_path / "config")]).contexts["a"]
+        async with open_client(cfg) as client:
+            assert b"p-0" in await client.list(parse_resource("pods"), None, {}, FAST)
+        assert [r.token for r in cluster.requests] == ["t"]

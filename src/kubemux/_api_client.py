@@ -11,9 +11,11 @@ settings behave exactly as they do there), with three changes made here:
   for the life of the process;
 - a refreshing credential (exec plugin, token file, auth-provider) is removed from the
   config it sees: :class:`~kubemux._client.ContextClient` sends those itself;
-- a SOCKS5 ``proxy-url`` (which aiohttp cannot use) is removed from it too, and the
-  client's HTTP session is replaced by one whose connector tunnels through the proxy
-  (:class:`~kubemux._socks.SocksConnector`), TLS included (:func:`replacement_session`).
+- its HTTP session is replaced by ours: no ``trust_env`` (aiohttp would read ``~/.netrc``
+  for every request), the environment's proxies chosen by Go's rules
+  (:func:`environment_proxy`), and for a SOCKS5 ``proxy-url`` (which aiohttp cannot use, so
+  it is removed from the config kubernetes-asyncio sees) a connector that tunnels every
+  connection through the proxy (:class:`~kubemux._socks.SocksConnector`), TLS included.
 
 Running out of file descriptors while building (a CA file, an inline credential) is
 :class:`~kubemux.TooManyOpenFiles`, not a kubeconfig problem.
@@ -26,10 +28,13 @@ import collections
 import contextvars
 import functools
 import hashlib
+import ipaddress
 import os
 import shutil
 import ssl
 import tempfile
+import urllib.parse
+import urllib.request
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -43,7 +48,7 @@ from ._transport import fd_exhaustion, too_many_open_files
 if TYPE_CHECKING:
     from ._kubeconfig import ContextConfig
 
-__all__ = ["build_api_client", "replacement_session"]
+__all__ = ["build_api_client", "environment_proxy", "replacement_session"]
 
 _READ_BUFSIZE = 2**21  # kubernetes-asyncio's: a watch line can hold a 1.5 MiB object
 
@@ -76,13 +81,17 @@ async def build_api_client(
     # the shared temp folder and keep them there, and in a module-level cache, until the
     # process exits. We write them to a private folder that lives only while the client is
     # built: the TLS context has read them by the time ApiClient() returns.
-    folder = tempfile.mkdtemp(prefix="kubemux-")
+    # Most contexts have nothing to write: the folder (3 ms of blocking mkdir and rmdir on a
+    # busy disk) is made only for those that do.
+    folder: str | None = None
     try:
         client_config = config.client_config()
         socks = _check_proxy(config, client_config)
         if refreshing:
             _strip_dynamic_credentials(client_config)
-        _materialise_inline_credentials(client_config, folder)
+        if _writes_files(client_config):
+            folder = tempfile.mkdtemp(prefix="kubemux-")
+            _materialise_inline_credentials(client_config, folder)
         loader = KubeConfigLoader(
             config_dict=client_config,
             config_base_path=base,
@@ -96,8 +105,7 @@ async def build_api_client(
             api = ApiClient(configuration=cfg)
         finally:
             _PREBUILT_SSL.reset(token)
-        if socks is not None:
-            await _tunnel(api, socks, ssl_context)
+        await _own_session(api, ssl_context, socks or environment_proxy(config.server))
     except (ConfigException, OSError, ssl.SSLError, ValueError, KeyError) as exc:
         code = fd_exhaustion(exc)
         if code is not None:
@@ -108,7 +116,8 @@ async def build_api_client(
             path=config.source,
         ) from exc
     finally:
-        _remove_private_folder(folder)
+        if folder is not None:
+            _remove_private_folder(folder)
     return api, ssl_context
 
 
@@ -123,6 +132,7 @@ _PREBUILT_SSL: contextvars.ContextVar[ssl.SSLContext | None] = contextvars.Conte
 )
 _shared_contexts: collections.OrderedDict[str | None, ssl.SSLContext] = collections.OrderedDict()
 _SHARED_MAX = 32  # distinct CA bundles kept; least recently used go first
+_building: dict[str | None, anyio.Event] = {}  # contexts being built, by CA content
 
 
 class _SSLModule:
@@ -160,20 +170,36 @@ async def _ssl_context_for(cfg: Any, *, private: bool = False) -> ssl.SSLContext
         and cfg.verify_ssl
         and not cfg.disable_strict_ssl_verification
     )
-    if shareable:
-        key = await anyio.to_thread.run_sync(_ca_key, cafile)
+    if not shareable:
+        return await _build_ssl_context(cafile)
+    key = None if cafile is None else await anyio.to_thread.run_sync(_ca_key, cafile)
+    while True:
         cached = _shared_contexts.get(key)
         if cached is not None:
             _shared_contexts.move_to_end(key)
             return cached
-    context = await anyio.to_thread.run_sync(
-        functools.partial(ssl.create_default_context, cafile=cafile)
-    )
-    if shareable:
+        building = _building.get(key)
+        if building is None:
+            break
+        # single flight: 300 contexts starting at once load the trust store once, not 300
+        # times (20-30 ms of CPU each)
+        await building.wait()
+    done = _building[key] = anyio.Event()
+    try:
+        context = await _build_ssl_context(cafile)
         _shared_contexts[key] = context
         while len(_shared_contexts) > _SHARED_MAX:
             _shared_contexts.popitem(last=False)
+    finally:
+        del _building[key]
+        done.set()
     return context
+
+
+async def _build_ssl_context(cafile: str | None) -> ssl.SSLContext:
+    return await anyio.to_thread.run_sync(
+        functools.partial(ssl.create_default_context, cafile=cafile)
+    )
 
 
 def _ca_key(cafile: str | None) -> str | None:
@@ -191,6 +217,21 @@ _INLINE_FIELDS = (
     ("clusters", "cluster", ("certificate-authority",)),
     ("users", "user", ("client-certificate", "client-key")),
 )
+
+
+def _writes_files(config: Any) -> bool:
+    """Whether kubernetes-asyncio would write a file for this config: inline data
+    (``*-data``, an auth provider's too) or an exec plugin (its certificates)."""
+    if isinstance(config, dict):
+        return any(
+            (isinstance(key, str) and key.endswith("-data") and bool(value))
+            or key == "exec"
+            or _writes_files(value)
+            for key, value in config.items()
+        )
+    if isinstance(config, list):
+        return any(_writes_files(item) for item in config)
+    return False
 
 
 def _materialise_inline_credentials(config: dict[str, Any], folder: str) -> None:
@@ -237,14 +278,50 @@ def _check_proxy(config: ContextConfig, client_config: dict[str, Any]) -> str | 
     return socks
 
 
-async def _tunnel(api: Any, proxy_url: str, ssl_context: ssl.SSLContext) -> None:
-    """Give ``api`` an HTTP session whose connections are tunnels through ``proxy_url``."""
+async def _own_session(api: Any, ssl_context: ssl.SSLContext, proxy: str | None) -> None:
+    """Give ``api`` our HTTP session: through ``proxy`` (the kubeconfig's or the
+    environment's; a SOCKS5 one tunnels every connection), never reading ``~/.netrc``.
+
+    kubernetes-asyncio's session has ``trust_env=True``: aiohttp then reads ``~/.netrc`` in
+    a worker thread for every request (a file opened per request: one more way to run out of
+    descriptors, and credentials kubectl never sends) and applies the environment's proxies
+    by its own rules. kubectl follows Go's (:func:`environment_proxy`)."""
     rest = api.rest_client
     unused: aiohttp.ClientSession = rest.pool_manager  # never connected: closes at once
     limit = unused.connector.limit if unused.connector is not None else 100
-    rest.pool_manager = _session(ssl_context, limit, proxy_url)
-    rest.proxy = None
+    socks = proxy if proxy is not None and is_socks(proxy) else None
+    rest.pool_manager = _session(ssl_context, limit, socks)
+    if rest.proxy is None and socks is None:
+        rest.proxy = proxy  # an HTTP(S) proxy from the environment
+    if socks is not None:
+        rest.proxy = None
     await unused.close()
+
+
+def environment_proxy(server: str) -> str | None:
+    """The proxy Go's ``http.ProxyFromEnvironment`` (kubectl's default) uses for
+    ``server``: ``HTTPS_PROXY`` for https, ``HTTP_PROXY`` for http (lower case first), none
+    for a host ``NO_PROXY`` lists, and never one for localhost or a loopback address."""
+    try:
+        parts = urllib.parse.urlsplit(server)
+        host = parts.hostname
+    except ValueError:
+        return None
+    if not host or host == "localhost" or _is_loopback(host):
+        return None
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(parts.scheme.lower())
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]  # not in typeshed
+    if not proxy or bypass(host, proxies):
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"  # Go: no scheme means http
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def replacement_session(old: aiohttp.ClientSession, ssl_context: ssl.SSLContext) -> Any:
@@ -257,18 +334,14 @@ def replacement_session(old: aiohttp.ClientSession, ssl_context: ssl.SSLContext)
 
 
 def _session(ssl_context: ssl.SSLContext, limit: int, socks: str | None) -> aiohttp.ClientSession:
-    if socks is None:
-        return aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=limit, ssl=ssl_context),
-            trust_env=True,  # kubernetes-asyncio's: HTTPS_PROXY and NO_PROXY apply
-            read_bufsize=_READ_BUFSIZE,
-        )
-    # a proxy-url replaces the environment's proxies (client-go: http.ProxyURL)
-    return aiohttp.ClientSession(
-        connector=SocksConnector(socks, limit=limit, ssl=ssl_context),
-        trust_env=False,
-        read_bufsize=_READ_BUFSIZE,
+    """A session for one context: plain TCP, or tunnels through the SOCKS5 proxy ``socks``.
+    An HTTP(S) proxy is passed per request (kubernetes-asyncio's ``rest.proxy``)."""
+    connector = (
+        aiohttp.TCPConnector(limit=limit, ssl=ssl_context)
+        if socks is None
+        else SocksConnector(socks, limit=limit, ssl=ssl_context)
     )
+    return aiohttp.ClientSession(connector=connector, trust_env=False, read_bufsize=_READ_BUFSIZE)
 
 
 def _strip_dynamic_credentials(config: dict[str, Any]) -> None:

@@ -167,21 +167,36 @@ class TooManyOpenFiles(ClusterUnreachable):
     Attributes:
         limit: The process's soft ``RLIMIT_NOFILE`` when it happened; None when it was the
             system-wide table that was full (``ENFILE``).
+        hard_limit: The hard limit then (None if unknown), up to which the soft one can be
+            raised without privileges.
         open_watches: Watches this process had open at that moment.
     """
 
-    def __init__(self, server: str, detail: str, *, limit: int | None, open_watches: int) -> None:
-        what = (
-            "the system's table of open files is full"
-            if limit is None
-            else (f"this process may open {limit} files")
-        )
+    def __init__(
+        self,
+        server: str,
+        detail: str,
+        *,
+        limit: int | None,
+        open_watches: int,
+        hard_limit: int | None = None,
+    ) -> None:
+        if limit is None:
+            what = "the system's table of open files is full"
+            fix = "close other programs, or raise fs.file-max"
+        elif hard_limit is not None and hard_limit <= limit:
+            what = f"this process may open {limit} files, and that is its hard limit too"
+            fix = "raise the hard limit (LimitNOFILE= in a systemd unit, ulimit -Hn as root)"
+        else:
+            what = f"this process may open {limit} files"
+            fix = "raise the limit (ulimit -n, or kubemux.raise_fd_limit())"
         super().__init__(
             server,
             f"{detail}: too many open files ({what}; {open_watches} watches are open, one "
-            "connection each): raise the limit (ulimit -n, or kubemux.raise_fd_limit())",
+            f"connection each): {fix}",
         )
         self.limit = limit
+        self.hard_limit = hard_limit
         self.open_watches = open_watches
 
 

@@ -100,6 +100,11 @@ class SocksConnector(aiohttp.TCPConnector):
         self._proxy_port = port
         self._username = urllib.parse.unquote(parts.username) if parts.username else None
         self._password = urllib.parse.unquote(parts.password or "") if parts.username else None
+        # imported here, not at kubemux's import (50 ms), nor at the first connection (where
+        # an EMFILE would fail the import)
+        from python_socks.async_.asyncio.v2 import Proxy
+
+        self._proxy_class = Proxy
         kwargs["resolver"] = _NoResolver()
         super().__init__(**kwargs)
 
@@ -116,11 +121,10 @@ class SocksConnector(aiohttp.TCPConnector):
         **kwargs: Any,
     ) -> tuple[asyncio.Transport, ResponseHandler]:
         from python_socks import ProxyConnectionError, ProxyError, ProxyTimeoutError, ProxyType
-        from python_socks.async_.asyncio.v2 import Proxy
 
         host, port = addr_infos[0][4][0], addr_infos[0][4][1]
         ssl_context = kwargs.get("ssl")
-        proxy = Proxy(
+        proxy = self._proxy_class(
             ProxyType.SOCKS5,
             host=self._proxy_host,
             port=self._proxy_port,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import resource  # imported now: an import needs a file descriptor, which EMFILE lacks
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -153,14 +154,13 @@ def too_many_open_files(server: str, what: str, code: int) -> TooManyOpenFiles:
     """The :class:`TooManyOpenFiles` for ``EMFILE`` (this process) or ``ENFILE`` (the
     system), naming the soft limit and the watches open now."""
     limit: int | None = None
+    hard: int | None = None
     if code == errno.EMFILE:
         try:
-            import resource
-
-            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        except (ImportError, OSError, ValueError):  # pragma: no cover - not POSIX
+            limit, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        except (OSError, ValueError):  # pragma: no cover
             limit = -1
-    return TooManyOpenFiles(server, what, limit=limit, open_watches=_open_watches)
+    return TooManyOpenFiles(server, what, limit=limit, hard_limit=hard, open_watches=_open_watches)
 
 
 class _LineWatchdog:
