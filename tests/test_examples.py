@@ -6,6 +6,7 @@ import contextlib
 import importlib.util
 import socket
 import sys
+import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import ModuleType
@@ -161,3 +162,31 @@ async def test_aiohttp_example(kubeconfig: tuple[Path, FakeCluster, FakeCluster]
         if not cleaned:
             with anyio.fail_after(TIMEOUT):
                 await runner.cleanup()
+
+
+async def test_proxy_example(tmp_path: Path) -> None:
+    async with FakeCluster() as cluster:
+        cluster.create("pods", make_pod("web-1"))
+        cluster.create("pods", make_pod("db-1", "data"))
+        name = "arn:aws:eks:eu-west-1:123456789012:cluster/prod"
+        path = write_kubeconfig(tmp_path / "config", {name: cluster})
+        app = load("proxy_app").build_app(str(path), api_key="secret")
+        async with (
+            uvicorn_serving(app) as url,
+            httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client,
+        ):
+            # the context segment as a frontend writes it (encodeURIComponent)
+            pods = f"/k8s/clusters/{urllib.parse.quote(name, safe='')}/api/v1/pods"
+            assert (await client.get(pods)).status_code == 401
+            key = {"X-API-Key": "secret"}
+            listed = await client.get(pods, headers=key)
+            assert listed.status_code == 200, listed.text
+            assert listed.headers["x-kubemux-cache"] == "hit"
+            items = listed.json()["items"]
+            assert sorted(p["metadata"]["name"] for p in items) == ["db-1", "web-1"]
+            cluster.clear_requests()
+            again = await client.get(pods, headers=key)
+            assert again.json() == listed.json()
+            assert [r for r in cluster.requests if not r.is_watch] == []
+            missing = await client.get("/k8s/clusters/nope/api/v1/pods", headers=key)
+            assert missing.status_code == 404 and missing.json()["reason"] == "NotFound"

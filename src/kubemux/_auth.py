@@ -29,6 +29,7 @@ from ._auth_provider import (
     CredentialStatus,
     TokenFileProvider,
 )
+from ._auth_writeback import LOCK_TIMEOUT
 from ._errors import KubeconfigError
 from ._kubeconfig import ContextConfig, credential_insensitive
 
@@ -71,13 +72,20 @@ class CredentialPool:
     Args:
         exec_timeout: Seconds an exec plugin may run before it is killed.
         token_file_period: Seconds between re-reads of a ``tokenFile``.
+        kubeconfig_lock_timeout: Seconds an OIDC refresh waits for the kubeconfig's
+            ``<file>.lock`` (kubectl's lock) before it gives up without spending anything.
     """
 
     def __init__(
-        self, *, exec_timeout: float = EXEC_TIMEOUT, token_file_period: float = TOKEN_FILE_PERIOD
+        self,
+        *,
+        exec_timeout: float = EXEC_TIMEOUT,
+        token_file_period: float = TOKEN_FILE_PERIOD,
+        kubeconfig_lock_timeout: float = LOCK_TIMEOUT,
     ) -> None:
         self.exec_timeout = exec_timeout
         self.token_file_period = token_file_period
+        self.kubeconfig_lock_timeout = kubeconfig_lock_timeout
         self._providers: dict[str, CredentialProvider] = {}
         self._keys: dict[int, str] = {}
 
@@ -151,6 +159,7 @@ class CredentialPool:
             provider_config,
             path=path if os.path.isabs(path) else None,
             user_name=config.user_name,
+            lock_timeout=self.kubeconfig_lock_timeout,
         )
 
 

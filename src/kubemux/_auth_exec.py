@@ -16,7 +16,7 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 
-from ._auth_provider import Credential, CredentialProvider
+from ._auth_provider import Credential, CredentialProvider, note_interrupted
 from ._errors import CredentialError, KubeconfigError
 from ._redact import redact_text, terminal_safe
 
@@ -24,7 +24,9 @@ __all__ = ["EXEC_TIMEOUT", "ExecProvider"]
 
 EXEC_TIMEOUT: Final = 60.0  # seconds an exec plugin may run
 _STDERR_LIMIT: Final = 4096  # bytes of a plugin's stderr kept for the error message
-_STDOUT_LIMIT: Final = 1 << 20
+_STDOUT_LIMIT: Final = 1 << 20  # bytes of stdout read at most (an ExecCredential is a few KB)
+_STDERR_TOTAL: Final = 1 << 20  # bytes of stderr read at most (its last 4 KiB are kept)
+_EXIT_GRACE: Final = 2.0  # seconds the output may stay open after the plugin exited
 _EXEC_API_VERSIONS: Final = (
     "client.authentication.k8s.io/v1",
     "client.authentication.k8s.io/v1beta1",
@@ -35,9 +37,13 @@ class ExecProvider(CredentialProvider):
     """``user.exec``: a client-go credential plugin (``client.authentication.k8s.io``).
 
     Runs without stdin and never interactively (there is no terminal), with
-    ``KUBERNETES_EXEC_INFO`` set as client-go sets it, for at most ``timeout`` seconds; the
-    process is killed when the call is cancelled. Its stderr (the last 4 KiB) goes into
-    the error message.
+    ``KUBERNETES_EXEC_INFO`` set as client-go sets it, in its own process group, which is
+    killed when the plugin does not finish: after ``timeout`` seconds, past 1 MiB of stdout
+    (or of stderr), when its stdout is still open 2 s after it exited (a background child
+    holding the pipe), and when the call is cancelled. The error names the plugin by its
+    command's basename only (its arguments and environment may hold secrets), says what it
+    was doing (waiting for the end of its output, how many bytes were read) and that its
+    process group was killed; its stderr (the last 4 KiB, redacted) is appended.
     """
 
     kind = "exec"
@@ -96,15 +102,23 @@ class ExecProvider(CredentialProvider):
         env["KUBERNETES_EXEC_INFO"] = self.exec_info
         self.runs += 1
         started = time.time()
+        run = _PluginRun()
         try:
-            out, err, code = await _run_plugin([self.command, *self.args], env, self.timeout)
-        except TimeoutError:
-            raise CredentialError(
-                f"{self.source} did not answer within {self.timeout:g} s (killed)"
-            ) from None
+            out, err, code = await _run_plugin([self.command, *self.args], env, self.timeout, run)
+        except _PluginStopped as exc:
+            raise CredentialError(f"{self.source} {exc}{_stderr_tail(run.err)}") from None
         except OSError as exc:
             hint = f"; {self.install_hint}" if self.install_hint else ""
             raise CredentialError(f"{self.source} could not be started: {exc}{hint}") from exc
+        except anyio.get_cancelled_exc_class():
+            # a caller's time limit (the context's start_timeout) or a stop: say what the
+            # plugin was doing, for the caller's error (the process group is gone already)
+            if run.pid is not None:
+                note_interrupted(
+                    f"{self.source} was stopped after {time.time() - started:.0f} s, "
+                    f"{run.doing()}; {run.killed_text()}{_stderr_tail(run.err)}"
+                )
+            raise
         if code != 0:
             raise CredentialError(f"{self.source} failed with exit code {code}{_stderr_tail(err)}")
         return self._parse(out, err, started)
@@ -154,14 +168,57 @@ class ExecProvider(CredentialProvider):
         )
 
 
+class _PluginStopped(Exception):
+    """The plugin was killed before it finished (the message says why, for the error)."""
+
+
+class _PluginRun:
+    """What one plugin run is doing, for the error when it has to be stopped."""
+
+    __slots__ = ("code", "err", "killed", "out_bytes", "pid")
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.out_bytes = 0  # stdout bytes read so far
+        self.err = bytearray()  # the tail of stderr
+        self.code: int | None = None  # exit code, once the plugin exited
+        self.killed: bool | None = None  # None: not signalled; False: the group was gone
+
+    def read(self) -> str:
+        if self.code is None:
+            return f"{self.out_bytes} bytes of output read"
+        return (
+            f"{self.out_bytes} bytes of output read; does a process it started in the "
+            "background hold its stdout?"
+        )
+
+    def doing(self) -> str:
+        if self.code is None:
+            return f"waiting for the end of its output ({self.read()})"
+        return f"waiting for the end of its output after it exited with code {self.code} ({self.read()})"
+
+    def killed_text(self) -> str:
+        if self.killed is False:
+            return "its process group had already ended"
+        return "its process group was killed"
+
+
 async def _run_plugin(
     argv: list[str],
     env: dict[str, str],
     timeout: float,  # noqa: ASYNC109 - a subprocess time limit, enforced inside
+    run: _PluginRun,
 ) -> tuple[bytes, bytes, int]:
     """Run a plugin with no stdin; its stdout, the tail of its stderr, its exit code.
 
-    The process is killed on timeout (TimeoutError) and on cancellation.
+    It runs in its own process group, killed whole (SIGKILL) when the plugin does not finish:
+    after ``timeout`` seconds, when its stdout passes ``_STDOUT_LIMIT`` bytes or its stderr
+    ``_STDERR_TOTAL``, when its output is still open ``_EXIT_GRACE`` seconds after it exited
+    (a background child holding the pipe), and on cancellation.
+
+    Raises:
+        _PluginStopped: it was killed for one of those reasons (the message says which).
+        OSError: it could not be started.
     """
     # its own process group, so that a wrapper's children (sh -c ..., a shim) die with it
     process = await anyio.open_process(
@@ -172,43 +229,83 @@ async def _run_plugin(
         env=env,
         start_new_session=True,
     )
+    run.pid = process.pid
     out = bytearray()
-    err = bytearray()
+    stopped: list[str] = []  # why the task group below was cancelled
 
-    async def drain(stream: anyio.abc.ByteReceiveStream | None, buf: bytearray, cap: int) -> None:
-        if stream is None:
-            return
+    out_done, err_done = anyio.Event(), anyio.Event()
+
+    async def read_out(stream: anyio.abc.ByteReceiveStream, scope: anyio.CancelScope) -> None:
         async for chunk in stream:
-            buf += chunk
-            if len(buf) > cap:
-                del buf[: len(buf) - cap]  # keep the tail
+            out.extend(chunk)
+            run.out_bytes = len(out)
+            if len(out) > _STDOUT_LIMIT:
+                stopped.append(f"printed more than {_STDOUT_LIMIT} bytes on stdout")
+                scope.cancel()
+                return
+        out_done.set()
+
+    async def read_err(stream: anyio.abc.ByteReceiveStream, scope: anyio.CancelScope) -> None:
+        total = 0
+        async for chunk in stream:
+            total += len(chunk)
+            run.err.extend(chunk)
+            if len(run.err) > _STDERR_LIMIT:
+                del run.err[: len(run.err) - _STDERR_LIMIT]  # keep the tail
+            if total > _STDERR_TOTAL:
+                stopped.append(f"wrote more than {_STDERR_TOTAL} bytes on stderr")
+                scope.cancel()
+                return
+        err_done.set()
 
     try:
-        with anyio.fail_after(timeout):
+        with anyio.move_on_after(timeout) as limit:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(drain, process.stdout, out, _STDOUT_LIMIT)
-                tg.start_soon(drain, process.stderr, err, _STDERR_LIMIT)
-            code = await process.wait()
+                assert process.stdout is not None and process.stderr is not None
+                tg.start_soon(read_out, process.stdout, tg.cancel_scope)
+                tg.start_soon(read_err, process.stderr, tg.cancel_scope)
+                run.code = await process.wait()
+                # it exited: its output ends now, unless something else holds the pipes
+                with anyio.move_on_after(_EXIT_GRACE) as grace:
+                    await out_done.wait()
+                    await err_done.wait()
+                if grace.cancelled_caught:
+                    stopped.append(
+                        f"exited with code {run.code}, but its output was still open "
+                        f"{_EXIT_GRACE:g} s later ({run.read()})"
+                    )
+                    tg.cancel_scope.cancel()
+        if limit.cancelled_caught:
+            stopped.append(f"did not answer within {timeout:g} s: {run.doing()}")
+        if stopped:
+            run.killed = _kill_group(process)
+            raise _PluginStopped(f"{stopped[0]}; {run.killed_text()}")
+        assert run.code is not None
+        return bytes(out), bytes(run.err), run.code
     except BaseException:
-        _kill_group(process)
+        if run.killed is None:
+            run.killed = _kill_group(process)
         with anyio.move_on_after(2.0, shield=True):
             await process.wait()
         raise
     finally:
         with anyio.move_on_after(2.0, shield=True):
             await process.aclose()
-    return bytes(out), bytes(err), code
 
 
-def _kill_group(process: anyio.abc.Process) -> None:
+def _kill_group(process: anyio.abc.Process) -> bool:
+    """SIGKILL the plugin's process group; False when it had ended already."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+    except ProcessLookupError:
+        return False
+    except PermissionError:
         with contextlib.suppress(ProcessLookupError):
             process.kill()
+    return True
 
 
-def _stderr_tail(err: bytes) -> str:
+def _stderr_tail(err: bytes | bytearray) -> str:
     text = err.decode("utf-8", "replace").strip()
     if not text:
         return ""

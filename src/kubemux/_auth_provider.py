@@ -5,9 +5,12 @@ See :mod:`kubemux._auth` for the pool that shares providers between contexts.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import logging
 import time
+from collections.abc import AsyncIterator, Iterator
 from typing import Final
 
 import anyio
@@ -23,6 +26,8 @@ __all__ = [
     "CredentialProvider",
     "CredentialStatus",
     "TokenFileProvider",
+    "note_interrupted",
+    "recording_interruptions",
 ]
 
 log = logging.getLogger(__name__)
@@ -32,6 +37,35 @@ MAX_SKEW: Final = 60.0  # refresh at most this long before expiry ...
 SKEW_FRACTION: Final = 0.1  # ... and at most this share of the credential's lifetime early
 _REJECT_BACKOFF: Final = (1.0, 60.0)  # a fresh credential the server rejects: wait, doubling
 _EARLY_RETRY_DELAY: Final = 5.0  # a failed refresh ahead of expiry is retried after this
+
+
+_interrupted: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "kubemux_interrupted", default=None
+)
+
+
+@contextlib.contextmanager
+def recording_interruptions() -> Iterator[list[str]]:
+    """Collect what credential work was doing when a cancellation cut it short.
+
+    A caller that cancels a start on a time limit (the context's ``start_timeout``) wraps
+    the start in this and names, in its own error, what the credential was waiting for
+    (``exec plugin aws: waiting for the end of its output after 30 s, 0 bytes read; its
+    process group was killed``): cancellation itself carries no message out.
+    """
+    notes: list[str] = []
+    token = _interrupted.set(notes)
+    try:
+        yield notes
+    finally:
+        _interrupted.reset(token)
+
+
+def note_interrupted(text: str) -> None:
+    """Record, for :func:`recording_interruptions`, what a cancelled wait was for."""
+    notes = _interrupted.get()
+    if notes is not None:
+        notes.append(text)
 
 
 def _usable(credential: Credential) -> bool:
@@ -119,7 +153,7 @@ class CredentialProvider:
         credential = self._credential
         if credential is not None and not self._wants_refresh(credential):
             return credential
-        async with self._lock:
+        async with self._locked():
             credential = self._credential
             if credential is not None and not self._wants_refresh(credential):
                 return credential
@@ -133,6 +167,19 @@ class CredentialProvider:
                 self._early_retry_at = time.monotonic() + _EARLY_RETRY_DELAY
                 return credential
 
+    @contextlib.asynccontextmanager
+    async def _locked(self) -> AsyncIterator[None]:
+        """The single-flight lock; a cancelled wait for it says whose work it waited for."""
+        try:
+            await self._lock.acquire()
+        except anyio.get_cancelled_exc_class():
+            note_interrupted(f"waiting for {self.source}, which another request had started")
+            raise
+        try:
+            yield
+        finally:
+            self._lock.release()
+
     def _wants_refresh(self, credential: Credential) -> bool:
         if not self._due(credential):
             return False
@@ -145,7 +192,7 @@ class CredentialProvider:
         returned without a new refresh. None when a refresh cannot help (the source gave
         the same credential again, or a fresh one was rejected moments ago: back off).
         """
-        async with self._lock:
+        async with self._locked():
             credential = self._credential
             if credential is not None and credential is not used:
                 return credential

@@ -29,6 +29,7 @@ from collections.abc import Callable, Container, Iterable
 import anyio
 import anyio.abc
 
+from ._auth_provider import recording_interruptions
 from ._codec import Entry
 from ._connector import Connection, Connector, SlotSource
 from ._errors import ContextRemoved, StartTimeout, as_kubemux_error
@@ -250,12 +251,17 @@ class ContextGeneration:
         while True:
             try:
                 async with contextlib.AsyncExitStack() as stack:
-                    with anyio.move_on_after(s.start_timeout) as limit:
+                    with (
+                        anyio.move_on_after(s.start_timeout) as limit,
+                        recording_interruptions() as interrupted,
+                    ):
                         connection = await stack.enter_async_context(
                             s.connector.connect(self.config)
                         )
                     if limit.cancelled_caught:
-                        raise StartTimeout(self.key, s.start_timeout)
+                        # what the start was waiting for (an exec plugin, a lock), if known
+                        detail = "; ".join(interrupted) or None
+                        raise StartTimeout(self.key, s.start_timeout, detail)
                     tg = await stack.enter_async_context(anyio.create_task_group())
                     self._connection, self._tg = connection, tg
                     self._connected_once = True
@@ -359,7 +365,7 @@ class ContextGeneration:
             del self.slots[slot.key]
         slot.store._clear()
         slot.source = None
-        if not self.slots:  # nothing left to run: close the session too
+        if not self.slots and not self.pending:  # nothing left to run: close the session too
             self.request_stop("idle after a failed start", None)
 
     def _cleanup(self) -> None:

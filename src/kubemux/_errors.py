@@ -124,12 +124,22 @@ class SubscriberOverflow(KubemuxError):
 
 
 class StartTimeout(KubemuxError, TimeoutError):
-    """A context did not start (client built, credentials obtained) within its time limit."""
+    """A context did not start (client built, credentials obtained) within its time limit.
 
-    def __init__(self, context: str, timeout: float) -> None:
-        super().__init__(f"context {context!r} did not start within {timeout:g}s")
+    Attributes:
+        context: The context's name.
+        timeout: The limit, in seconds (``start_timeout``).
+        detail: What the start was waiting for when it was cut short, when known (``exec
+            plugin aws was stopped after 30 s, waiting for the end of its output (0 bytes of
+            output read); its process group was killed``); also in the message.
+    """
+
+    def __init__(self, context: str, timeout: float, detail: str | None = None) -> None:
+        message = f"context {context!r} did not start within {timeout:g}s"
+        super().__init__(f"{message}: {detail}" if detail else message)
         self.context = context
         self.timeout = timeout
+        self.detail = detail
 
 
 class RegistryClosed(KubemuxError, RuntimeError):

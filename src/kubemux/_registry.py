@@ -48,6 +48,7 @@ from ._slots import ResourceSpec, Starter, informer_key
 from ._status import ContextStatus, RegistryStatus
 from ._store import Indexer, Store, Transform, drop_managed_fields
 from ._table import TableStore
+from ._upstream import Upstream
 
 if TYPE_CHECKING:
     from .share import ShareEngine
@@ -396,6 +397,45 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
                 if gen.stop_if_unused():
                     with anyio.move_on_after(self._stop_timeout, shield=True):
                         await gen.wait_done()
+
+    @contextlib.asynccontextmanager
+    async def upstream(self, context: str) -> AsyncGenerator[Upstream]:
+        """The context's API server for requests of any kind (what ``kubemux.proxy``
+        forwards): ``async with registry.upstream("prod") as up: async with
+        up.request("PATCH", path, ...) as resp``.
+
+        Requests go through the running generation's client, with its credential
+        (refreshed as the informers' is). Starts the context if needed, without starting
+        any informer. The generation stays running afterwards, as one with informers does
+        (``idle_timeout`` reaps it once unused), so a stream of requests reuses one
+        session. A reload or removal stops it: requests in flight then fail.
+
+        Raises:
+            What :meth:`watch` raises when the context cannot be started.
+
+        Cancellation: leaving the block (by cancellation too) releases the generation.
+        """
+        stops_seen = self._table.stops.get(context)
+        while True:
+            async with self._table.lock(context):
+                gen = await self._table.current(context, stops_seen)
+                gen.pending += 1
+            try:
+                try:
+                    connection = await gen.connection()
+                except ContextRemoved:
+                    if self._table.stops.get(context) != stops_seen or not gen.is_stopping:
+                        raise
+                    continue  # reloaded meanwhile: the new generation
+                client = getattr(connection, "client", None)
+                if client is None:
+                    raise RuntimeError(f"context {context!r}: its connector has no HTTP client")
+                gen.last_used = time.monotonic()
+                yield Upstream(client, gen.number, gen.wait_done)
+                return
+            finally:
+                gen.pending -= 1
+                gen.last_used = time.monotonic()
 
     async def event_index(self, context: str) -> EventIndex:
         """The live :class:`EventIndex` of ``context``, starting its event informer if needed.

@@ -1,7 +1,8 @@
-"""The ``kubemux`` command: ``get``, ``watch``, ``status``, ``demo``, ``dashboard``, ``relay``.
+"""The ``kubemux`` command: ``get``, ``watch``, ``status``, ``demo``, ``dashboard``, ``relay``,
+``proxy``.
 
 One module per command (``_get``: get and watch, ``_status``, ``_dashboard``: dashboard and
-demo, ``_relay``) and ``_output`` for what they share (logging, one-line errors, tables).
+demo, ``_relay``, ``_proxy``) and ``_output`` for what they share (logging, one-line errors, tables).
 
 Errors are one line on stderr naming the problem, printed once, with exit status 1 (2 for
 usage errors); a closed pipe (``kubemux watch pods | head``) ends the command quietly.
@@ -26,7 +27,7 @@ import anyio
 
 from .. import __version__
 from .._redact import terminal_safe
-from . import _get, _watch
+from . import _get, _proxy, _watch
 from ._dashboard import _dashboard, _demo
 from ._limits import open_file_limits
 from ._output import (
@@ -57,6 +58,7 @@ _EXAMPLES = """examples:
   kubemux watch pods -A --all-contexts  every pod of every context, live
   kubemux status --probe pods   which contexts answer, and how many pods each has
   kubemux status -f --probe pods  the same, kept up to date as contexts change
+  kubemux proxy --write-kubeconfig ~/.kube/kubemux.yaml  kubectl's reads from the caches
 """
 
 
@@ -168,6 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--open", action="store_true", help="open the dashboard in a web browser")
     b.add_argument("--duration", type=float, default=None, help=argparse.SUPPRESS)
     _relay_parser(sub)
+    _proxy.add_parser(sub, common)
     return p
 
 
@@ -230,6 +233,8 @@ async def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 async def _command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.command == "relay":
         return await _relay(args, out)
+    if args.command == "proxy":
+        return await _proxy.proxy(args, out, err)
     if args.command == "get" and not args.watch:
         return await _get.get(args, out, err)
     if args.command in ("get", "watch"):

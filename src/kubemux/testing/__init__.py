@@ -18,9 +18,9 @@ from ._kubeconfig_writer import FakeContext as FakeContext
 from ._kubeconfig_writer import kubeconfig_dict as kubeconfig_dict
 from ._kubeconfig_writer import write_kubeconfig as write_kubeconfig
 from ._objects import make_pod as make_pod
+from ._pod_state import make_event as make_event
+from ._pod_state import set_pod_state as set_pod_state
 from ._reconcile import rewrite_kubeconfig as rewrite_kubeconfig
-from ._workload import make_event as make_event
-from ._workload import set_pod_state as set_pod_state
 from ._workload import simulate_workload as simulate_workload
 
 __all__ = [

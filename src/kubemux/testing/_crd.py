@@ -30,6 +30,7 @@ class CrdInfo:
     resource: Resource  # at the preferred version, with names, short names and categories
     versions: tuple[str, ...]  # served, by version priority (preferred first)
     columns: Mapping[str, list[dict[str, Any]]]  # version -> additionalPrinterColumns
+    status: bool = False  # some served version has the status subresource
 
     @classmethod
     def parse(cls, crd: Mapping[str, Any]) -> CrdInfo | None:
@@ -74,4 +75,7 @@ class CrdInfo:
         columns = {
             str(v.get("name")): list(v.get("additionalPrinterColumns") or []) for v in served
         }
-        return cls(resource, versions, columns)
+        status = any(
+            isinstance((v.get("subresources") or {}).get("status"), Mapping) for v in served
+        )
+        return cls(resource, versions, columns, status)

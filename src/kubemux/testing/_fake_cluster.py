@@ -40,19 +40,57 @@ Faithful to kube-apiserver:
   ``additionalPrinterColumns``, and ``Name``/``Created At`` for the rest; in a watch only
   the first event carries the column definitions;
 * per-token RBAC by namespace and resource (:meth:`FakeCluster.restrict`), answered with
-  the 403 Status the RBAC authorizer writes.
+  the 403 Status the RBAC authorizer writes;
+* writes as kube-apiserver answers them (each checked with kubectl 1.32: ``create -f``,
+  ``replace -f``, ``apply -f`` and ``apply --server-side``, ``patch`` of every ``--type``,
+  ``label``, ``annotate``, ``scale``, ``delete``): POST (``generateName``, 409
+  ``AlreadyExists``), PUT (409 ``Conflict`` on a stale ``metadata.resourceVersion``; a custom
+  resource needs one), PATCH as ``application/json-patch+json`` (RFC 6902),
+  ``application/merge-patch+json`` (RFC 7386), ``application/strategic-merge-patch+json``
+  (built-in kinds only, 415 for custom resources, as the API server) and
+  ``application/apply-patch+yaml`` (server-side apply: ``fieldManager`` required; a missing
+  object is created), DELETE (the deleted object for pods, namespaces, service accounts and
+  storage classes, else a ``Success`` Status; ``preconditions`` checked,
+  ``propagationPolicy`` accepted), deletecollection (the deleted items as a List), and
+  ``dryRun=All``. Every write bumps the resourceVersion and reaches open watches, except a
+  write that changes nothing, which keeps the object as the API server does. Bodies over
+  3 MiB get 413;
+* the ``status`` subresource (its writes change only ``.status``; writes of the main resource
+  of such a kind keep the stored status), ``scale`` (an ``autoscaling/v1`` Scale of
+  deployments, replicasets, statefulsets and replication controllers) and ``pods/eviction``;
+* ``/openapi/v3``: per group version, the paths and PATCH parameters kubectl's validation
+  looks for (``fieldValidation``), no schemas;
+* ``pods/log`` from per-container logs a test appends to (:meth:`FakeCluster.append_log`):
+  ``container``, ``tailLines``, ``sinceSeconds``/``sinceTime``, ``timestamps``,
+  ``limitBytes``, and ``follow=true`` streaming appended lines until the pod is deleted or
+  its container terminated; ``kubectl logs [-f]`` works;
+* ``pods/exec`` and ``pods/attach`` over WebSocket (``v5``/``v4.channel.k8s.io``, kubectl
+  1.32's default): a minimal exec (``echo``, ``cat`` echoing stdin, ``true``, ``false``,
+  ``sh -c 'exit N'``), the kubelet's status on channel 3; ``attach`` streams appended logs;
+* requests recorded with their verb and resource (:meth:`FakeCluster.request_count`).
 
 Simplified:
 
-* only GET, POST (create) and DELETE are served (other verbs get 405); objects are mostly
-  changed through the Python API, and discovery lists only the ``get``, ``list`` and
-  ``watch`` verbs for built-in resources;
-* deletes are immediate (no finalizers, no graceful deletion); ``update`` does not check
-  ``metadata.resourceVersion`` (no 409 conflicts); ``generation`` bumps when ``spec``
-  changes;
+* discovery lists only the ``get``, ``list`` and ``watch`` verbs for built-in resources,
+  and no subresources;
+* deletes are immediate (no finalizers, no graceful deletion, no garbage collector:
+  ``propagationPolicy`` deletes no dependents); the Python :meth:`FakeCluster.update` does
+  not check ``metadata.resourceVersion`` (HTTP PUT does); ``generation`` bumps when ``spec``
+  changes; ``managedFields`` are not maintained; a status given on create is kept;
+* the strategic merge patch knows the list keys by where a list sits (``containers`` under a
+  ``spec``, ``env`` under a container ...), one table for every built-in kind (see
+  ``_patch``); server-side apply merges the applied configuration like a strategic merge
+  patch: no field ownership, so fields a manager stops applying stay and there are no
+  conflicts between managers (``force`` is accepted and changes nothing);
+  ``fieldValidation`` is accepted and not enforced;
+* ``pods/portforward`` is not served (400): kubectl 1.32 tunnels SPDY/3.1 inside its
+  WebSocket (``SPDY/3.1+portforward.k8s.io``), which the fake does not speak; exec and attach
+  answer only WebSocket upgrades (kubectl's SPDY fallback gets 400);
 * field selectors accept any dotted path (the real server allows a per-type list) and
   compare the field's string form; missing fields compare as ``""``;
-* no protobuf answers: JSON only (kubectl copes); ``/openapi/*`` is 404;
+* no protobuf answers: JSON only (kubectl copes); ``/openapi/v2`` is 404 (kubectl then
+  computes its patches from its built-in types) and ``/openapi/v3`` has no schemas
+  (``kubectl explain`` finds nothing);
 * a LIST with a resourceVersion newer than the server's answers 504 at once (the real one
   waits up to 3 s first); a WATCH from a future resourceVersion starts at the current one;
 * ``streaming_list=False`` answers a streaming list with the 422 of a server whose WatchList
@@ -78,6 +116,8 @@ from .._resources import Resource
 from ._auth import AuthState
 from ._cluster_auth import AuthControls, make_tls
 from ._cluster_faults import FaultControls
+from ._cluster_observe import ObservationControls
+from ._cluster_pods import PodControls
 from ._http import ApiServer, RecordedRequest, StreamingList, TrackingServer
 from ._state import ObjectStore
 
@@ -86,7 +126,7 @@ __all__ = ["FakeCluster", "RecordedRequest"]
 _SHUTDOWN_TIMEOUT = 2.0
 
 
-class FakeCluster(AuthControls, FaultControls):
+class FakeCluster(AuthControls, FaultControls, ObservationControls, PodControls):
     """A fake kube-apiserver on 127.0.0.1 for tests, benchmarks and demos.
 
     Use it as an async context manager (``async with FakeCluster() as cluster``), or call
@@ -422,35 +462,7 @@ class FakeCluster(AuthControls, FaultControls):
         """The current global resourceVersion."""
         return str(self._store.rv)
 
-    # ------------------------------------------------------------------ faults
     # ------------------------------------------------------------------ observation
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """Every request received so far (a copy), oldest first."""
-        return list(self._api.requests)
-
-    def requests_for(self, token: str | None) -> list[RecordedRequest]:
-        """The requests that carried ``token`` (None: those without one)."""
-        return [r for r in self._api.requests if r.token == token]
-
-    def clear_requests(self) -> None:
-        """Forget the recorded requests."""
-        self._api.requests.clear()
-
-    @property
-    def open_watches(self) -> int:
-        """Watch streams currently open."""
-        return len(self._api.watches)
-
-    def open_watches_for(self, token: str | None) -> int:
-        """Watch streams currently open that were opened with ``token``."""
-        return sum(1 for w in self._api.watches if w.token == token)
-
-    @property
-    def open_connections(self) -> int:
-        """Server-side TCP connections currently open."""
-        return len(self._server.live) if self._server is not None else 0
-
     async def wait_for(
         self,
         predicate: Callable[[], bool],

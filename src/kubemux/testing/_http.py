@@ -1,23 +1,22 @@
 """The HTTP side of the fake: the request entry point, faults, routing and discovery.
 
-The handlers live in their own modules: ``_rest`` (GET, LIST, POST, DELETE), ``_watch_stream``
-(WATCH), ``_table_http`` (Table negotiation), ``_rbac`` (credentials and RBAC),
-``_responses`` (Status bodies) and ``_chunked`` (Go's chunked framing).
+The handlers live in their own modules: ``_rest`` (GET, LIST, POST), ``_writes`` (PUT, PATCH,
+DELETE, deletecollection, status/scale/eviction), ``_watch_stream`` (WATCH), ``_pod_logs``
+(pods/log), ``_pod_exec`` (exec, attach and port-forward over WebSocket), ``_openapi``,
+``_table_http`` (Table negotiation), ``_rbac`` (credentials and RBAC), ``_responses``
+(Status bodies) and ``_chunked`` (Go's chunked framing); ``_request_info`` reads the verb
+and resource of a path.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
 import orjson
 from aiohttp import hdrs, web
 from aiohttp.web_protocol import RequestHandler
 
-from ._auth import AuthState
+from ._api_state import ApiState, Fault, RecordedRequest, StreamingList
 from ._discovery import (
     DISCOVERY_VERSIONS,
     VERSION_INFO,
@@ -27,9 +26,13 @@ from ._discovery import (
     groups,
     resource_list,
 )
+from ._openapi import openapi
+from ._pod_exec import serve_stream
+from ._pod_logs import serve_log
 from ._protocol import BadRequest, Selector
 from ._rbac import Access, bearer, forbidden, peercert, self_subject_review
-from ._resource_state import Watch
+from ._request_info import RequestInfo, request_info
+from ._resource_state import ResourceState
 from ._responses import (
     JSON,
     abort,
@@ -39,160 +42,22 @@ from ._responses import (
     method_not_allowed,
     not_found,
     status_response,
+    too_large,
 )
-from ._rest import create_object, delete_object, get_object, list_objects
-from ._state import ObjectStore
+from ._rest import create_object, get_object, list_objects
 from ._table_http import table_printer
-from ._watch_stream import StreamingList, serve_watch
+from ._views import SCALE_KINDS, has_status, scale_view
+from ._watch_stream import serve_watch
+from ._writes import delete_collection, delete_one, evict, patch_object, replace_object
 
 __all__ = ["Access", "ApiServer", "Fault", "RecordedRequest", "StreamingList", "TrackingServer"]
 
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 _SELF_SUBJECT_REVIEWS = ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class RecordedRequest:
-    """One request as the fake cluster received it.
-
-    Attributes:
-        method: ``GET``, ``POST``, ...
-        path: The URL path, percent-decoded.
-        query: Query parameters (the last value wins when one repeats).
-        token: The bearer token sent, or None.
-        is_watch: True for ``watch=true`` / ``watch=1`` requests.
-    """
-
-    method: str
-    path: str
-    query: dict[str, str]
-    token: str | None
-    is_watch: bool
-
-
-@dataclasses.dataclass(slots=True)
-class Fault:
-    remaining: int
-    status: int
-    reason: str
-    path_prefix: str | None
-    watch: bool | None
-    query_has: tuple[str, ...] = ()
-
-    def matches(self, path: str, is_watch: bool, query: Mapping[str, str]) -> bool:
-        if self.path_prefix is not None and not path.startswith(self.path_prefix):
-            return False
-        if any(key not in query for key in self.query_has):
-            return False
-        return self.watch is None or self.watch == is_watch
-
-
-class ApiServer:
+class ApiServer(ApiState):
     """Serves one :class:`ObjectStore` over the kube-apiserver HTTP protocol."""
-
-    def __init__(
-        self,
-        store: ObjectStore,
-        *,
-        tokens: set[str] | None,
-        bookmark_period: float,
-        streaming_list: StreamingList,
-        expired_as_http: bool,
-        chunk_buffer: int = 2048,
-        aggregated_discovery: bool = True,
-        table_format: bool = True,
-        auth: AuthState | None = None,
-    ) -> None:
-        if chunk_buffer < 1:
-            raise ValueError(f"chunk_buffer must be positive, not {chunk_buffer}")
-        self.store = store
-        self.chunk_buffer = chunk_buffer
-        self.auth = auth if auth is not None else AuthState(tokens)
-        self.auth_required = self.auth.required
-        self.tokens: set[str] = self.auth.tokens
-        self.bookmark_period = bookmark_period
-        self.streaming_list = streaming_list
-        self.expired_as_http = expired_as_http
-        self.aggregated_discovery = aggregated_discovery
-        self.table_format = table_format
-        self.access: dict[str, Access] = {}  # token -> its limits (absent: everything)
-        self.self_subject_review = True  # serve POST .../selfsubjectreviews (else 404)
-        # (path, aggregated) -> a discovery document served as given (serve_discovery)
-        self.discovery_overrides: dict[tuple[str, bool], Mapping[str, Any]] = {}
-        self.requests: list[RecordedRequest] = []
-        self.watches: set[Watch] = set()
-        self.faults: list[Fault] = []
-        self.stalled = False
-        self.stopping = False
-        self._gate = asyncio.Event()
-        self._gate.set()
-        self._waiters: list[asyncio.Future[None]] = []
-
-    # ------------------------------------------------------------------ change notification
-    def notify(self) -> None:
-        """Wake every :meth:`wait_changed` caller."""
-        if self._waiters:
-            waiters, self._waiters = self._waiters, []
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
-
-    async def wait_changed(self, max_delay: float) -> None:
-        """Return after the next notification, or after ``max_delay`` seconds."""
-        fut = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        try:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max_delay):
-                    await fut
-        finally:
-            if fut in self._waiters:
-                self._waiters.remove(fut)
-
-    # ------------------------------------------------------------------ faults
-    def stall(self) -> None:
-        """Hold new requests and silence watch streams until :meth:`unstall`."""
-        if not self.stalled:
-            self.stalled = True
-            self._gate = asyncio.Event()
-
-    def unstall(self) -> None:
-        """Release held requests; queued watch events flow again."""
-        self.stalled = False
-        self._gate.set()
-        for watch in self.watches:
-            watch.wake.set()
-
-    def release(self) -> None:
-        """Stop serving: end any stall; held requests and watch streams close their connections."""
-        self.stopping = True
-        self.stalled = False
-        self._gate.set()
-        for watch in self.watches:
-            watch.wake.set()
-
-    def drop_watches(self) -> int:
-        """Abort every open watch stream; return how many."""
-        for watch in self.watches:
-            watch.dropped = True
-            watch.wake.set()
-        return len(self.watches)
-
-    def compact(self) -> None:
-        """Expire all history; open watches send what they had queued, then a 410, and end."""
-        for watch in self.store.compact():
-            watch.state.watchers.discard(watch)  # nothing after the compaction reaches it
-            watch.expired = "The resourceVersion for the provided watch is too old."
-            watch.wake.set()
-        self.notify()
-
-    def _take_fault(self, path: str, is_watch: bool, query: Mapping[str, str]) -> Fault | None:
-        for fault in self.faults:
-            if fault.matches(path, is_watch, query):
-                fault.remaining -= 1
-                if fault.remaining <= 0:
-                    self.faults.remove(fault)
-                return fault
-        return None
 
     # ------------------------------------------------------------------ entry point
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -201,9 +66,19 @@ class ApiServer:
         is_watch = query.get("watch", "").lower() in ("true", "1")
         token = bearer(request.headers.get(hdrs.AUTHORIZATION))
         path = request.path
+        info = request_info(request.method, path, is_watch=is_watch)
         self.requests.append(
             RecordedRequest(
-                method=request.method, path=path, query=query, token=token, is_watch=is_watch
+                method=request.method,
+                path=path,
+                query=query,
+                token=token,
+                is_watch=is_watch,
+                verb=info.verb,
+                resource=info.resource,
+                namespace=info.namespace,
+                name=info.name,
+                subresource=info.subresource,
             )
         )
         self.notify()
@@ -223,17 +98,18 @@ class ApiServer:
                 )
             if self.auth.required and self.auth.authenticate(token, peercert(request)) is None:
                 return status_response(401, "Unauthorized", "Unauthorized")
-            if request.method not in ("GET", "POST", "DELETE"):
+            if request.method not in _METHODS:
                 return method_not_allowed()
-            return await self._route(request, path, query, is_watch, token)
+            return await self._route(request, info, path, query, is_watch, token)
         except BadRequest as exc:
-            return status_response(400, "BadRequest", str(exc))
+            return too_large(exc) or status_response(400, "BadRequest", str(exc))
         finally:
             self.notify()
 
     async def _route(
         self,
         request: web.BaseRequest,
+        info: RequestInfo,
         path: str,
         query: dict[str, str],
         is_watch: bool,
@@ -253,52 +129,70 @@ class ApiServer:
             return web.Response(text="ok")
         if parts == ["version"]:
             return json_response(VERSION_INFO)
-        if head == "api":
+        if head == "openapi":
+            return openapi(self.store, parts[1:])
+        if head not in ("api", "apis"):
+            return not_found()
+        if info.plural is None:
+            if method != "GET":
+                return method_not_allowed()
             if len(parts) == 1:
-                return self._discovery(request, core=True)
-            group, version, rest = "", parts[1], parts[2:]
-        elif head == "apis":
-            if len(parts) == 1:
-                return self._discovery(request, core=False)
-            if len(parts) == 2:
+                return self._discovery(request, core=head == "api")
+            if head == "apis" and len(parts) == 2:
                 group_info = self.discovery_overrides.get((path, False))
                 group_info = group_info or groups(self.store).get(parts[1])
                 return json_response(group_info) if group_info else not_found()
-            group, version, rest = parts[1], parts[2], parts[3:]
-        else:
-            return not_found()
-        if not rest:
             override = self.discovery_overrides.get((path, False))
-            listing = override or resource_list(self.store, group, version)
+            listing = override or resource_list(self.store, info.group, info.version)
             return json_response(listing) if listing else not_found()
-        namespace: str | None = None
-        if rest[0] == "namespaces" and len(rest) >= 3:
-            namespace, rest = rest[1], rest[2:]
-        if len(rest) > 2:
+        return await self._resource(request, info, query, is_watch, token)
+
+    async def _resource(
+        self,
+        request: web.BaseRequest,
+        info: RequestInfo,
+        query: dict[str, str],
+        is_watch: bool,
+        token: str | None,
+    ) -> web.StreamResponse:
+        assert info.plural is not None
+        state = self.store.lookup(info.group, info.version, info.plural)
+        namespace, name, sub = info.namespace, info.name, info.subresource
+        if state is None or info.extra:
             return not_found()
-        plural, name = rest[0], (rest[1] if len(rest) == 2 else None)
-        state = self.store.lookup(group, version, plural)
-        if state is None:
-            return not_found()
-        namespaced = state.resource.namespaced
-        if (namespace is not None and not namespaced) or (
-            name is not None and namespaced and namespace is None
+        res = state.resource
+        if (namespace is not None and not res.namespaced) or (
+            name is not None and res.namespaced and namespace is None
         ):
             return not_found()
-        if (method == "POST" and name is not None) or (method == "DELETE" and name is None):
-            return method_not_allowed()
-        verb = {"POST": "create", "DELETE": "delete"}.get(method) or (
-            "watch" if is_watch else "get" if name is not None else "list"
-        )
+        method = request.method
         access = self.access.get(token) if token is not None else None
-        if access is not None and not access.allows(state.resource, namespace):
-            return forbidden(access.user, verb, state.resource, namespace, name)
-        if method == "POST":
-            return await create_object(request, self.store, state, namespace)
-        if method == "DELETE":
-            return delete_object(self.store, state, namespace, name or "")
+        if access is not None and not access.allows(res, namespace):
+            return forbidden(access.user, info.verb, res, namespace, name)
+        store = self.store
+        if name is None:
+            if method == "POST":
+                return await create_object(request, store, state, namespace, query)
+            if method == "DELETE":
+                selector = Selector.parse(
+                    namespace, query.get("labelSelector", ""), query.get("fieldSelector", "")
+                )
+                return await delete_collection(request, store, state, selector, query)
+            if method != "GET":
+                return method_not_allowed()
+        elif sub is None:
+            if method == "PUT":
+                return await replace_object(request, store, state, namespace, name, query)
+            if method == "PATCH":
+                return await patch_object(request, store, state, namespace, name, query)
+            if method == "DELETE":
+                return await delete_one(request, store, state, namespace, name, query)
+            if method != "GET":
+                return method_not_allowed()
+        else:
+            return await self._subresource(request, state, namespace, name, sub, query)
         table = (
-            table_printer(request, self.store, state, version, query) if self.table_format else None
+            table_printer(request, store, state, info.version, query) if self.table_format else None
         )
         field_selector = query.get("fieldSelector", "")
         if name is not None:
@@ -309,7 +203,48 @@ class ApiServer:
         selector = Selector.parse(namespace, query.get("labelSelector", ""), field_selector)
         if is_watch:
             return await serve_watch(self, request, state, selector, query, token, table)
-        return list_objects(self.store, state, selector, query, table)
+        return list_objects(store, state, selector, query, table)
+
+    async def _subresource(
+        self,
+        request: web.BaseRequest,
+        state: ResourceState,
+        namespace: str | None,
+        name: str,
+        sub: str,
+        query: dict[str, str],
+    ) -> web.StreamResponse:
+        method, store = request.method, self.store
+        ident = (state.resource.group, state.resource.plural)
+        pods = ident == ("", "pods")
+        if sub in ("status", "scale"):
+            if (sub == "status" and not has_status(store, state)) or (
+                sub == "scale" and ident not in SCALE_KINDS
+            ):
+                return not_found()
+            if method == "GET":
+                stored = state.objects.get(store.key_of(state, namespace, name))
+                if stored is None or sub == "status":
+                    return get_object(state, namespace, name)
+                return json_response(scale_view(state, stored.obj))
+            if method == "PUT":
+                return await replace_object(request, store, state, namespace, name, query, sub)
+            if method == "PATCH":
+                return await patch_object(request, store, state, namespace, name, query, sub)
+            return method_not_allowed()
+        if pods and sub == "eviction" and namespace is not None:
+            if method != "POST":
+                return method_not_allowed()
+            return await evict(request, store, state, namespace, name)
+        if pods and sub == "log" and namespace is not None:
+            if method != "GET":
+                return method_not_allowed()
+            return await serve_log(self, request, state, namespace, name)
+        if pods and sub in ("exec", "attach", "portforward") and namespace is not None:
+            if method not in ("GET", "POST"):
+                return method_not_allowed()
+            return await serve_stream(self, request, state, namespace, name, sub)
+        return not_found()
 
     # ------------------------------------------------------------------ discovery
     def _discovery(self, request: web.BaseRequest, *, core: bool) -> web.Response:

@@ -12,6 +12,7 @@ from ._protocol import BadRequest, status_body
 
 __all__ = [
     "JSON",
+    "MAX_BODY_BYTES",
     "abort",
     "int_param",
     "invalid",
@@ -20,10 +21,13 @@ __all__ = [
     "media_types",
     "method_not_allowed",
     "not_found",
+    "read_body",
     "status_response",
+    "too_large",
 ]
 
 JSON = "application/json"
+MAX_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's MaxRequestBodyBytes
 
 
 def media_types(accept: str) -> list[tuple[str, dict[str, str]]]:
@@ -109,3 +113,29 @@ def int_param(query: Mapping[str, str], name: str) -> int:
         return int(text)
     except ValueError:
         raise BadRequest(f"invalid {name}: {text!r}") from None
+
+
+async def read_body(request: web.BaseRequest, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request body, refused past ``limit`` bytes (413, as kube-apiserver)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = await request.content.readany()
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge(limit)
+        chunks.append(chunk)
+
+
+class _TooLarge(BadRequest):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"Request entity too large: limit is {limit}")
+
+
+def too_large(exc: BadRequest) -> web.Response | None:
+    """The 413 of an oversized body, or None for any other bad request."""
+    if isinstance(exc, _TooLarge):
+        return status_response(413, "RequestEntityTooLarge", str(exc))
+    return None

@@ -1,4 +1,5 @@
-"""GET, LIST, POST and DELETE of the fake API server (WATCH is in ``_watch_stream``)."""
+"""GET, LIST and POST of the fake API server (WATCH is in ``_watch_stream``, the other writes
+in ``_writes``)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from aiohttp import hdrs, web
 from ._printers import Printer
 from ._protocol import BadRequest, Selector, decode_continue, encode_continue
 from ._resource_state import ResourceState
-from ._responses import JSON, int_param, invalid, json_response, status_response
+from ._responses import JSON, int_param, invalid, read_body, status_response
 from ._state import ObjectStore
 from ._table_http import TABLE_TYPE, table_doc
 
-__all__ = ["create_object", "delete_object", "get_object", "list_objects"]
+__all__ = ["create_object", "get_object", "list_objects"]
 
 _CONTINUE_EXPIRED = (
     "The provided continue parameter is too old to display a consistent list result. You can "
@@ -125,20 +126,33 @@ def list_objects(
 
 
 async def create_object(
-    request: web.BaseRequest, store: ObjectStore, state: ResourceState, namespace: str | None
+    request: web.BaseRequest,
+    store: ObjectStore,
+    state: ResourceState,
+    namespace: str | None,
+    query: Mapping[str, str] | None = None,
 ) -> web.Response:
-    """POST: create one object from the request body."""
+    """POST: create one object from the request body (``dryRun=All``: store nothing)."""
     try:
-        obj = orjson.loads(await request.read())
+        obj = orjson.loads(await read_body(request))
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"the request body is not JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise BadRequest("the request body is not a JSON object")
     meta = dict(obj.get("metadata") or {})
     if namespace is not None:
+        if meta.get("namespace") not in (None, "", namespace):
+            raise BadRequest(
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request"
+            )
         meta["namespace"] = namespace
+    dry_run = (query or {}).get("dryRun") == "All"
     try:
-        created = store.create(state.resource, {**obj, "metadata": meta})
+        if dry_run:
+            _, stored = store.prepare(state, {**obj, "metadata": meta})
+        else:
+            stored = store.insert(state, {**obj, "metadata": meta})
     except ValueError as exc:
         name = meta.get("name", "")
         details: dict[str, Any] = {"name": name, "kind": state.resource.plural}
@@ -152,14 +166,4 @@ async def create_object(
                 details=details,
             )
         raise BadRequest(str(exc)) from None
-    return json_response(created, status=201)
-
-
-def delete_object(
-    store: ObjectStore, state: ResourceState, namespace: str | None, name: str
-) -> web.Response:
-    """DELETE one object; the deleted object, or the 404 a GET would answer."""
-    deleted = store.delete(state.resource, namespace, name)
-    if deleted is None:
-        return get_object(state, namespace, name)  # the 404 a GET would answer
-    return json_response(deleted)
+    return web.Response(status=201, body=stored.raw, content_type=JSON)

@@ -22,7 +22,7 @@ import orjson
 
 from .._resources import BUILTIN_RESOURCES, Resource, parse_resource, register_resource
 from ._crd import CrdInfo
-from ._protocol import Key, Selector
+from ._protocol import BadRequest, Key, Selector
 from ._resource_state import (
     ADDED,
     DELETED,
@@ -52,6 +52,16 @@ _META_ORDER = (
 def _describe(state: ResourceState, key: Key) -> str:
     where = f"{key[0]}/{key[1]}" if key[0] else key[1]
     return f"{state.resource.name} {where!r}"
+
+
+def _same(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    """Whether two versions differ only in their resourceVersion."""
+    if new.keys() != old.keys() or any(new[k] != old[k] for k in new if k != "metadata"):
+        return False
+    a, b = dict(new["metadata"]), dict(old["metadata"])
+    a.pop("resourceVersion", None)
+    b.pop("resourceVersion", None)
+    return a == b
 
 
 def _copy(stored: Stored) -> dict[str, Any]:
@@ -229,7 +239,11 @@ class ObjectStore:
         for k, v in obj.items():
             if k not in _TOP_KEYS:
                 out[k] = v
-        return key, Stored(orjson.dumps(out))  # bytes: nothing the caller can still touch
+        try:
+            raw = orjson.dumps(out)  # bytes: nothing the caller can still touch
+        except orjson.JSONEncodeError as exc:  # nested deeper than orjson writes (254)
+            raise BadRequest(f"the object cannot be stored: {exc}") from None
+        return key, Stored(raw)
 
     def _insert(self, state: ResourceState, objs: Iterable[Mapping[str, Any]]) -> list[Event]:
         events: list[Event] = []
@@ -266,6 +280,15 @@ class ObjectStore:
         """Create one object; see :meth:`FakeCluster.create`."""
         (event,) = self._insert(self.state(resource), (obj,))
         return _copy(event.cur)
+
+    def insert(self, state: ResourceState, obj: Mapping[str, Any]) -> Stored:
+        """Create one object and return its stored version (no copy).
+
+        Raises:
+            ValueError: it exists already, or it has no name.
+        """
+        (event,) = self._insert(state, (obj,))
+        return event.cur
 
     def update(self, resource: str | Resource, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Replace an existing object; see :meth:`FakeCluster.update`."""
@@ -313,6 +336,75 @@ class ObjectStore:
         self._crd_event(state, events)
         self._on_change()
         return _copy(stored)
+
+    # ------------------------------------------------------------------ writes over HTTP
+    def key_of(self, state: ResourceState, namespace: str | None, name: str) -> Key:
+        """The key of ``name`` in ``namespace`` (ignored for cluster-scoped resources)."""
+        return self._key(state, namespace, name)
+
+    def prepare(self, state: ResourceState, obj: Mapping[str, Any]) -> tuple[Key, Stored]:
+        """What creating ``obj`` would store (a dry run); nothing changes.
+
+        Raises:
+            ValueError: it has no name, or it exists already.
+        """
+        key, stored = self._build(state, obj, None, self.rv + 1)
+        if key in state.objects:
+            raise ValueError(f"{_describe(state, key)} already exists")
+        return key, stored
+
+    def replace(
+        self, state: ResourceState, key: Key, obj: Mapping[str, Any], *, dry_run: bool = False
+    ) -> tuple[Stored, bool]:
+        """Write ``obj`` as the new version of the object at ``key`` (which must exist).
+
+        As in kube-apiserver, a write that changes nothing keeps the object, its
+        resourceVersion and sends no event. Returns the version now stored (or that would
+        be, with ``dry_run``) and whether it changed.
+        """
+        old = state.objects[key]
+        rv = self.rv + 1
+        _, stored = self._build(
+            state,
+            {
+                **obj,
+                "metadata": {**(obj.get("metadata") or {}), "name": key[1], "namespace": key[0]},
+            },
+            old,
+            rv,
+        )
+        if _same(stored.obj, old.obj):
+            return old, False
+        if dry_run:
+            return stored, True
+        self.rv = rv
+        state.objects[key] = stored
+        events = [Event(MODIFIED, rv, key, stored, old)]
+        state.record(events, self.history_limit)
+        self._crd_event(state, events)
+        self._on_change()
+        return stored, True
+
+    def remove(self, state: ResourceState, keys: Iterable[Key]) -> list[Stored]:
+        """Delete the objects at ``keys`` (missing ones are skipped): one history append.
+
+        Returns the final versions, as their DELETED events carry them.
+        """
+        events: list[Event] = []
+        for key in keys:
+            old = state.objects.pop(key, None)
+            if old is None:
+                continue
+            self.rv += 1
+            meta = {**old.obj["metadata"], "resourceVersion": str(self.rv)}
+            final = {**old.obj, "metadata": meta}
+            events.append(Event(DELETED, self.rv, key, Stored(orjson.dumps(final), final), old))
+        if events:
+            state.invalidate_keys()
+            state.record(events, self.history_limit)
+            self._crd_event(state, events)
+            self._on_change()
+        return [event.cur for event in events]
 
     def get(
         self, resource: str | Resource, namespace: str | None, name: str

@@ -6,11 +6,12 @@ import asyncio
 import contextlib
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import orjson
 from aiohttp import hdrs, web
 
+from ._api_state import ApiState, StreamingList
 from ._chunked import GoChunkedBody
 from ._printers import Printer
 from ._protocol import BadRequest, Selector, status_body
@@ -28,12 +29,7 @@ from ._resource_state import (
 from ._responses import JSON, abort, int_param, invalid, status_response
 from ._table_http import TABLE_TYPE, table_event
 
-if TYPE_CHECKING:
-    from ._http import ApiServer
-
 __all__ = ["StreamingList", "serve_watch"]
-
-StreamingList = bool | Literal["ignore"]
 
 _BATCH_BYTES = 256 * 1024
 _PREFIX = {
@@ -113,7 +109,7 @@ def _watch_options(
 
 
 async def serve_watch(
-    api: ApiServer,
+    api: ApiState,
     request: web.BaseRequest,
     state: ResourceState,
     selector: Selector,
@@ -176,7 +172,7 @@ async def serve_watch(
 
 
 async def _pump(
-    api: ApiServer,
+    api: ApiState,
     request: web.BaseRequest,
     body: GoChunkedBody,
     watch: Watch,

@@ -19,6 +19,7 @@ import anyio
 
 from ._fake_cluster import FakeCluster
 from ._objects import make_pod
+from ._pod_state import ago, is_ready, make_event, set_pod_state, state_of
 
 __all__ = ["make_event", "set_pod_state", "simulate_workload"]
 
@@ -40,104 +41,6 @@ _SERVICES = ("web", "api", "checkout", "search", "cache", "auth", "cart", "maile
 _JOBS = ("report", "backup", "etl", "migrate")
 _NODES = ("node-1", "node-2", "node-3")
 _ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what Kubernetes draws generated names from
-_EXIT_ERROR = 1
-
-
-def make_event(
-    regarding: dict[str, Any], *, reason: str, note: str, type_: str = "Normal", seq: int = 0
-) -> dict[str, Any]:
-    """An events.k8s.io/v1 Event about ``regarding`` (an object dict)."""
-    meta = regarding.get("metadata") or {}
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    name = f"{meta.get('name', 'x')}.{seq:08x}"
-    return {
-        "apiVersion": "events.k8s.io/v1",
-        "kind": "Event",
-        "metadata": {"name": name, "namespace": meta.get("namespace") or "default"},
-        "eventTime": now,
-        "reportingController": "kubelet",
-        "reportingInstance": (regarding.get("spec") or {}).get("nodeName") or "node-1",
-        "action": reason,
-        "reason": reason,
-        "type": type_,
-        "note": note,
-        "regarding": {
-            "apiVersion": regarding.get("apiVersion", "v1"),
-            "kind": regarding.get("kind", "Pod"),
-            "namespace": meta.get("namespace") or "",
-            "name": meta.get("name", ""),
-            "uid": meta.get("uid", ""),
-        },
-    }
-
-
-def set_pod_state(pod: dict[str, Any], state: str) -> None:
-    """Make ``pod``'s status say ``state`` as the kubelet would, consistently.
-
-    ``state`` is a phase (``Pending``, ``Running``, ``Succeeded``, ``Failed``) or a waiting
-    reason (``ImagePullBackOff``: phase Pending; ``CrashLoopBackOff``: phase Running). Phase,
-    the Ready conditions and every container's ``ready``, ``started``, ``state``,
-    ``lastState`` and ``restartCount`` agree:
-
-    - only a Running pod whose containers run is Ready;
-    - Pending: containers waiting in ``ContainerCreating`` (no container ID yet);
-    - CrashLoopBackOff: waiting, one more restart, the last run terminated with an error;
-    - Succeeded: terminated ``Completed`` with exit code 0; Failed: terminated ``Error``
-      with exit code 1 (never ready).
-    """
-    status = pod.setdefault("status", {})
-    ready = state == "Running"
-    phase = {"ImagePullBackOff": "Pending", "CrashLoopBackOff": "Running"}.get(state, state)
-    status["phase"] = phase
-    for cond in status.get("conditions") or []:
-        if cond.get("type") in ("Ready", "ContainersReady"):
-            cond["status"] = "True" if ready else "False"
-            if ready:
-                cond.pop("reason", None)
-            else:
-                done = {"Succeeded": "PodCompleted", "Failed": "PodFailed"}
-                cond["reason"] = done.get(phase, "ContainersNotReady")
-    name = (pod.get("metadata") or {}).get("name", "")
-    for container in status.get("containerStatuses") or []:
-        restarts = int(container.get("restartCount") or 0)
-        container["ready"] = ready
-        container["started"] = ready
-        if state == "Pending":
-            container["state"] = {"waiting": {"reason": "ContainerCreating"}}
-            container.pop("containerID", None)
-            continue
-        if state == "ImagePullBackOff":
-            image = container.get("image", "")
-            message = f'Back-off pulling image "{image}"'
-            container["state"] = {"waiting": {"reason": state, "message": message}}
-            container.pop("containerID", None)
-            continue
-        if state == "CrashLoopBackOff":
-            restarts += 1
-            container["restartCount"] = restarts
-            container["lastState"] = {
-                "terminated": {"exitCode": _EXIT_ERROR, "reason": "Error", "finishedAt": _now()}
-            }
-            message = f"back-off {min(300, 10 * 2 ** (restarts - 1))}s restarting failed container"
-            container["state"] = {"waiting": {"reason": state, "message": message}}
-        elif state == "Running":
-            container["state"] = {"running": {"startedAt": _now()}}
-        else:  # Succeeded, Failed
-            code, reason = (0, "Completed") if state == "Succeeded" else (_EXIT_ERROR, "Error")
-            container["state"] = {
-                "terminated": {"exitCode": code, "reason": reason, "finishedAt": _now()}
-            }
-        digest = hashlib.sha256(f"{name}/{container.get('name')}/{restarts}".encode())
-        container["containerID"] = f"containerd://{digest.hexdigest()[:32]}"
-
-
-def _now() -> str:
-    return _ago(0)
-
-
-def _ago(seconds: float) -> str:
-    when = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _suffix(rng: random.Random, n: int = 5) -> str:
@@ -225,7 +128,7 @@ class _Simulation:
                         "kind": "Namespace",
                         "metadata": {
                             "name": ns,
-                            "creationTimestamp": _ago(86400 * 90),
+                            "creationTimestamp": ago(86400 * 90),
                             "labels": {"kubernetes.io/metadata.name": ns},
                         },
                         "spec": {"finalizers": ["kubernetes"]},
@@ -235,7 +138,7 @@ class _Simulation:
         for name in _NODES:
             if self.cluster.get("nodes", None, name) is None:
                 node = _node(name)
-                node["metadata"]["creationTimestamp"] = _ago(86400 * self.rng.uniform(20, 90))
+                node["metadata"]["creationTimestamp"] = ago(86400 * self.rng.uniform(20, 90))
                 self.cluster.create("nodes", node)
         names = list(_SERVICES)
         self.rng.shuffle(names)
@@ -256,7 +159,7 @@ class _Simulation:
                     "name": name,
                     "namespace": ns,
                     "labels": labels,
-                    "creationTimestamp": _ago(86400 * self.rng.uniform(2, 15)),
+                    "creationTimestamp": ago(86400 * self.rng.uniform(2, 15)),
                 },
                 "spec": {
                     "replicas": 0,
@@ -294,7 +197,7 @@ class _Simulation:
                     "metadata": {
                         "name": cron_name,
                         "namespace": ns,
-                        "creationTimestamp": _ago(86400 * self.rng.uniform(5, 60)),
+                        "creationTimestamp": ago(86400 * self.rng.uniform(5, 60)),
                     },
                     "spec": {
                         "schedule": f"{self.rng.randrange(60)} * * * *",
@@ -330,7 +233,7 @@ class _Simulation:
         if workload is None:
             ns = self.rng.choice(self.namespaces)
             if ns == "batch" or not self.services:
-                workload = self._job(ns, _ago(self.rng.uniform(60, 3600)) if initial else None)
+                workload = self._job(ns, ago(self.rng.uniform(60, 3600)) if initial else None)
             else:
                 workload = self.rng.choice([w for w in self.services if w.namespace == ns])
         ns = workload.namespace
@@ -351,13 +254,13 @@ class _Simulation:
         set_pod_state(pod, state)
         if initial:  # it was there before the simulation started
             age = self.rng.uniform(300, 86400 * 2)
-            started = workload.owner_created if is_job else _ago(age)
+            started = workload.owner_created if is_job else ago(age)
             meta["creationTimestamp"] = pod["status"]["startTime"] = started
             for container in pod["status"]["containerStatuses"]:
                 if "running" in container["state"]:
                     container["state"]["running"]["startedAt"] = started
         else:
-            pod["status"]["startTime"] = _now()
+            pod["status"]["startTime"] = ago(0)
         pod = self.cluster.create("pods", pod)
         if state == "Pending":
             self.starting.add((ns, name))
@@ -378,7 +281,7 @@ class _Simulation:
         if pod is None:
             return
         table = _NEXT_JOB if workload.kind == "Job" else _NEXT_SERVICE
-        before = _state_of(pod)
+        before = state_of(pod)
         after = self.rng.choice(table.get(before, ("Running",)))
         set_pod_state(pod, after)
         pod = self.cluster.update("pods", pod)
@@ -462,8 +365,8 @@ class _Simulation:
     def sync(self, workload: _Workload) -> None:
         """The controllers' part: the owner's status counts what its pods say."""
         pods = [self.cluster.get("pods", workload.namespace, p) for p in workload.pods]
-        states = [_state_of(p) for p in pods if p is not None]
-        ready = sum(1 for p in pods if p is not None and _is_ready(p))
+        states = [state_of(p) for p in pods if p is not None]
+        ready = sum(1 for p in pods if p is not None and is_ready(p))
         if workload.kind == "Job":
             job = self.cluster.get("jobs.batch", workload.namespace, workload.name)
             if job is None:
@@ -526,18 +429,3 @@ async def simulate_workload(
             return
         await anyio.sleep(period * rng.uniform(0.5, 1.5))
         sim.step(pods)
-
-
-def _is_ready(pod: dict[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
-def _state_of(pod: dict[str, Any]) -> str:
-    status = pod.get("status") or {}
-    for container in status.get("containerStatuses") or []:
-        reason = ((container.get("state") or {}).get("waiting") or {}).get("reason")
-        if reason in ("ImagePullBackOff", "CrashLoopBackOff"):
-            return str(reason)
-    phase = str(status.get("phase") or "Pending")
-    return phase if phase in ("Pending", "Running", "Succeeded", "Failed") else "Pending"

@@ -1,0 +1,65 @@
+"""FakeCluster's pod methods: the container logs that ``pods/log`` and ``attach`` serve."""
+
+from __future__ import annotations
+
+from ._http import ApiServer
+from ._pod_logs import pick_container
+from ._state import ObjectStore
+
+__all__ = ["PodControls"]
+
+
+class PodControls:
+    """The pod-log methods of :class:`FakeCluster`."""
+
+    _api: ApiServer
+    _store: ObjectStore
+
+    def _pod_uid(self, namespace: str, pod: str, container: str | None) -> tuple[str, str]:
+        obj = self._store.get("pods", namespace, pod)
+        if obj is None:
+            raise KeyError(f"pods {namespace}/{pod!r} not found")
+        chosen = container or next(
+            (c.get("name") for c in (obj.get("spec") or {}).get("containers") or []), None
+        )
+        return str(obj["metadata"].get("uid", "")), pick_container(obj, chosen)
+
+    def append_log(
+        self, namespace: str, pod: str, text: str, *, container: str | None = None
+    ) -> int:
+        """Append ``text`` to a container's log (default: the pod's first container).
+
+        Every ``\\n`` ends a line (a last line without one counts as a line too); each line
+        is stamped with the current time (``timestamps=true``, ``sinceSeconds``). Followers
+        (``kubectl logs -f``) and attached clients get the lines at once. The log belongs to
+        the pod's uid: a pod created again under the same name starts empty. At most 100,000
+        lines are kept per container.
+
+        Returns:
+            The number of lines appended.
+
+        Raises:
+            KeyError: No such pod.
+            ValueError: The pod has no such container.
+        """
+        uid, name = self._pod_uid(namespace, pod, container)
+        pods = self._store.state("pods").objects
+
+        def alive(ns: str, pod_name: str, pod_uid: str) -> bool:
+            stored = pods.get((ns, pod_name))
+            return stored is not None and stored.obj["metadata"].get("uid") == pod_uid
+
+        self._api.logs.prune(alive)
+        count = self._api.logs.append(uid, name, text, owner=(namespace, pod))
+        self._api.notify()
+        return count
+
+    def log_lines(self, namespace: str, pod: str, *, container: str | None = None) -> list[str]:
+        """The lines of a container's log, oldest first.
+
+        Raises:
+            KeyError: No such pod.
+            ValueError: The pod has no such container.
+        """
+        uid, name = self._pod_uid(namespace, pod, container)
+        return self._api.logs.lines(uid, name)

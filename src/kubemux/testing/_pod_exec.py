@@ -1,0 +1,257 @@
+"""``pods/exec`` and ``pods/attach`` over WebSocket, as kubectl 1.32 speaks them by default.
+
+The channel protocols are ``v5.channel.k8s.io`` (preferred) and ``v4.channel.k8s.io``: every
+binary message starts with its channel (0 stdin, 1 stdout, 2 stderr, 3 the status, 4 terminal
+resize; v5's 255 closes a channel: ``[255, 0]`` is the end of stdin). The status message is
+the ``metav1.Status`` the kubelet writes: ``Success``, or ``Failure`` with reason
+``NonZeroExitCode`` and the exit code as a cause. Then the server closes the connection.
+
+The exec is a minimal one, enough to test a proxy or a terminal: ``echo [-n] ARGS`` prints its
+arguments; ``cat`` copies stdin to stdout until stdin ends; ``true``; ``false`` (exit 1);
+``sh -c 'exit N'``; anything else fails as a missing executable does. With ``tty=true`` line
+ends are written ``\\r\\n`` and stderr is merged into stdout, as a terminal does. ``attach``
+streams the lines appended to the container's log from then on (and echoes stdin) until the
+pod goes away or the client leaves. ``portforward`` is not served: kubectl 1.32 tunnels SPDY
+inside its WebSocket (``SPDY/3.1+portforward.k8s.io``), which this fake does not speak (400).
+A request without a WebSocket upgrade (kubectl's SPDY fallback) gets 400 too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import orjson
+from aiohttp import WSMsgType, hdrs, web
+
+from ._api_state import ApiState
+from ._log_book import ContainerLog
+from ._pod_logs import pick_container
+from ._protocol import BadRequest
+from ._resource_state import ResourceState
+from ._responses import status_response
+
+__all__ = ["PROTOCOLS", "run_command", "serve_stream"]
+
+PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+STDIN, STDOUT, STDERR, STATUS, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
+_MAX_STDIN = 16 * 1024 * 1024  # bytes ``cat`` echoes before the exec is cut off
+
+
+def _flag(query: Mapping[str, str], name: str) -> bool:
+    return query.get(name, "").lower() in ("true", "1")
+
+
+def run_command(command: list[str]) -> tuple[bytes, bytes, int] | None:
+    """(stdout, stderr, exit code) of a command that needs no stdin; None for ``cat``.
+
+    Raises:
+        FileNotFoundError: the command is not one this fake knows.
+    """
+    if not command:
+        raise FileNotFoundError("")
+    program, args = command[0], command[1:]
+    if program == "echo":
+        newline = True
+        if args[:1] == ["-n"]:
+            newline, args = False, args[1:]
+        return (" ".join(args) + ("\n" if newline else "")).encode(), b"", 0
+    if program == "cat" and not args:
+        return None
+    if program == "true":
+        return b"", b"", 0
+    if program == "false":
+        return b"", b"", 1
+    if program in ("sh", "/bin/sh", "bash", "/bin/bash") and args[:1] == ["-c"] and len(args) == 2:
+        words = shlex.split(args[1])
+        if len(words) in (1, 2) and words[0] == "exit" and (len(words) == 1 or words[1].isdigit()):
+            return b"", b"", int(words[1]) if len(words) == 2 else 0
+        return run_command(words)
+    raise FileNotFoundError(program)
+
+
+def _status(code: int, command: list[str]) -> bytes:
+    if code == 0:
+        return orjson.dumps({"metadata": {}, "status": "Success"})
+    return orjson.dumps(
+        {
+            "metadata": {},
+            "status": "Failure",
+            "message": (
+                f"command terminated with non-zero exit code: error executing command "
+                f"[{' '.join(command)}], exit code {code}"
+            ),
+            "reason": "NonZeroExitCode",
+            "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+        }
+    )
+
+
+def _missing(program: str) -> bytes:
+    message = (
+        "Internal error occurred: error executing command in container: failed to exec in container: failed to start "
+        f"exec: OCI runtime exec failed: exec failed: unable to start container process: exec: "
+        f'"{program}": executable file not found in $PATH: unknown'
+    )
+    return orjson.dumps(
+        {
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": "InternalError",
+            "details": {"causes": [{"message": message}]},
+            "code": 500,
+        }
+    )
+
+
+class _Session:
+    """One exec or attach over a prepared WebSocket."""
+
+    def __init__(self, ws: web.WebSocketResponse, *, tty: bool, v5: bool) -> None:
+        self.ws = ws
+        self.tty = tty
+        self.v5 = v5
+
+    async def send(self, channel: int, data: bytes) -> None:
+        if self.tty and channel in (STDOUT, STDERR):
+            channel = STDOUT
+            data = data.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+        if data or channel == STATUS:
+            await self.ws.send_bytes(bytes((channel,)) + data)
+
+    async def stdin(self) -> bytes | None:
+        """The next stdin data; None when stdin ended or the client left."""
+        while True:
+            msg = await self.ws.receive()
+            if msg.type != WSMsgType.BINARY:
+                if msg.type in (
+                    WSMsgType.CLOSE,
+                    WSMsgType.CLOSING,
+                    WSMsgType.CLOSED,
+                    WSMsgType.ERROR,
+                ):
+                    return None
+                continue
+            data = bytes(msg.data)
+            if not data:
+                continue
+            if data[0] == STDIN:
+                return data[1:]
+            if data[0] == CLOSE and self.v5 and data[1:2] == bytes((STDIN,)):
+                return None
+
+
+async def serve_stream(
+    api: ApiState,
+    request: web.BaseRequest,
+    state: ResourceState,
+    namespace: str,
+    name: str,
+    sub: str,
+) -> web.StreamResponse:
+    """``exec`` / ``attach`` (``portforward``: 400) of one pod over WebSocket."""
+    stored = state.objects.get((namespace, name))
+    if stored is None:
+        return status_response(
+            404, "NotFound", f'pods "{name}" not found', details={"name": name, "kind": "pods"}
+        )
+    pod = stored.obj
+    if sub == "portforward":
+        return status_response(
+            400, "BadRequest", "port-forward is not served by FakeCluster (kubectl tunnels SPDY)"
+        )
+    query = dict(request.query.items())
+    container = pick_container(pod, query.get("container"))
+    phase = (pod.get("status") or {}).get("phase")
+    if phase in ("Succeeded", "Failed"):
+        raise BadRequest(
+            f"cannot {sub} into a container in a completed pod; current phase is {phase}"
+        )
+    if request.headers.get(hdrs.UPGRADE, "").lower() != "websocket":
+        raise BadRequest("Upgrade request required")
+    command = request.query.getall("command", []) if sub == "exec" else []
+    if sub == "exec" and not command:
+        raise BadRequest("you must specify at least 1 command")
+    ws = web.WebSocketResponse(protocols=PROTOCOLS, autoping=True)
+    await ws.prepare(request)
+    session = _Session(ws, tty=_flag(query, "tty"), v5=ws.ws_protocol == PROTOCOLS[0])
+    try:
+        if sub == "exec":
+            await _exec(session, command, stdin=_flag(query, "stdin"))
+        else:
+            uid = str(pod["metadata"].get("uid", ""))
+            await _attach(
+                api, session, state, (namespace, name), uid, container, _flag(query, "stdin")
+            )
+    except ConnectionError:
+        pass
+    finally:
+        with contextlib.suppress(ConnectionError):
+            await ws.close()
+    return ws
+
+
+async def _exec(session: _Session, command: list[str], *, stdin: bool) -> None:
+    try:
+        result = run_command(command)
+    except FileNotFoundError as exc:
+        await session.send(STATUS, _missing(str(exc)))
+        return
+    if result is not None:
+        out, err, code = result
+        await session.send(STDOUT, out)
+        await session.send(STDERR, err)
+        await session.send(STATUS, _status(code, command))
+        return
+    received = 0  # cat: stdin back to stdout
+    while stdin:
+        data = await session.stdin()
+        if data is None:
+            break
+        received += len(data)
+        if received > _MAX_STDIN:
+            await session.send(STATUS, _status(1, command))
+            return
+        await session.send(STDOUT, data)
+    await session.send(STATUS, _status(0, command))
+
+
+async def _attach(
+    api: ApiState,
+    session: _Session,
+    state: ResourceState,
+    key: tuple[str, str],
+    uid: str,
+    container: str,
+    stdin: bool,
+) -> None:
+    log = api.logs.logs.get((uid, container)) or ContainerLog()
+    position = log.dropped + len(log.lines)
+    async with anyio.create_task_group() as tg:
+
+        async def read() -> None:  # echo stdin; the client leaving ends the attach
+            while (data := await session.stdin()) is not None:
+                if stdin:
+                    await session.send(STDOUT, data)
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(read)
+        while True:
+            current = state.objects.get(key)
+            if current is None or current.obj["metadata"].get("uid") != uid or api.stopping:
+                break
+            log = api.logs.logs.get((uid, container)) or ContainerLog()
+            start = max(0, position - log.dropped)
+            lines: list[Any] = list(itertools.islice(log.lines, start, None))
+            position = log.dropped + len(log.lines)
+            if lines:
+                await session.send(STDOUT, "".join(f"{line}\n" for _, line in lines).encode())
+            await api.wait_changed(1.0)
+        tg.cancel_scope.cancel()
+        if not session.ws.closed:
+            await session.send(STATUS, _status(0, []))

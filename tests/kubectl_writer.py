@@ -1,0 +1,55 @@
+"""A kubectl-style kubeconfig writer for tests: client-go's lock, then truncate and write in place.
+
+    python kubectl_writer.py KUBECONFIG SECONDS RESULT
+
+For SECONDS, edits the file as kubectl's ``ModifyConfig`` does: create ``<file>.lock``
+(``O_CREAT|O_EXCL``; when it exists kubectl fails, and this writer tries again a moment later,
+as a user re-running the command would), read the file, add one context ``edit-<i>``, write it
+back the way ``os.WriteFile`` does (truncate, then write; here in two halves with a pause in
+between, a slow disk), remove the lock. Writes ``{"edits": n, "busy": b}`` to RESULT at the end.
+"""
+
+import json
+import os
+import sys
+import time
+
+import yaml
+
+
+def main() -> None:
+    path, seconds, result = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+    lock = path + ".lock"
+    edits = busy = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0)
+        except FileExistsError:
+            busy += 1
+            time.sleep(0.002)
+            continue
+        os.close(fd)
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = yaml.safe_load(f)
+            user = doc["contexts"][0]["context"]["user"]
+            doc["contexts"].append(
+                {"name": f"edit-{edits}", "context": {"cluster": "c", "user": user}}
+            )
+            data = yaml.safe_dump(doc).encode()
+            with open(path, "wb") as f:  # O_TRUNC: the file is empty from here ...
+                f.write(data[: len(data) // 2])
+                f.flush()
+                time.sleep(0.002)  # ... and half written here
+                f.write(data[len(data) // 2 :])
+        finally:
+            os.unlink(lock)
+        edits += 1
+        time.sleep(0.02)  # a user typing the next command; never less than kubectl starts in
+    with open(result, "w") as f:
+        json.dump({"edits": edits, "busy": busy}, f)
+
+
+if __name__ == "__main__":
+    main()
