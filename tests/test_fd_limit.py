@@ -243,3 +243,62 @@ async def test_open_watches_are_counted_while_they_are_open(tmp_path: Path) -> N
             )
             await registry.stop_watcher("a")
             assert open_watches() == before
+
+
+def test_an_exec_plugin_without_descriptors_says_so(tmp_path: Path) -> None:
+    """Starting a plugin needs pipes: out of descriptors, the CredentialError names the limit
+    (it used to read like a missing program: "could not be started: [Errno 24] ...")."""
+    config = tmp_path / "config"
+    user = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": sys.executable,
+            "args": [str(HERE / "plugins" / "exec_plugin.py")],
+            "interactiveMode": "Never",
+        }
+    }
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "a", "context": {"cluster": "c", "user": "u"}}],
+    }
+    config.write_text(yaml.safe_dump(doc))
+    script = tmp_path / "plugin.py"
+    script.write_text(
+        f"""
+import socket, sys, anyio
+from kubemux import CredentialError, CredentialPool, load_kubeconfig
+
+async def main():
+    cfg = load_kubeconfig([{str(config)!r}]).contexts["a"]
+    pool = CredentialPool()
+    provider = pool.acquire(cfg)
+    held = []
+    try:
+        while True:
+            held.append(socket.socket())
+    except OSError:
+        pass
+    try:
+        await provider.current()
+    except CredentialError as exc:
+        print(exc)
+    finally:
+        pool.release(provider)
+
+anyio.run(main)
+"""
+    )
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=_lower_limit(64, 64),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "could not be started: too many open files" in result.stdout, result.stdout
+    assert "may open 64 files, and that is its hard limit too" in result.stdout

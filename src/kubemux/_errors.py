@@ -200,11 +200,13 @@ class TooManyOpenFiles(ClusterUnreachable):
         else:
             what = f"this process may open {limit} files"
             fix = "raise the limit (ulimit -n, or kubemux.raise_fd_limit())"
-        super().__init__(
-            server,
+        text = (
             f"{detail}: too many open files ({what}; {open_watches} watches are open, one "
-            f"connection each): {fix}",
+            f"connection each): {fix}"
         )
+        KubemuxError.__init__(self, f"{server}: {text}")  # not "cannot reach": it is us
+        self.server = server
+        self.detail = text
         self.limit = limit
         self.hard_limit = hard_limit
         self.open_watches = open_watches
