@@ -23,6 +23,7 @@ Running out of file descriptors while building (a CA file, an inline credential)
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import collections
 import contextvars
@@ -35,6 +36,7 @@ import ssl
 import tempfile
 import urllib.parse
 import urllib.request
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -105,7 +107,14 @@ async def build_api_client(
             api = ApiClient(configuration=cfg)
         finally:
             _PREBUILT_SSL.reset(token)
-        await _own_session(api, ssl_context, socks or environment_proxy(config.server))
+        # shielded: a cancellation between ApiClient() and our return would leak its session
+        # (closing a session that never connected is immediate)
+        with anyio.CancelScope(shield=True):
+            try:
+                await _own_session(api, ssl_context, socks or environment_proxy(config.server))
+            except BaseException:
+                await api.close()
+                raise
     except (ConfigException, OSError, ssl.SSLError, ValueError, KeyError) as exc:
         code = fd_exhaustion(exc)
         if code is not None:
@@ -132,7 +141,11 @@ _PREBUILT_SSL: contextvars.ContextVar[ssl.SSLContext | None] = contextvars.Conte
 )
 _shared_contexts: collections.OrderedDict[str | None, ssl.SSLContext] = collections.OrderedDict()
 _SHARED_MAX = 32  # distinct CA bundles kept; least recently used go first
-_building: dict[str | None, anyio.Event] = {}  # contexts being built, by CA content
+# contexts being built, by CA content, per event loop: an Event belongs to its loop, and a
+# loop that closed while one was being built (a test's) must not hold up the next loop
+_building: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str | None, anyio.Event]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class _SSLModule:
@@ -172,26 +185,29 @@ async def _ssl_context_for(cfg: Any, *, private: bool = False) -> ssl.SSLContext
     )
     if not shareable:
         return await _build_ssl_context(cafile)
-    key = None if cafile is None else await anyio.to_thread.run_sync(_ca_key, cafile)
+    # (a thread hop even without a CA file: skipping it exposed a race in the dashboard's
+    # contexts panel, tests/test_dashboard.py::test_context_states_reach_the_page_...)
+    key = await anyio.to_thread.run_sync(_ca_key, cafile)
+    building_here = _building.setdefault(asyncio.get_running_loop(), {})
     while True:
         cached = _shared_contexts.get(key)
         if cached is not None:
             _shared_contexts.move_to_end(key)
             return cached
-        building = _building.get(key)
+        building = building_here.get(key)
         if building is None:
             break
         # single flight: 300 contexts starting at once load the trust store once, not 300
         # times (20-30 ms of CPU each)
         await building.wait()
-    done = _building[key] = anyio.Event()
+    done = building_here[key] = anyio.Event()
     try:
         context = await _build_ssl_context(cafile)
         _shared_contexts[key] = context
         while len(_shared_contexts) > _SHARED_MAX:
             _shared_contexts.popitem(last=False)
     finally:
-        del _building[key]
+        del building_here[key]
         done.set()
     return context
 
