@@ -51,6 +51,7 @@ def test_error_tree() -> None:
         assert issubclass(getattr(kubemux, name), kubemux.ApiError)
     assert issubclass(kubemux.ContextNotFound, LookupError)
     assert issubclass(kubemux.ClusterUnreachable, ConnectionError)
+    assert issubclass(kubemux.TooManyOpenFiles, kubemux.ClusterUnreachable)
 
 
 @pytest.mark.parametrize(
@@ -65,6 +66,7 @@ def test_error_tree() -> None:
         kubemux.ResourceExpired(410, "Expired", "too old resource version"),
         kubemux.Unauthorized(401, "Unauthorized", "no"),
         kubemux.SubscriberOverflow("fell behind"),
+        kubemux.TooManyOpenFiles("https://a:6443", "WATCH pods", limit=256, open_watches=250),
     ],
     ids=lambda e: type(e).__name__,
 )
@@ -73,3 +75,8 @@ def test_errors_copy_and_pickle_with_their_attributes(error: kubemux.KubemuxErro
         assert type(twin) is type(error) and twin is not error
         assert str(twin) == str(error) and twin.args == error.args
         assert vars(twin) == vars(error)
+
+
+def test_raise_fd_limit_is_public_and_documented() -> None:
+    assert kubemux.raise_fd_limit.__module__ == "kubemux._runtime"
+    assert "kubemux.raise_fd_limit()" in (kubemux.raise_fd_limit.__doc__ or "")

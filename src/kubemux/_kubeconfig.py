@@ -27,7 +27,7 @@ serverless client):
 Field types follow kubectl exactly (:mod:`kubemux._kubeconfig_schema`): a wrong-typed field
 or illegal base64 anywhere in a file refuses the whole file, as kubectl does (its last good
 contexts are kept). What kubectl accepts in the file but fails on when a context is used (a
-token with a line break, a NUL in a path, ``auth-provider: azure``/``gcp``, a socks proxy, a
+token with a line break, a NUL in a path, ``auth-provider: azure``/``gcp``, a socks4 proxy, a
 CA file that is a FIFO) makes the contexts using that entry invalid instead.
 
 Each valid context gets a **fingerprint**: a sha256 over the canonical JSON (sorted keys) of
