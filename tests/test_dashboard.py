@@ -23,6 +23,7 @@ from starlette.applications import Starlette
 from kubemux import Backoff, Change, WatchSettings, dashboard, parse_resource
 from kubemux.dashboard import streams, views
 from kubemux.testing import FakeCluster, FakeContext, make_event, make_pod, write_kubeconfig
+from kubemux.testing._hostile import HostileServer
 
 TIMEOUT = 10
 XSS = "<img src=x onerror=alert(1)>"
@@ -895,6 +896,30 @@ async def test_table_api_has_the_servers_columns(
         with anyio.fail_after(TIMEOUT):
             data = await client.get("/api/contexts/dev/pods/table?namespace=data")
         assert [r["name"] for r in data.json()["rows"]] == ["db-1"]
+
+
+async def test_one_poisoned_row_spoils_neither_the_table_nor_the_stream(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    """A row with a 400-digit cell (issue 18): the table API answers, the live table keeps
+    every context's rows and keeps going."""
+    a, _ = clusters
+    async with HostileServer("hostile-table", poison=("big-number",)) as bad:
+        path = write_kubeconfig(tmp_path / "config", {"prod": a, "bad": bad.server})
+        async with api_client(path) as client:
+            with anyio.fail_after(TIMEOUT):
+                table = await client.get("/api/contexts/bad/pods/table")
+            assert table.status_code == 200, table.text
+            rows = {r["name"]: r["cells"] for r in table.json()["rows"]}
+            assert rows["big-number"] == ["big-number", "Running", 7, None]  # inf: JSON null
+            assert {"p-0", "p-1", "p-2"} <= set(rows)
+        async with served(path) as url, event_stream(url) as stream:
+            await stream.until(
+                lambda: {"web-1", "web-2", "big-number", "w-big", "w-after"} <= stream.names()
+            )
+            a.create("pods", make_pod("web-3"))  # the stream is still live for every context
+            await stream.until(lambda: "web-3" in stream.names("prod"))
+            assert stream.cell(("bad", "default", "p-0"), "Size") == 1
 
 
 async def test_table_api_typo_and_resource_picker(

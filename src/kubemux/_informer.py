@@ -100,7 +100,8 @@ class Informer(Lister):
         self._state = LISTING
         self._progress = Progress(on_slow=on_state)
         self._skips_unlogged = 0  # skipped since the last log record
-        self._last_skip = ""
+        self._last_skip = ""  # what the log says of the last skip
+        self._last_skipped: str | None = None  # what status says of it
         self._skip_logged_at = -math.inf
         self._relists = 0
         self._reconnects = 0
@@ -161,6 +162,7 @@ class Informer(Lister):
             watch_started=self._watch_started,
             last_event=self._last_event,
             view=self.key.view,
+            last_skipped=self._last_skipped,
         )
 
     async def run(
@@ -357,7 +359,9 @@ class Informer(Lister):
                 status = orjson.loads(raw)
                 raise _status_error(status if isinstance(status, dict) else {})
         except DecodeError as exc:
-            self._skip(f"malformed watch line ({_why(exc)}): {_preview(line)}")
+            what = self._line_name(line)
+            what = f" of {what}" if what else ""
+            self._skip(f"malformed watch line{what} ({_why(exc)})", _preview(line))
             return None
         if entry is None:
             self._skip(f"unknown watch event type {etype!r}")
@@ -377,10 +381,15 @@ class Informer(Lister):
         if notify and self._on_state is not None:
             self._on_state()
 
-    def _skip(self, why: str) -> None:
-        """Count a skipped line or object; log the first at once, then a summary at most
-        once per ``skip_log_period`` (a server streaming junk must not flood the log)."""
+    def _skip(self, why: str, detail: str = "") -> None:
+        """Count a skipped line, object, row or column; ``why`` (which names it, when it can
+        be named) goes to the status, ``why`` and ``detail`` (a short preview) to the log:
+        the first at once, then a summary at most once per ``skip_log_period`` (a server
+        streaming junk must not flood the log)."""
         self._skipped += 1
+        self._last_skipped = why
+        if detail:
+            why = f"{why}: {detail}"
         now = time.monotonic()
         if now - self._skip_logged_at < self.settings.skip_log_period:
             self._skips_unlogged += 1

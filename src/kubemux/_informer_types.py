@@ -109,6 +109,10 @@ class InformerStatus:
     view: str = "objects"
     """``"objects"`` (full objects, :meth:`~kubemux.WatcherRegistry.watch`) or ``"table"``
     (the server's rows, :meth:`~kubemux.WatcherRegistry.table`)."""
+    last_skipped: str | None = None
+    """What was skipped last and why (counted in ``skipped_lines``): the line, object,
+    Table row or Table column definition, named when it can be read (``LIST item
+    "default/web-1" (nested too deep)``); never a preview of its data."""
     # shared watches (kubemux.share): None when the registry shares nothing
     share_role: str | None = None  # "leader", "follower", "local" or "starting"
     share_lag: float | None = None  # seconds behind the leader (followers)

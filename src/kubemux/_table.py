@@ -29,9 +29,23 @@ import msgspec
 import orjson
 
 from ._client import ContextClient
-from ._codec import DecodeError, Entry, decode_entry, foreign_entry, split_block, split_event
+from ._codec import (
+    DecodeError,
+    Entry,
+    UndecodableObject,
+    bad_utf8,
+    decode_entry,
+    decode_raw,
+    deeper_recursion,
+    foreign_entry,
+    object_name,
+    quoted_name,
+    split_block,
+    split_event,
+)
 from ._errors import ProtocolError, ResourceExpired
 from ._informer import Informer, InformerKey, OnChange
+from ._listing import PageLayout, _why, decode_page
 from ._resources import Resource
 from ._settings import WatchSettings
 from ._store import Replacement, Store
@@ -39,10 +53,14 @@ from ._store import Replacement, Store
 __all__ = [
     "FALLBACK_COLUMNS",
     "TABLE_ACCEPT",
+    "TABLE_PAGES",
     "TableColumn",
     "TableInformer",
     "TableRow",
     "TableStore",
+    "parse_columns",
+    "row_bytes",
+    "row_name",
 ]
 
 TABLE_ACCEPT = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
@@ -94,6 +112,10 @@ class _ColumnDef(msgspec.Struct, gc=False):
     priority: int = 0
 
 
+class _ColumnName(msgspec.Struct, gc=False):
+    name: str = ""
+
+
 class _Meta(msgspec.Struct, gc=False):
     resourceVersion: str = ""
     continue_: str = msgspec.field(default="", name="continue")
@@ -108,13 +130,28 @@ class _Row(msgspec.Struct, gc=False):
     object: _Object | None = None
 
 
+class _NameMeta(msgspec.Struct, gc=False):
+    name: str = ""
+    namespace: str = ""
+
+
+class _NameObject(msgspec.Struct, gc=False):
+    metadata: _NameMeta = msgspec.field(default_factory=_NameMeta)
+
+
+class _RowName(msgspec.Struct, gc=False):
+    object: _NameObject | None = None
+
+
 class _TablePage(msgspec.Struct, gc=False):
-    """A Table (LIST page or watch event object), or a plain list/object (the fallback)."""
+    """A Table (LIST page or watch event object), or a plain list/object (the fallback).
+
+    Column definitions and rows stay encoded: each is decoded (and refused) on its own."""
 
     kind: str = ""
     metadata: _Meta = msgspec.field(default_factory=_Meta)
-    columnDefinitions: list[_ColumnDef] | None = None
-    rows: list[_Row] | None = None
+    columnDefinitions: list[msgspec.Raw] | None = None
+    rows: list[msgspec.Raw] | None = None
     items: list[msgspec.Raw] | None = None
 
 
@@ -176,6 +213,8 @@ def _fast_entry(buf: bytes, view: memoryview, pos: int, end: int, row: _FastRow)
         return None
     meta = obj.metadata
     cells = bytes(row.cells) or b"[]"
+    if cells[:1] != b"[":
+        return None  # not a list: the general path refuses the row
     mf = meta.managedFields
     if not len(mf):
         parts: tuple[Any, ...] = (_ROW_HEAD, cells, _ROW_META, view[first:last], b"}")
@@ -197,17 +236,97 @@ def _fast_entry(buf: bytes, view: memoryview, pos: int, end: int, row: _FastRow)
 
 
 _page_decoder = msgspec.json.Decoder(_TablePage)
+_row_decoder = msgspec.json.Decoder(_Row)
+_row_name_decoder = msgspec.json.Decoder(_RowName)
+_column_decoder = msgspec.json.Decoder(_ColumnDef)
+_column_name_decoder = msgspec.json.Decoder(_ColumnName)
+_cells_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 _OBJECT_EVENTS = frozenset({"ADDED", "MODIFIED", "DELETED"})
 _fallback_decoder = msgspec.json.Decoder(_FallbackObject)
 _fallback_meta_decoder = msgspec.json.Decoder(_FallbackMeta)
 _EMPTY_META = b"{}"
 
+TABLE_PAGES = PageLayout(
+    keys=(b'"rows":[', b'"items":['),
+    decode=_page_decoder.decode,
+    items=lambda page: page.rows if page.kind == "Table" else page.items,
+)
+"""A Table LIST page (``rows``), or a plain list (``items``) from a server without Tables."""
 
-def _row_bytes(row: _Row) -> bytes:
-    """A row as the cache keeps it: ``{"cells":[...],"metadata":{...}}``."""
+
+def row_bytes(raw: bytes, dropped: tuple[int, ...] = ()) -> bytes:
+    """One Table row (``{"cells": [...], "object": {"metadata": {...}}}``) as the cache
+    keeps it: ``{"cells":[...],"metadata":{...}}``, the cells of the ``dropped`` columns
+    left out. The parts are joined, not decoded and encoded again.
+
+    Raises:
+        msgspec.DecodeError, msgspec.ValidationError, RecursionError, UndecodableObject: not
+            a row a reader could decode (the caller skips it alone).
+    """
+    row = _row_decoder.decode(raw)
     cells = bytes(row.cells) or b"[]"
-    meta = bytes(row.object.metadata) if row.object is not None else b""
-    return b'{"cells":' + cells + b',"metadata":' + (meta or _EMPTY_META) + b"}"
+    if cells[:1] != b"[":
+        raise UndecodableObject("the row's cells are not a list")
+    if dropped:
+        cells = (
+            b"["
+            + b",".join(
+                bytes(c) for i, c in enumerate(_cells_decoder.decode(cells)) if i not in dropped
+            )
+            + b"]"
+        )
+    meta = (bytes(row.object.metadata) if row.object is not None else b"") or _EMPTY_META
+    if meta[:1] != b"{":
+        raise UndecodableObject("the row's metadata is not an object")
+    return b'{"cells":' + cells + b',"metadata":' + meta + b"}"
+
+
+def row_name(raw: bytes) -> str:
+    """``namespace/name`` of a Table row as far as it can be read (for a skip's message;
+    ``""`` if not even that), quoted so that nothing in it reaches a terminal raw."""
+    try:
+        with deeper_recursion():
+            row = _row_name_decoder.decode(raw)
+    except DecodeError:
+        return object_name(raw, metadata_last=True)
+    meta = row.object.metadata if row.object is not None else _NameMeta()
+    return quoted_name(meta.namespace, meta.name)
+
+
+def parse_columns(
+    defs: list[msgspec.Raw] | None,
+) -> tuple[tuple[TableColumn, ...], tuple[int, ...], list[str]]:
+    """A Table's column definitions, each decoded alone: (columns, the indices of the
+    definitions refused, why each was refused). A refused column is dropped with its cell
+    in every row (:func:`row_bytes`), so the other columns keep their cells."""
+    columns: list[TableColumn] = []
+    dropped: list[int] = []
+    why: list[str] = []
+    for i, raw in enumerate(defs or ()):
+        try:
+            d = _column_decoder.decode(raw)
+        except DecodeError as exc:
+            dropped.append(i)
+            why.append(f"Table column {_column_label(raw, i)} ({_why(exc)})")
+            continue
+        columns.append(
+            TableColumn(
+                name=d.name,
+                type=d.type,
+                format=d.format,
+                description=d.description,
+                priority=d.priority,
+            )
+        )
+    return tuple(columns), tuple(dropped), why
+
+
+def _column_label(raw: msgspec.Raw, index: int) -> str:
+    try:
+        name = _column_name_decoder.decode(raw).name
+    except DecodeError:
+        name = ""
+    return orjson.dumps(name).decode() if name else f"#{index + 1}"
 
 
 def _fallback_row(raw: bytes) -> bytes:
@@ -237,15 +356,17 @@ class TableStore(Store):
 
     Rows are keyed like a :class:`~kubemux.Store`'s objects, by (namespace, name); the
     mapping reads (:meth:`get`, :meth:`list`) return ``{"cells": [...], "metadata": {...}}``
-    dicts, :meth:`rows` and :meth:`row` return :class:`TableRow` values.
+    dicts, :meth:`rows` and :meth:`row` return :class:`TableRow` values. A column
+    definition no reader could decode is left out, with its cell in every row.
     """
 
-    __slots__ = ("columns", "is_fallback")
+    __slots__ = ("_dropped", "columns", "is_fallback")
 
     def __init__(self, resource: Resource) -> None:
         super().__init__(resource)
         self.columns: tuple[TableColumn, ...] = ()
         self.is_fallback = False
+        self._dropped: tuple[int, ...] = ()  # the server's columns left out (undecodable)
 
     def __repr__(self) -> str:
         mode = " fallback" if self.is_fallback else ""
@@ -264,7 +385,7 @@ class TableStore(Store):
         return [_to_row(e) for e in sorted(self._entries(namespace), key=_entry_key)]
 
     def _prepare(self, raw: bytes, *, from_list: bool = False) -> Entry:
-        # raw is a row as _row_bytes writes it: metadata at the top, managedFields dropped
+        # raw is a row as row_bytes writes it: metadata at the top, managedFields dropped
         return decode_entry(raw, drop_managed_fields=True, transform=None, type_prefix=b"")
 
 
@@ -273,8 +394,15 @@ def _entry_key(entry: Entry) -> tuple[str, str]:
 
 
 def _to_row(entry: Entry) -> TableRow:
-    data = orjson.loads(entry.raw)
-    return TableRow(entry.namespace, entry.name, tuple(data.get("cells") or ()), data["metadata"])
+    data = decode_raw(entry.raw)  # the lenient read every store's reader uses
+    cells = data.get("cells")
+    meta = data.get("metadata")
+    return TableRow(
+        entry.namespace,
+        entry.name,
+        tuple(cells) if isinstance(cells, list) else (),
+        meta if isinstance(meta, dict) else {},
+    )
 
 
 # ------------------------------------------------------------------------------ informer
@@ -283,7 +411,8 @@ class TableInformer(Informer):
 
     Same lifecycle, states, backoff and status as the object informer; streaming lists are
     not used (a Table watch cannot carry them). When the server's column definitions change
-    (a CRD's printer columns were edited), the table is listed again.
+    (a CRD's printer columns were edited), the table is listed again. A row or a column
+    definition no reader could decode is skipped alone, counted and named in the status.
     """
 
     store: TableStore
@@ -331,6 +460,7 @@ class TableInformer(Informer):
             params["limit"] = str(s.page_size)
         list_rv = ""
         columns: tuple[TableColumn, ...] | None = None
+        dropped: tuple[int, ...] = ()
         fallback = False
         while True:
             try:
@@ -349,31 +479,33 @@ class TableInformer(Informer):
                 params = self._base_params()
                 continue
             try:
-                page = _page_decoder.decode(body)
+                page, slices = decode_page(body, _PAGE_SLICE_BYTES, TABLE_PAGES)
+                del body
+                is_table = page.kind == "Table"
+                if is_table and page.columnDefinitions and columns is None:
+                    columns, dropped, refused = parse_columns(page.columnDefinitions)
+                    for why in refused:
+                        self._skip(why)
+                fallback = fallback or not is_table
+                count = 0
+                for items in slices:
+                    await anyio.lowlevel.checkpoint()  # after decoding a slice
+                    for item in items:
+                        raw = bytes(item)
+                        try:
+                            row = row_bytes(raw, dropped) if is_table else _fallback_row(raw)
+                            replacement.add(store._prepare(row, from_list=True))
+                        except DecodeError as exc:
+                            what = row_name(raw) if is_table else object_name(raw)
+                            kind = "Table row" if is_table else "LIST item"
+                            self._skip(f"{kind} {what or '#' + str(count + 1)} ({_why(exc)})")
+                        count += 1
+                        if count % s.relist_slice == 0:
+                            await anyio.lowlevel.checkpoint()
             except DecodeError as exc:
                 raise ProtocolError(
                     self.client.server, f"LIST {self.resource.name} returned invalid JSON: {exc}"
                 ) from exc
-            del body
-            if page.kind == "Table":
-                if page.columnDefinitions and columns is None:
-                    columns = _columns(page.columnDefinitions)
-                raws = [_row_bytes(row) for row in page.rows or ()]
-            else:
-                fallback = True
-                raws = []
-                for item in page.items or ():
-                    try:
-                        raws.append(_fallback_row(bytes(item)))
-                    except DecodeError as exc:
-                        self._skip(f"malformed LIST item ({exc})")
-            for i, raw in enumerate(raws):
-                try:
-                    replacement.add(store._prepare(raw, from_list=True))
-                except DecodeError as exc:
-                    self._skip(f"malformed Table row ({exc})")
-                if i % s.relist_slice == s.relist_slice - 1:
-                    await anyio.lowlevel.checkpoint()
             list_rv = page.metadata.resourceVersion or list_rv
             token = page.metadata.continue_
             if not token:
@@ -381,18 +513,21 @@ class TableInformer(Informer):
             params["continue"] = token
             await anyio.lowlevel.checkpoint()
         store.is_fallback = fallback
-        store.columns = FALLBACK_COLUMNS if fallback else (columns or store.columns)
+        if fallback:
+            store.columns, store._dropped = FALLBACK_COLUMNS, ()
+        elif columns is not None:
+            store.columns, store._dropped = columns, dropped
         await self._commit(replacement, list_rv)
         return list_rv
 
     def _decode(self, block: Any) -> list[tuple[str, Entry | bytes]]:
         """The hot path: object events of one-row Tables with known columns become entries,
         the whole block decoded in one msgspec call; anything else (bookmarks, errors, new
-        columns, plain objects, lines laid out otherwise) goes to :meth:`_parse` through the
-        informer's general path."""
+        columns, plain objects, lines laid out otherwise, bytes that are not UTF-8, a table
+        with columns left out) goes to :meth:`_parse` through the informer's general path."""
         buf, start, stop = block
         view = memoryview(buf)
-        if buf.find(b"\n\n", start, stop) >= 0:
+        if buf.find(b"\n\n", start, stop) >= 0 or self.store._dropped or bad_utf8(buf, start, stop):
             return [("", line) for line in split_block(block)]
         try:
             events = _fast_decoder.decode_lines(view[start:stop])
@@ -426,6 +561,14 @@ class TableInformer(Informer):
             pos = end + 1
         return out
 
+    def _line_name(self, line: bytes) -> str:
+        try:
+            with deeper_recursion():
+                page = _page_decoder.decode(split_event(line, fast=False)[1])
+        except DecodeError:
+            return ""
+        return row_name(bytes(page.rows[0])) if page.rows else ""
+
     def _parse(self, line: bytes) -> tuple[str, bytes, Entry | None]:
         """(event type, row bytes, cache entry for object events) of one Table watch line."""
         try:
@@ -435,24 +578,32 @@ class TableInformer(Informer):
         if etype not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
             return etype, raw, None
         page = _page_decoder.decode(raw)
+        store = self.store
         if page.kind != "Table":  # plain objects: a server without Table support
             row = _fallback_row(raw)
         else:
             if page.columnDefinitions:
-                columns = _columns(page.columnDefinitions)
-                if self.store.columns and columns != self.store.columns:
+                columns, dropped, refused = parse_columns(page.columnDefinitions)
+                if store.columns and (columns, dropped) != (store.columns, store._dropped):
                     raise ResourceExpired(410, "Expired", "the server's table columns changed")
-                self.store.columns = columns
+                if not store.columns:
+                    for why in refused:
+                        self._skip(why)
+                store.columns, store._dropped = columns, dropped
             if etype == "BOOKMARK":
                 rv = page.metadata.resourceVersion
-                if not rv and page.rows and page.rows[0].object is not None:
+                if not rv and page.rows:
+                    obj = _row_decoder.decode(page.rows[0]).object
                     rv = _fallback_meta_decoder.decode(
-                        bytes(page.rows[0].object.metadata) or _EMPTY_META
+                        (bytes(obj.metadata) if obj is not None else b"") or _EMPTY_META
                     ).resourceVersion
                 return etype, b'{"metadata":{"resourceVersion":' + orjson.dumps(rv) + b"}}", None
             if not page.rows:
                 return etype, raw, None  # an object event without a row: skipped
-            row = _row_bytes(page.rows[0])
+            row = row_bytes(bytes(page.rows[0]), store._dropped)
         if etype == "BOOKMARK":
             return etype, row, None
-        return etype, row, self.store._prepare(row)
+        return etype, row, store._prepare(row)
+
+
+_PAGE_SLICE_BYTES = 4 * 1024 * 1024  # as the object informer's (see _listing)

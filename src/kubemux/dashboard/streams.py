@@ -83,6 +83,7 @@ from kubemux import (
     WatcherRegistry,
 )
 
+from .._codec import decode_raw
 from .views import (
     change_payload,
     column_payload,
@@ -245,6 +246,8 @@ class SnapshotCache:
                     if row is None:
                         row = _row(context, raw)
                         fresh += 1
+                        if row is None:
+                            continue  # skipped alone (logged): the others go on
                         if fresh % SLICE == 0:
                             await anyio.lowlevel.checkpoint()  # the event loop stays responsive
                     rows[raw] = row
@@ -269,20 +272,37 @@ def _resource_version(store: Store) -> str:
     return store.resource_version
 
 
-def _row(context: str, raw: bytes) -> bytes:
-    row = orjson.loads(raw)  # a table view's row: {"cells": [...], "metadata": {...}}
-    row = row if isinstance(row, dict) else {}
-    meta = row.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
-    return orjson.dumps(
-        {
-            "type": "ADDED",
-            "context": context,
-            "namespace": str(meta.get("namespace") or ""),
-            "name": str(meta.get("name") or ""),
-            "row": table_row(row),
-        }
-    )
+def _row(context: str, raw: bytes) -> bytes | None:
+    """A snapshot's row change, or None (logged) if it cannot be encoded: one bad row is
+    skipped, the stream goes on."""
+    try:
+        row = decode_raw(raw)  # a table view's row: {"cells": [...], "metadata": {...}}
+        row = row if isinstance(row, dict) else {}
+        meta = row.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        return orjson.dumps(
+            {
+                "type": "ADDED",
+                "context": context,
+                "namespace": str(meta.get("namespace") or ""),
+                "name": str(meta.get("name") or ""),
+                "row": table_row(row),
+            }
+        )
+    except Exception as exc:  # noqa: BLE001 - contained: one row, never the stream
+        log.warning("dashboard: a row of context %r skipped (%s)", context, type(exc).__name__)
+        return None
+
+
+def _encoded_or_none(change: Change) -> bytes | None:
+    """:func:`encoded`, or None (logged) for a change that cannot be encoded."""
+    try:
+        return encoded(change)
+    except Exception as exc:  # noqa: BLE001 - contained: one row, never the stream
+        log.warning(
+            "dashboard: a change of context %r skipped (%s)", change.context, type(exc).__name__
+        )
+        return None
 
 
 class Stream:
@@ -399,10 +419,10 @@ class Stream:
         checked: set[str] = set()
 
         async def flush() -> None:
-            if pending:
-                raw = b"[" + b",".join(map(encoded, pending)) + b"]"
-                pending.clear()
-                await self._write(encode_event("changes", raw))
+            rows = [r for r in map(_encoded_or_none, pending) if r is not None]
+            pending.clear()
+            if rows:
+                await self._write(encode_event("changes", b"[" + b",".join(rows) + b"]"))
 
         for change in batch:
             context = change.context
