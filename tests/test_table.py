@@ -15,8 +15,8 @@ import pytest
 from kubemux import Backoff, ContextConfig, Resource, ResourceNotFound, WatchSettings
 from kubemux._client import ContextClient, open_client
 from kubemux._codec import UndecodableObject
-from kubemux._informer import InformerKey
-from kubemux._table import FALLBACK_COLUMNS, TableColumn, TableInformer, TableStore
+from kubemux._informer import Informer, InformerKey
+from kubemux._table import FALLBACK_COLUMNS, TableColumn, TableStore
 from kubemux.testing import FakeCluster, kubeconfig_dict, make_pod
 from kubemux.testing._hostile import HostileServer
 
@@ -56,13 +56,13 @@ class Changes:
 @contextlib.asynccontextmanager
 async def table_view(
     client: ContextClient, resource: Resource, namespace: str | None = None
-) -> AsyncIterator[tuple[TableStore, TableInformer, Changes]]:
+) -> AsyncIterator[tuple[TableStore, Informer, Changes]]:
     store = TableStore(resource)
     changes = Changes()
-    informer = TableInformer(
+    informer = Informer(
         client,
         resource,
-        InformerKey(resource.name, namespace),
+        InformerKey(resource.name, namespace, view="table"),
         settings=FAST,
         store=store,
         on_change=changes,
@@ -226,21 +226,25 @@ async def test_server_without_table_support_falls_back_to_name_and_age() -> None
 async def test_unknown_resource_fails_the_first_list(cluster: FakeCluster) -> None:
     store = TableStore(WIDGETS)
     async with open_client(config_for(cluster)) as client:
-        informer = TableInformer(
-            client, WIDGETS, InformerKey("widgets.example.com"), settings=FAST, store=store
+        informer = Informer(
+            client,
+            WIDGETS,
+            InformerKey("widgets.example.com", view="table"),
+            settings=FAST,
+            store=store,
         )
         with anyio.fail_after(TIMEOUT), pytest.raises(ResourceNotFound):
             await informer.initial_sync()
         assert informer.status().state == "error"
 
 
-def _informer_without_client() -> TableInformer:
+def _informer_without_client() -> Informer:
     store = TableStore(PODS)
     store.columns = (TableColumn(name="Name", format="name"), TableColumn(name="Ready"))
-    return TableInformer(
+    return Informer(
         None,  # type: ignore[arg-type]  # only the line decoding is used
         PODS,
-        InformerKey("pods"),
+        InformerKey("pods", view="table"),
         settings=FAST,
         store=store,
     )
@@ -307,8 +311,13 @@ async def test_poisoned_rows_and_columns_are_skipped_alone() -> None:
     store = TableStore(PODS)
     changes = Changes()
     async with HostileServer("hostile-table") as srv, open_client(_hostile_config(srv.server)) as c:
-        informer = TableInformer(
-            c, PODS, InformerKey("pods"), settings=settings, store=store, on_change=changes
+        informer = Informer(
+            c,
+            PODS,
+            InformerKey("pods", view="table"),
+            settings=settings,
+            store=store,
+            on_change=changes,
         )
         async with anyio.create_task_group() as tg:
             with anyio.fail_after(TIMEOUT):
@@ -347,7 +356,8 @@ async def test_skips_are_named_in_status() -> None:
             HostileServer("hostile-table", poison=(poison,)) as srv,
             open_client(_hostile_config(srv.server)) as c,
         ):
-            informer = TableInformer(c, PODS, InformerKey("pods"), settings=settings, store=store)
+            key = InformerKey("pods", view="table")
+            informer = Informer(c, PODS, key, settings=settings, store=store)
             with anyio.fail_after(TIMEOUT):
                 await informer.initial_sync()
             st = informer.status()

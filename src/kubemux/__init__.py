@@ -34,6 +34,7 @@ from ._fanout import Change as Change
 from ._fanout import Subscription as Subscription
 from ._informer_types import InformerState as InformerState
 from ._informer_types import InformerStatus as InformerStatus
+from ._informer_types import View as View
 from ._kubeconfig import ContextConfig as ContextConfig
 from ._kubeconfig import KubeconfigSnapshot as KubeconfigSnapshot
 from ._kubeconfig import load_kubeconfig as load_kubeconfig
@@ -108,6 +109,7 @@ __all__ = [
     "Transform",
     "Unauthorized",
     "UnknownResource",
+    "View",
     "WatchSettings",
     "WatcherRegistry",
     "by_label",

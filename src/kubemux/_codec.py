@@ -48,10 +48,12 @@ __all__ = [
     "lenient_loads",
     "object_name",
     "pinned_entry",
+    "preview",
     "quoted_name",
     "raw_resource_version",
     "rv_str",
     "split_block",
+    "why_undecodable",
 ]
 
 
@@ -303,6 +305,19 @@ def check_readable(raw: bytes) -> str:
         raise UndecodableObject(f"not a JSON object: {exc}") from None
     _check_readable(raw)
     return head.metadata.resourceVersion
+
+
+def why_undecodable(exc: BaseException) -> str:
+    """What a skip's message says of one of :data:`DecodeError` (never the data)."""
+    if isinstance(exc, RecursionError):
+        return "nested too deep"
+    return str(exc)[:200] or type(exc).__name__
+
+
+def preview(line: bytes) -> str:
+    """Enough of a line to recognise it in a log, too little to carry an object's data (a
+    Secret's values)."""
+    return f"{line[:40]!r}... ({len(line)} bytes)" if len(line) > 40 else repr(line)
 
 
 def quoted_name(namespace: str, name: str) -> str:

@@ -25,7 +25,7 @@ import anyio
 import orjson
 
 from ._client import SLOW_AFTER, ContextClient, Progress
-from ._codec import DecodeError, Entry, StoreChange, rv_str
+from ._codec import DecodeError, Entry, StoreChange, preview, rv_str, why_undecodable
 from ._errors import (
     ApiError,
     ClusterUnreachable,
@@ -35,8 +35,16 @@ from ._errors import (
     ResourceExpired,
     ResourceNotFound,
 )
-from ._informer_types import InformerKey, InformerState, InformerStatus, OnChange, count_error
-from ._listing import Lister, _preview, _status_error, _why
+from ._formats import Format, format_for
+from ._informer_types import (
+    InformerKey,
+    InformerState,
+    InformerStatus,
+    OnChange,
+    View,
+    count_error,
+)
+from ._listing import Lister, _status_error
 from ._resources import Resource
 from ._settings import WatchSettings
 from ._store import Store
@@ -54,6 +62,7 @@ __all__ = [
     "InformerState",
     "InformerStatus",
     "OnChange",
+    "View",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,6 +85,10 @@ class Informer(Lister):
     LIST is in the store, and raises if that LIST fails (bad credentials, unknown resource,
     unreachable server). After that, failures are retried with backoff and the cache is
     kept; they show in :meth:`status`.
+
+    What it caches is its :class:`~kubemux._formats.Format`'s business (``format``; by
+    default the one of ``key.view``): full objects, or a table view's rows (its store is
+    then a :class:`~kubemux.TableStore`). The loop is the same.
     """
 
     def __init__(
@@ -88,7 +101,13 @@ class Informer(Lister):
         store: Store,
         on_change: OnChange | None = None,
         on_state: Callable[[], None] | None = None,
+        format: Format | None = None,
     ) -> None:
+        self.format = fmt = format_for(key.view) if format is None else format
+        if fmt.view != key.view:
+            raise ValueError(f"a {fmt.view} format for a {key.view} informer")
+        if fmt.view == View.TABLE and store.view != View.TABLE:
+            raise TypeError("a table view's informer needs a TableStore")
         self.client = client
         self.resource = resource
         self.key = key
@@ -121,9 +140,10 @@ class Informer(Lister):
         self._pending: dict[str, dict[str, StoreChange]] = {}
 
     def __repr__(self) -> str:
+        noun = "rows" if self.format.view == View.TABLE else "objects"
         return (
-            f"<Informer {self.client.context}/{self.key} state={self._state} "
-            f"objects={len(self.store)}>"
+            f"<{self.format.label} {self.client.context}/{self.key} state={self._state} "
+            f"{noun}={len(self.store)}>"
         )
 
     # ------------------------------------------------------------------ public
@@ -361,7 +381,7 @@ class Informer(Lister):
         except DecodeError as exc:
             what = self._line_name(line)
             what = f" of {what}" if what else ""
-            self._skip(f"malformed watch line{what} ({_why(exc)})", _preview(line))
+            self._skip(f"malformed watch line{what} ({why_undecodable(exc)})", preview(line))
             return None
         if entry is None:
             self._skip(f"unknown watch event type {etype!r}")

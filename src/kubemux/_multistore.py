@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ._codec import Entry
+from ._informer_types import View
 from ._store import Indexer, Key, Store
 from ._table import TableColumn, TableRow, TableStore
 
@@ -119,6 +120,8 @@ class MultiTableStore(MultiStore):
     """A table view (see :class:`TableStore`) over several namespaces."""
 
     __slots__ = ()
+
+    view = View.TABLE
 
     def _tables(self) -> builtins.list[TableStore]:
         return [p for p in self._parts.values() if isinstance(p, TableStore)]

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
 from . import _codec
 from ._codec import Entry, StoreChange, decode_entry, decode_raw
+from ._informer_types import View
 from ._resources import Resource
 
 __all__ = [
@@ -131,6 +132,9 @@ class Store:
         "_type_prefix",
         "resource",
     )
+
+    view: ClassVar[View] = View.OBJECTS
+    """What this store holds of each object (a :class:`~kubemux.TableStore`: its row)."""
 
     def __init__(
         self,

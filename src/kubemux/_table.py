@@ -1,12 +1,13 @@
 """Server-side columns: a live cache of a resource as the API server prints it (kubectl's view).
 
-A :class:`TableInformer` runs the :class:`~kubemux._informer.Informer` loop (LIST, WATCH from
-the list's resourceVersion, RELIST on 410, backoff) with
-``Accept: application/json;as=Table;v=v1;g=meta.k8s.io`` and ``includeObject=Metadata``, as
-``kubectl get`` and ``kubectl get -w`` do. Its :class:`TableStore` keeps the column
+A table view is an :class:`~kubemux._informer.Informer` with the table format
+(:data:`kubemux._formats.TABLE`): its LISTs and WATCHes ask for
+``Accept: application/json;as=Table;v=v1;g=meta.k8s.io`` with ``includeObject=Metadata``,
+as ``kubectl get`` and ``kubectl get -w`` do. Its :class:`TableStore` keeps the column
 definitions (:attr:`TableStore.columns`) and one row per object: the cells the server
 printed and the object's metadata (``managedFields`` dropped), never the object itself, so a
-table view costs a fraction of a full-object cache.
+table view costs a fraction of a full-object cache. This module holds the table's values
+and store and the decoding of Table documents; the format puts them to work.
 
 A server (or aggregated API) without Table support answers with plain objects: the view then
 falls back to kubectl's client-side default, ``Name`` and ``Age`` from the metadata (the Age
@@ -21,19 +22,15 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
-import anyio
 import msgspec
 import orjson
 
-from ._client import ContextClient
 from ._codec import (
     DecodeError,
     Entry,
     UndecodableObject,
-    bad_utf8,
     decode_entry,
     decode_raw,
     deeper_recursion,
@@ -41,26 +38,26 @@ from ._codec import (
     object_name,
     quoted_name,
     split_block,
-    split_event,
+    why_undecodable,
 )
-from ._errors import ProtocolError, ResourceExpired
-from ._informer import Informer, InformerKey, OnChange
-from ._listing import PageLayout, _why, decode_page
+from ._informer_types import View
+from ._pages import PageLayout
 from ._resources import Resource
-from ._settings import WatchSettings
-from ._store import Replacement, Store
+from ._store import Store
 
 __all__ = [
     "FALLBACK_COLUMNS",
     "TABLE_ACCEPT",
     "TABLE_PAGES",
     "TableColumn",
-    "TableInformer",
     "TableRow",
     "TableStore",
+    "decode_table_page",
+    "fallback_row",
     "parse_columns",
     "row_bytes",
     "row_name",
+    "table_fast_path",
 ]
 
 TABLE_ACCEPT = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
@@ -307,7 +304,7 @@ def parse_columns(
             d = _column_decoder.decode(raw)
         except DecodeError as exc:
             dropped.append(i)
-            why.append(f"Table column {_column_label(raw, i)} ({_why(exc)})")
+            why.append(f"Table column {_column_label(raw, i)} ({why_undecodable(exc)})")
             continue
         columns.append(
             TableColumn(
@@ -329,7 +326,7 @@ def _column_label(raw: msgspec.Raw, index: int) -> str:
     return orjson.dumps(name).decode() if name else f"#{index + 1}"
 
 
-def _fallback_row(raw: bytes) -> bytes:
+def fallback_row(raw: bytes) -> bytes:
     """The NAME/AGE row of a plain object (a server without Table support)."""
     meta = bytes(_fallback_decoder.decode(raw).metadata) or _EMPTY_META
     head = _fallback_meta_decoder.decode(meta)
@@ -361,6 +358,8 @@ class TableStore(Store):
     """
 
     __slots__ = ("_dropped", "columns", "is_fallback")
+
+    view = View.TABLE
 
     def __init__(self, resource: Resource) -> None:
         super().__init__(resource)
@@ -405,205 +404,50 @@ def _to_row(entry: Entry) -> TableRow:
     )
 
 
-# ------------------------------------------------------------------------------ informer
-class TableInformer(Informer):
-    """The :class:`~kubemux._informer.Informer` loop over Table LISTs and WATCHes.
-
-    Same lifecycle, states, backoff and status as the object informer; streaming lists are
-    not used (a Table watch cannot carry them). When the server's column definitions change
-    (a CRD's printer columns were edited), the table is listed again. A row or a column
-    definition no reader could decode is skipped alone, counted and named in the status.
-    """
-
-    store: TableStore
-    _accept = TABLE_ACCEPT  # LISTs and WATCHes ask for the Table format
-
-    def __init__(
-        self,
-        client: ContextClient,
-        resource: Resource,
-        key: InformerKey,
-        *,
-        settings: WatchSettings,
-        store: TableStore,
-        on_change: OnChange | None = None,
-        on_state: Callable[[], None] | None = None,
-    ) -> None:
-        super().__init__(
-            client,
-            resource,
-            key,
-            settings=dataclasses.replace(settings, streaming_list=False),
-            store=store,
-            on_change=on_change,
-            on_state=on_state,
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"<TableInformer {self.client.context}/{self.key} state={self._state} "
-            f"rows={len(self.store)}>"
-        )
-
-    def _base_params(self) -> dict[str, str]:
-        params = super()._base_params()
-        params["includeObject"] = "Metadata"
-        return params
-
-    async def _list(self) -> str:
-        """A full paginated Table LIST, applied to the store; returns its resourceVersion."""
-        s = self.settings
-        store = self.store
-        replacement = Replacement(store)
-        params = self._base_params()
-        if s.page_size:
-            params["limit"] = str(s.page_size)
-        list_rv = ""
-        columns: tuple[TableColumn, ...] | None = None
-        dropped: tuple[int, ...] = ()
-        fallback = False
-        while True:
-            try:
-                body = await self.client.list(
-                    self.resource,
-                    self.key.namespace,
-                    params,
-                    s,
-                    progress=self._progress,
-                    accept=self._accept,
-                )
-            except ResourceExpired:
-                if "continue" not in params:
-                    raise
-                replacement = Replacement(store)
-                params = self._base_params()
-                continue
-            try:
-                page, slices = decode_page(body, _PAGE_SLICE_BYTES, TABLE_PAGES)
-                del body
-                is_table = page.kind == "Table"
-                if is_table and page.columnDefinitions and columns is None:
-                    columns, dropped, refused = parse_columns(page.columnDefinitions)
-                    for why in refused:
-                        self._skip(why)
-                fallback = fallback or not is_table
-                count = 0
-                for items in slices:
-                    await anyio.lowlevel.checkpoint()  # after decoding a slice
-                    for item in items:
-                        raw = bytes(item)
-                        try:
-                            row = row_bytes(raw, dropped) if is_table else _fallback_row(raw)
-                            replacement.add(store._prepare(row, from_list=True))
-                        except DecodeError as exc:
-                            what = row_name(raw) if is_table else object_name(raw)
-                            kind = "Table row" if is_table else "LIST item"
-                            self._skip(f"{kind} {what or '#' + str(count + 1)} ({_why(exc)})")
-                        count += 1
-                        if count % s.relist_slice == 0:
-                            await anyio.lowlevel.checkpoint()
-            except DecodeError as exc:
-                raise ProtocolError(
-                    self.client.server, f"LIST {self.resource.name} returned invalid JSON: {exc}"
-                ) from exc
-            list_rv = page.metadata.resourceVersion or list_rv
-            token = page.metadata.continue_
-            if not token:
-                break
-            params["continue"] = token
-            await anyio.lowlevel.checkpoint()
-        store.is_fallback = fallback
-        if fallback:
-            store.columns, store._dropped = FALLBACK_COLUMNS, ()
-        elif columns is not None:
-            store.columns, store._dropped = columns, dropped
-        await self._commit(replacement, list_rv)
-        return list_rv
-
-    def _decode(self, block: Any) -> list[tuple[str, Entry | bytes]]:
-        """The hot path: object events of one-row Tables with known columns become entries,
-        the whole block decoded in one msgspec call; anything else (bookmarks, errors, new
-        columns, plain objects, lines laid out otherwise, bytes that are not UTF-8, a table
-        with columns left out) goes to :meth:`_parse` through the informer's general path."""
-        buf, start, stop = block
-        view = memoryview(buf)
-        if buf.find(b"\n\n", start, stop) >= 0 or self.store._dropped or bad_utf8(buf, start, stop):
+# ------------------------------------------------------------------------------ watch lines
+def table_fast_path(
+    block: tuple[bytes, int, int], known: tuple[TableColumn, ...]
+) -> list[tuple[str, Entry | bytes]]:
+    """The hot path of a Table watch: ``(type, entry)`` for each object event of a one-row
+    Table whose columns are ``known`` (or not repeated), the whole block decoded in one
+    msgspec call; ``("", line)`` for anything else (the general path's). The caller has
+    checked the block is UTF-8."""
+    buf, start, stop = block
+    view = memoryview(buf)
+    if buf.find(b"\n\n", start, stop) >= 0:
+        return [("", line) for line in split_block(block)]
+    try:
+        events = _fast_decoder.decode_lines(view[start:stop])
+    except DecodeError:
+        return [("", line) for line in split_block(block)]
+    out: list[tuple[str, Entry | bytes]] = []
+    append = out.append
+    find = buf.find
+    pos = start
+    for event in events:
+        end = find(b"\n", pos, stop)
+        if end < 0:
+            end = stop
+        if buf[pos] != 123:  # not where the decoder was (a blank-ish line): go slowly
             return [("", line) for line in split_block(block)]
-        try:
-            events = _fast_decoder.decode_lines(view[start:stop])
-        except DecodeError:
-            return [("", line) for line in split_block(block)]
-        out: list[tuple[str, Entry | bytes]] = []
-        append = out.append
-        find = buf.find
-        known = self.store.columns
-        pos = start
-        for event in events:
-            end = find(b"\n", pos, stop)
-            if end < 0:
-                end = stop
-            if buf[pos] != 123:  # not where the decoder was (a blank-ish line): go slowly
-                return [("", line) for line in split_block(block)]
-            page = event.object
-            entry = None
-            if (
-                event.type in _OBJECT_EVENTS
-                and page.kind == "Table"
-                and page.rows
-                and len(page.rows) == 1
-                and (not page.columnDefinitions or _columns(page.columnDefinitions) == known)
-            ):
-                entry = _fast_entry(buf, view, pos, end, page.rows[0])
-            if entry is None or not entry.name or not entry.rv:
-                append(("", buf[pos:end]))
-            else:
-                append((event.type, entry))
-            pos = end + 1
-        return out
-
-    def _line_name(self, line: bytes) -> str:
-        try:
-            with deeper_recursion():
-                page = _page_decoder.decode(split_event(line, fast=False)[1])
-        except DecodeError:
-            return ""
-        return row_name(bytes(page.rows[0])) if page.rows else ""
-
-    def _parse(self, line: bytes) -> tuple[str, bytes, Entry | None]:
-        """(event type, row bytes, cache entry for object events) of one Table watch line."""
-        try:
-            etype, raw = split_event(line)
-        except DecodeError:
-            etype, raw = split_event(line, fast=False)
-        if etype not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
-            return etype, raw, None
-        page = _page_decoder.decode(raw)
-        store = self.store
-        if page.kind != "Table":  # plain objects: a server without Table support
-            row = _fallback_row(raw)
+        page = event.object
+        entry = None
+        if (
+            event.type in _OBJECT_EVENTS
+            and page.kind == "Table"
+            and page.rows
+            and len(page.rows) == 1
+            and (not page.columnDefinitions or _columns(page.columnDefinitions) == known)
+        ):
+            entry = _fast_entry(buf, view, pos, end, page.rows[0])
+        if entry is None or not entry.name or not entry.rv:
+            append(("", buf[pos:end]))
         else:
-            if page.columnDefinitions:
-                columns, dropped, refused = parse_columns(page.columnDefinitions)
-                if store.columns and (columns, dropped) != (store.columns, store._dropped):
-                    raise ResourceExpired(410, "Expired", "the server's table columns changed")
-                if not store.columns:
-                    for why in refused:
-                        self._skip(why)
-                store.columns, store._dropped = columns, dropped
-            if etype == "BOOKMARK":
-                rv = page.metadata.resourceVersion
-                if not rv and page.rows:
-                    obj = _row_decoder.decode(page.rows[0]).object
-                    rv = _fallback_meta_decoder.decode(
-                        (bytes(obj.metadata) if obj is not None else b"") or _EMPTY_META
-                    ).resourceVersion
-                return etype, b'{"metadata":{"resourceVersion":' + orjson.dumps(rv) + b"}}", None
-            if not page.rows:
-                return etype, raw, None  # an object event without a row: skipped
-            row = row_bytes(bytes(page.rows[0]), store._dropped)
-        if etype == "BOOKMARK":
-            return etype, row, None
-        return etype, row, store._prepare(row)
+            append((event.type, entry))
+        pos = end + 1
+    return out
 
 
-_PAGE_SLICE_BYTES = 4 * 1024 * 1024  # as the object informer's (see _listing)
+decode_table_page = _page_decoder.decode
+"""A Table (a LIST page or a watch event's object) with its rows and columns still encoded,
+or a plain list or object (the fallback)."""
