@@ -133,16 +133,16 @@ class Format:
 
 # ------------------------------------------------------------------------------ objects
 class _ObjectReader:
-    __slots__ = ("_store",)
+    __slots__ = ("_prepare",)
 
     def __init__(self, store: Store) -> None:
-        self._store = store
+        self._prepare = store.writer.prepare
 
     def page(self, page: Any) -> str:
         return "undecodable LIST item"
 
     def entry(self, raw: bytes) -> Entry:
-        return self._store._prepare(raw, from_list=True)
+        return self._prepare(raw, from_list=True)
 
     def name(self, raw: bytes) -> str:
         return object_name(raw)
@@ -164,18 +164,20 @@ class ObjectFormat(Format):
         return _ObjectReader(store)
 
     def decode_block(self, block: Block, store: Store) -> Decoded:
-        if store._transform is None:
-            return decode_block(*block, store._drop_mf)
+        writer = store.writer
+        if writer.transform is None:
+            return decode_block(*block, writer.drops_managed_fields)
         return [("", line) for line in split_block(block)]  # a user transform decodes all
 
     def parse_line(self, line: bytes, store: Store, skip: Skip) -> tuple[str, bytes, Entry | None]:
+        prepare = store.writer.prepare
         try:
             etype, raw = split_event(line)
-            return etype, raw, store._prepare(raw) if etype in _OBJECT_EVENTS else None
+            return etype, raw, prepare(raw) if etype in _OBJECT_EVENTS else None
         except DecodeError:
             # the prefix split can be fooled by an unusual envelope: decode it properly
             etype, raw = split_event(line, fast=False)
-            return etype, raw, store._prepare(raw) if etype in _OBJECT_EVENTS else None
+            return etype, raw, prepare(raw) if etype in _OBJECT_EVENTS else None
 
     def line_name(self, line: bytes) -> str:
         try:
@@ -211,18 +213,19 @@ class _TableReader:
 
     def entry(self, raw: bytes) -> Entry:
         row = row_bytes(raw, self._dropped) if self._is_table else fallback_row(raw)
-        return self._store._prepare(row, from_list=True)
+        return self._store.writer.prepare(row, from_list=True)
 
     def name(self, raw: bytes) -> str:
         return row_name(raw) if self._is_table else object_name(raw)
 
     def commit(self) -> None:
-        store = self._store
-        store.is_fallback = self._fallback
+        writer = self._store.writer
         if self._fallback:
-            store.columns, store._dropped = FALLBACK_COLUMNS, ()
+            writer.set_columns(FALLBACK_COLUMNS, fallback=True)
         elif self._columns is not None:
-            store.columns, store._dropped = self._columns, self._dropped
+            writer.set_columns(self._columns, dropped=self._dropped)
+        else:  # no columns came: keep the table's
+            writer.set_columns(self._store.columns, dropped=writer.dropped)
 
 
 class TableFormat(Format):
@@ -254,12 +257,13 @@ class TableFormat(Format):
         left out) goes to :meth:`parse_line`."""
         assert isinstance(store, TableStore)
         buf, start, stop = block
-        if store._dropped or bad_utf8(buf, start, stop):
+        if store.writer.dropped or bad_utf8(buf, start, stop):
             return [("", line) for line in split_block(block)]
         return table_fast_path(block, store.columns)
 
     def parse_line(self, line: bytes, store: Store, skip: Skip) -> tuple[str, bytes, Entry | None]:
         assert isinstance(store, TableStore)
+        writer = store.writer
         try:
             etype, raw = split_event(line)
         except DecodeError:
@@ -272,12 +276,12 @@ class TableFormat(Format):
         else:
             if page.columnDefinitions:
                 columns, dropped, refused = parse_columns(page.columnDefinitions)
-                if store.columns and (columns, dropped) != (store.columns, store._dropped):
+                if store.columns and (columns, dropped) != (store.columns, writer.dropped):
                     raise ResourceExpired(410, "Expired", "the server's table columns changed")
                 if not store.columns:
                     for why in refused:
                         skip(why)
-                store.columns, store._dropped = columns, dropped
+                writer.set_columns(columns, dropped=dropped)
             if etype == "BOOKMARK":
                 rv = page.metadata.resourceVersion
                 if not rv and page.rows:
@@ -285,10 +289,10 @@ class TableFormat(Format):
                 return etype, b'{"metadata":{"resourceVersion":' + orjson.dumps(rv) + b"}}", None
             if not page.rows:
                 return etype, raw, None  # an object event without a row: skipped
-            row = row_bytes(bytes(page.rows[0]), store._dropped)
+            row = row_bytes(bytes(page.rows[0]), writer.dropped)
         if etype == "BOOKMARK":
             return etype, row, None
-        return etype, row, store._prepare(row)
+        return etype, row, writer.prepare(row)
 
     def line_name(self, line: bytes) -> str:
         try:

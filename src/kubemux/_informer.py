@@ -177,7 +177,7 @@ class Informer(Lister):
             last_error=self._last_error,
             last_sync=self._last_sync,
             events_applied=self._events + self._delivered - self._marks,
-            bytes_cached=self.store._bytes,
+            bytes_cached=self.store.writer.sizes().bytes,
             errors_by_type=dict(self._errors),
             watch_started=self._watch_started,
             last_event=self._last_event,
@@ -312,7 +312,7 @@ class Informer(Lister):
         )
         if self._rv:
             params["resourceVersion"] = rv_str(self._rv)
-        apply, on_change, handle = self.store._apply, self._on_change, self._handle_line
+        apply, on_change, handle = self.store.writer.apply, self._on_change, self._handle_line
         clock = time.monotonic
         yield_at = clock() + _MAX_BUSY
         skipped_before = self._skipped
@@ -364,14 +364,14 @@ class Informer(Lister):
         """Apply one watch line (the general path); returns its resourceVersion, or None."""
         if not line.strip():
             return None
-        store = self.store
+        writer = self.store.writer
         entry: Entry | None
         try:
             etype, raw, entry = self._parse(line)
             if etype == "BOOKMARK":
-                rv = store._prepare(raw).resource_version
+                rv = writer.prepare(raw).resource_version
                 if rv:
-                    store.resource_version = rv
+                    writer.set_resource_version(rv)
                     self._marks += 1  # delivered, not an event
                     return rv
                 return None
@@ -389,7 +389,7 @@ class Informer(Lister):
         if not entry.name or not entry.rv:
             self._skip(f"{etype} event without metadata.name/resourceVersion")
             return None
-        change = store._apply(etype, entry)
+        change = writer.apply(etype, entry)
         if change is not None and self._on_change is not None:
             self._on_change(change.type, change.entry, change.old)
         return entry.resource_version

@@ -118,7 +118,7 @@ class Lister:
         store = self.store
         fmt = self.format
         server = self.client.server
-        replacement = Replacement(store)
+        replacement = store.writer.replacement()
         reader = fmt.reader(store, self._skip)
         params = self._base_params()
         limit = s.page_size
@@ -150,7 +150,7 @@ class Lister:
                     raise
                 # the continue token expired mid-list: start over with one full list
                 log.info("%s: continue token expired, listing in one request", self)
-                replacement = Replacement(store)
+                replacement = store.writer.replacement()
                 reader = fmt.reader(store, self._skip)
                 params = self._base_params()
                 tokens.clear()
@@ -220,7 +220,7 @@ class Lister:
         """
         s = self.settings
         store = self.store
-        replacement = Replacement(store)
+        replacement = store.writer.replacement()
         params = self._base_params()
         params.update(
             {

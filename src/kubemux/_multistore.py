@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from ._codec import Entry
 from ._informer_types import View
@@ -45,6 +45,20 @@ class MultiStore(Store):
     @property
     def has_synced(self) -> bool:
         return all(s.has_synced for s in self._parts.values())
+
+    @property
+    def writer(self) -> NoReturn:
+        """A multi-namespace view has no writer of its own: each store has (:attr:`stores`)."""
+        raise TypeError("a MultiStore is written through its stores: store.stores[ns].writer")
+
+    @property
+    def history(self) -> NoReturn:
+        """A multi-namespace view has no history of its own: each store has (:attr:`stores`)."""
+        raise TypeError("a MultiStore has one history per store: store.stores[ns].history")
+
+    def snapshot(self) -> NoReturn:
+        """A multi-namespace view has no single resourceVersion: snapshot each store."""
+        raise TypeError("a MultiStore has no single resourceVersion: snapshot store.stores[ns]")
 
     @property
     def stores(self) -> dict[str, Store]:

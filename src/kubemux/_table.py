@@ -43,7 +43,7 @@ from ._codec import (
 from ._informer_types import View
 from ._pages import PageLayout
 from ._resources import Resource
-from ._store import Store
+from ._store import Store, StoreWriter
 
 __all__ = [
     "FALLBACK_COLUMNS",
@@ -52,6 +52,7 @@ __all__ = [
     "TableColumn",
     "TableRow",
     "TableStore",
+    "TableWriter",
     "decode_table_page",
     "fallback_row",
     "parse_columns",
@@ -383,9 +384,47 @@ class TableStore(Store):
         """Every row (in one namespace, if given), sorted by namespace and name."""
         return [_to_row(e) for e in sorted(self._entries(namespace), key=_entry_key)]
 
+    @property
+    def writer(self) -> TableWriter:
+        """The one way to change this table (see :class:`~kubemux.StoreWriter`), columns
+        included."""
+        writer = self._writer
+        assert isinstance(writer, TableWriter)
+        return writer
+
+    def _make_writer(self) -> StoreWriter:
+        return TableWriter(self)
+
     def _prepare(self, raw: bytes, *, from_list: bool = False) -> Entry:
         # raw is a row as row_bytes writes it: metadata at the top, managedFields dropped
         return decode_entry(raw, drop_managed_fields=True, transform=None, type_prefix=b"")
+
+
+class TableWriter(StoreWriter):
+    """A :class:`~kubemux.StoreWriter` of a :class:`TableStore`: rows, and the columns."""
+
+    __slots__ = ()
+
+    def set_columns(
+        self,
+        columns: tuple[TableColumn, ...],
+        *,
+        dropped: tuple[int, ...] = (),
+        fallback: bool = False,
+    ) -> None:
+        """The server's columns (``dropped``: the indices of column definitions left out,
+        whose cells rows no longer hold; ``fallback``: kubectl's NAME/AGE for a server
+        without Table support)."""
+        store = self._store
+        assert isinstance(store, TableStore)
+        store.columns, store._dropped, store.is_fallback = columns, dropped, fallback
+
+    @property
+    def dropped(self) -> tuple[int, ...]:
+        """The indices of the server's column definitions left out (undecodable)."""
+        store = self._store
+        assert isinstance(store, TableStore)
+        return store._dropped
 
 
 def _entry_key(entry: Entry) -> tuple[str, str]:
