@@ -313,6 +313,7 @@ class Informer(Lister):
         if self._rv:
             params["resourceVersion"] = rv_str(self._rv)
         apply, on_change, handle = self.store.writer.apply, self._on_change, self._handle_line
+        decode = self.format.block_decoder(self.store)  # the hot path, looked up once
         clock = time.monotonic
         yield_at = clock() + _MAX_BUSY
         skipped_before = self._skipped
@@ -326,7 +327,7 @@ class Informer(Lister):
                 self._watch_started = time.time()
                 to_wall = self._watch_started - clock()
                 async for block in blocks:
-                    for etype, item in self._decode(block):
+                    for etype, item in decode(block):
                         if isinstance(item, bytes):  # not an object event as the server writes it
                             new_rv = handle(item)
                             if new_rv is not None:
