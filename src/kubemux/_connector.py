@@ -30,7 +30,6 @@ from ._resources import Resource, known_resource, parse_resource
 from ._served import ServedWatch
 from ._settings import WatchSettings
 from ._store import Store
-from ._table import TableInformer, TableStore
 
 __all__ = ["Connection", "Connector", "HttpConnection", "HttpConnector", "SlotSource"]
 
@@ -173,28 +172,15 @@ class HttpConnection:
         on_change: OnChange,
         on_state: Callable[[], None],
     ) -> SlotSource:
-        informer: Informer
-        if key.view == "table":
-            assert isinstance(store, TableStore)
-            informer = TableInformer(
-                self.client,
-                resource,
-                key,
-                settings=self.settings,
-                store=store,
-                on_change=on_change,
-                on_state=on_state,
-            )
-        else:
-            informer = Informer(
-                self.client,
-                resource,
-                key,
-                settings=self.settings,
-                store=store,
-                on_change=on_change,
-                on_state=on_state,
-            )
+        informer = Informer(  # the format of key.view: objects or the server's rows
+            self.client,
+            resource,
+            key,
+            settings=self.settings,
+            store=store,
+            on_change=on_change,
+            on_state=on_state,
+        )
         informer.wait_served = self.served.wait
         return informer
 
