@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from kubemux import WatcherRegistry
+from kubemux._status import StatusSignal
 
 __all__ = ["TIMEOUT", "wait_until"]
 
@@ -25,7 +26,7 @@ TIMEOUT = 15.0
 async def wait_until(
     predicate: Callable[[], bool | Awaitable[bool]],
     *,
-    registry: WatcherRegistry | None = None,
+    registry: WatcherRegistry | StatusSignal | None = None,
     poll: float | None = None,
     timeout: float = TIMEOUT,  # noqa: ASYNC109 - the one bound, overridable per call
 ) -> None:
@@ -34,7 +35,8 @@ async def wait_until(
     Args:
         predicate: Checked at once, then again at each wakeup; may be async (an HTTP GET).
         registry: Re-check after each of its status changes (``status_version``; taken
-            before each check, so a change between the check and the wait is not missed).
+            before each check, so a change between the check and the wait is not missed);
+            or a bare :class:`StatusSignal` (the lifecycle core's tests).
         poll: Re-check at least this often (seconds): for state that moves without a status
             change (share roles, object counts, other processes). Without ``registry`` it
             defaults to 0.02.
@@ -43,7 +45,7 @@ async def wait_until(
         poll = 0.02
     with anyio.fail_after(timeout):
         while True:
-            version = registry.status_version if registry is not None else 0
+            version = _version(registry)
             result = predicate()
             if inspect.isawaitable(result):
                 result = await result
@@ -54,4 +56,13 @@ async def wait_until(
                 await anyio.sleep(poll)
                 continue
             with anyio.move_on_after(poll if poll is not None else float("inf")):
-                await registry.wait_status_change(version)
+                if isinstance(registry, StatusSignal):
+                    await registry.wait_change(version)
+                else:
+                    await registry.wait_status_change(version)
+
+
+def _version(source: WatcherRegistry | StatusSignal | None) -> int:
+    if source is None:
+        return 0
+    return source.version if isinstance(source, StatusSignal) else source.status_version

@@ -27,13 +27,14 @@ import yaml
 from kubemux.cli import run
 from kubemux.cli._output import TabWriter, cell_text, human_duration
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from kubemux.testing._hostile import HostileServer
+from support import TIMEOUT
 from test_cli import Output
 from test_fake_cluster_kubectl import KUBECTL, kubectl_process, kubectl_result
 
 pytestmark = pytest.mark.skipif(KUBECTL == "kubectl", reason="kubectl 1.32 not found")
 
 TOKEN = "get-token"
-TIMEOUT = 20
 CREATED = (dt.datetime.now(dt.UTC) - dt.timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -118,7 +119,7 @@ def kubeconfig(cluster: FakeCluster, tmp_path: Path) -> Path:
 
 async def kubemux(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    with anyio.fail_after(TIMEOUT):
+    with anyio.fail_after(2 * TIMEOUT):
         code = await run(list(argv), stdout=out, stderr=err)
     return code, out.getvalue(), err.getvalue()
 
@@ -328,6 +329,45 @@ async def test_get_all_across_contexts(cluster: FakeCluster, tmp_path: Path) -> 
     ]
 
 
+async def test_get_a_float_cell_beyond_int64_prints_as_kubectl(
+    cluster: FakeCluster, kubeconfig: Path
+) -> None:
+    """A ``number`` cell of 1e308 (issue 18): printed as kubectl prints it, no traceback."""
+    cluster.add_crd(
+        "example.com",
+        "gauges",
+        "Gauge",
+        printer_columns=[{"name": "Value", "type": "number", "jsonPath": ".spec.value"}],
+    )
+    for name, value in (("huge", 1e308), ("whole", 2.0), ("half", 0.5), ("tiny", -1e300)):
+        obj = {"metadata": {"name": name, "namespace": "default"}, "spec": {"value": value}}
+        cluster.create("gauges.example.com", aged(obj))
+    want = await kubectl_result(kubeconfig, "get", "gauges")
+    got = await kubemux("get", "gauges", "--kubeconfig", str(kubeconfig))
+    assert got == want
+    assert "1e+308" in got[1]
+
+
+async def test_get_all_contexts_with_a_poisoned_row(cluster: FakeCluster, tmp_path: Path) -> None:
+    """A row with a 400-digit cell in one context (issue 18): every context's rows are
+    printed (the number reads as inf) and the command succeeds."""
+    async with HostileServer("hostile-table", poison=("big-number",)) as bad:
+        path = write_kubeconfig(tmp_path / "config", {"fake": cluster, "bad": bad.server})
+        code, out, err = await kubemux(
+            "get", "pods", "-A", "--all-contexts", "--kubeconfig", str(path)
+        )
+    assert code == 0, err
+    rows = [line.split() for line in out.splitlines()[1:]]
+    assert {(r[0], r[2]) for r in rows} >= {
+        ("fake", "web-1"),
+        ("fake", "db-1"),
+        ("bad", "p-0"),
+        ("bad", "big-number"),
+    }
+    big = next(r for r in rows if r[2] == "big-number")
+    assert big[-1] == "inf"
+
+
 async def test_get_json_and_yaml_are_the_objects(kubeconfig: Path) -> None:
     code, out, _ = await kubemux("get", "pods", "-o", "json", "--kubeconfig", str(kubeconfig))
     assert code == 0
@@ -360,14 +400,14 @@ async def test_get_watch_prints_rows_as_kubectl_does(
                 lambda: run(["get", "pods", "-w", "--kubeconfig", str(kubeconfig)], stdout=out)
             )
             kubectl_out = b""
-            with anyio.fail_after(TIMEOUT):
+            with anyio.fail_after(2 * TIMEOUT):
                 while kubectl_out.count(b"\n") < 3:
                     kubectl_out += await proc.stdout.read(4096)
                 await out.wait_for(r"^(.*\n){3}")
             assert out.getvalue() == kubectl_out.decode()  # header and current rows
             cluster.create("pods", make_pod("an-even-longer-name-for-a-new-pod", phase="Pending"))
             cluster.delete("pods", "default", "web-1")
-            with anyio.fail_after(TIMEOUT):
+            with anyio.fail_after(2 * TIMEOUT):
                 while kubectl_out.count(b"\n") < 5:
                     kubectl_out += await proc.stdout.read(4096)
                 await out.wait_for(r"^(.*\n){5}")
@@ -399,12 +439,12 @@ async def test_get_watch_from_nothing_prints_as_kubectl_does(
             tg.start_soon(lambda: run(argv, stdout=out, stderr=err))
             await cluster.wait_for(  # both listed nothing and watch
                 lambda: sum(r.is_watch and r.path == watches for r in cluster.requests) >= 2,
-                timeout=TIMEOUT,
+                timeout=2 * TIMEOUT,
             )
             assert out.getvalue() == err.getvalue() == ""
             cluster.create("pods", make_pod("new-pod", "empty"))
             kubectl_out = b""
-            with anyio.fail_after(TIMEOUT):
+            with anyio.fail_after(2 * TIMEOUT):
                 while kubectl_out.count(b"\n") < 2:
                     kubectl_out += await proc.stdout.read(4096)
             await out.wait_for(r"^(.*\n){2}")
@@ -430,7 +470,7 @@ async def test_get_watch_a_category_of_one_resource(kubeconfig: Path) -> None:
             argv = ["get", "toys", "-w", "--kubeconfig", str(kubeconfig)]
             tg.start_soon(lambda: run(argv, stdout=out))
             kubectl_out = b""
-            with anyio.fail_after(TIMEOUT):
+            with anyio.fail_after(2 * TIMEOUT):
                 while kubectl_out.count(b"\n") < 3:
                     kubectl_out += await proc.stdout.read(4096)
             await out.wait_for(r"^(.*\n){3}")

@@ -10,7 +10,6 @@ import asyncio
 import os
 import random
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +31,8 @@ from kubemux.testing import (
     rewrite_kubeconfig,
     write_kubeconfig,
 )
+from support import TIMEOUT, wait_until
 
-TIMEOUT = 15
 PLUGIN = str(Path(__file__).parent / "plugins" / "gate_exec.py")
 
 
@@ -213,14 +212,12 @@ async def test_autowatched_context_whose_start_failed_is_retried(
     async with WatcherRegistry.from_kubeconfig(
         str(path), autowatch=["pods"], start_backoff=backoff
     ) as registry:
-        with anyio.fail_after(TIMEOUT):
-            while registry.status().contexts["vpn"].state != "backing off":
-                await registry.wait_status_change(registry.status_version)
+        await wait_until(
+            lambda: registry.status().contexts["vpn"].state == "backing off", registry=registry
+        )
         assert "gate closed" in (registry.status().contexts["vpn"].last_error or "")
         gate.touch()
-        with anyio.fail_after(TIMEOUT):
-            while registry.store("vpn", "pods") is None:
-                await registry.wait_status_change(registry.status_version)
+        await wait_until(lambda: registry.store("vpn", "pods") is not None, registry=registry)
         assert len(registry.store("vpn", "pods") or ()) == 10
         assert registry.status().contexts["vpn"].last_error is None
 
@@ -246,7 +243,7 @@ async def test_start_time_limit_ends_a_start_with_a_clear_error(
             if pid_file.exists() and pid_file.read_text():
                 pid = int(pid_file.read_text())
                 # the timed-out start ended the plugin's process group
-                await eventually(lambda: not _alive(pid))
+                await wait_until(lambda: not _alive(pid))
                 _kill(pid)
         assert registry.status().contexts["hang"].state in ("error", "backing off")
         assert registry.live_contexts == []
@@ -274,22 +271,15 @@ async def test_stop_kills_a_hanging_exec_plugin(tmp_path: Path, fake_cluster: Fa
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(pending_watch)
-            await eventually(lambda: pid_file.exists() and bool(pid_file.read_text()))
+            await wait_until(lambda: pid_file.exists() and bool(pid_file.read_text()))
             pid = int(pid_file.read_text())
             assert await registry.stop_watcher("hang") is True
         assert [type(e) for e in outcome] == [ContextRemoved]
         assert registry.live_contexts == []
         try:
-            await eventually(lambda: not _alive(pid))
+            await wait_until(lambda: not _alive(pid))
         finally:
             _kill(pid)
-
-
-async def eventually(predicate: Callable[[], bool]) -> None:
-    """Poll ``predicate`` (for what no event announces: a process ending, a file appearing)."""
-    with anyio.fail_after(TIMEOUT):
-        while not predicate():  # noqa: ASYNC110 - nothing to wait on but the OS
-            await anyio.sleep(0.02)
 
 
 def _kill(pid: int) -> None:
@@ -332,8 +322,10 @@ async def test_closing_with_a_pending_watch_finishes_and_starts_nothing(
 
                 tg.start_soon(pending_watch)
                 await fake_cluster.wait_for(lambda: fake_cluster.open_connections > 0, TIMEOUT)
-                generations_at_close = next(registry._table.numbers)
-            assert next(registry._table.numbers) == generations_at_close + 1  # none made in close
+                generations_at_close = next(registry._generations.numbers)
+            assert (
+                next(registry._generations.numbers) == generations_at_close + 1
+            )  # none made in close
     fake_cluster.unstall()
     assert [type(e) for e in outcome] == [ContextRemoved]
     assert kubemux_tasks() == []

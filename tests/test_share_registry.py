@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from kubemux._table import FALLBACK_COLUMNS, TableStore
 from kubemux.share import Redis
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 from share_support import STARTUP, RedisServer, Replica
+from support import wait_until
 
 pytest.importorskip("redis")
 
@@ -77,28 +78,6 @@ def informer(registry: WatcherRegistry, context: str, resource: str = "pods") ->
     return st
 
 
-async def wait_status(
-    registry: WatcherRegistry,
-    pred: Callable[[], bool],
-    timeout: float = 5.0,  # noqa: ASYNC109
-) -> None:
-    """Until ``pred()``; re-checked on every status change and every 50 ms (share roles and
-    lags move without one)."""
-    with anyio.fail_after(timeout):
-        while not pred():
-            with anyio.move_on_after(0.05):
-                await registry.wait_status_change(registry.status_version)
-
-
-async def until(pred: Callable[[], bool], timeout: float = 5.0) -> None:  # noqa: ASYNC109
-    """Until ``pred()`` (state outside this process: Redis), checked every 20 ms."""
-    with anyio.fail_after(timeout):
-        while True:
-            if pred():
-                return
-            await anyio.sleep(0.02)
-
-
 def redis_objects(redis: RedisServer) -> bytes:
     """Every object hash's content, raw."""
     keys = redis.command("KEYS", "t:*:objs").split(b"\r\n")
@@ -132,7 +111,9 @@ async def test_roles_lag_and_stale_in_status_and_follow_only(
             await cluster.wait_for(lambda: cluster.open_watches == 1)
             assert lists(cluster) == 1
             cluster.create("pods", make_pod("late"))
-            await wait_status(follow, lambda: fstore.get("default", "late") is not None)
+            await wait_until(
+                lambda: fstore.get("default", "late") is not None, registry=follow, poll=0.05
+            )
             fst = informer(follow, "fake")
             assert fst.share_lag is not None and 0 <= fst.share_lag < 5
             assert fst.stale_since is None and fst.objects == 51 and fst.has_synced
@@ -167,7 +148,7 @@ async def test_secrets_stay_local_and_the_review_fallback(
             assert informer(registry, "fake", "pods").share_role == "leader"
             assert lease_keys(redis_server).startswith(b"*1\r\n")  # pods only
             assert b"s1" not in redis_server.command("KEYS", "*")
-            await until(lambda: b"p1" in redis_objects(redis_server))
+            await wait_until(lambda: b"p1" in redis_objects(redis_server))
             assert b"s1" not in redis_objects(redis_server)
         posts = [r.path for r in c.requests if r.method == "POST"]
         assert posts == [  # as kubectl auth whoami, every version, once per generation
@@ -186,7 +167,9 @@ async def test_idle_context_releases_its_leadership(
     async with registry:
         await registry.watch("fake", "pods")
         assert lease_keys(redis_server).startswith(b"*1\r\n")
-        await wait_status(registry, lambda: not registry.live_contexts, timeout=10)
+        await wait_until(
+            lambda: not registry.live_contexts, registry=registry, poll=0.05, timeout=10
+        )
         assert lease_keys(redis_server) == b"*0\r\n"  # released, not left to expire
         assert cluster.open_watches == 0
 
@@ -563,10 +546,12 @@ async def test_table_views_are_shared_with_their_columns(
             assert all(c.priority == 0 for c in ftable.columns[:5])
 
         cluster.create("pods", make_pod("late"))
-        await wait_status(follow, lambda: ftable.row("default", "late") is not None)
+        await wait_until(
+            lambda: ftable.row("default", "late") is not None, registry=follow, poll=0.05
+        )
         assert ftable.row("default", "late") == ltable.row("default", "late")
         cluster.delete("pods", "default", "web-3")
-        await wait_status(follow, lambda: ftable.row("default", "web-3") is None)
+        await wait_until(lambda: ftable.row("default", "web-3") is None, registry=follow, poll=0.05)
         assert cells(ftable) == cells(ltable)
         assert cluster.open_watches == 1 and table_requests(cluster) == (1, 1)
 
@@ -622,13 +607,14 @@ async def test_followers_get_new_printer_columns_after_the_leader_relists(
             assert (change.type, change.name) == ("ADDED", "w2")
             assert change.object is not None and change.object["cells"] == ["w2", 5, "red"]
             assert [c.name for c in ftable.columns] == ["Name", "Size", "Color"]
-        await wait_status(
-            follow,
+        await wait_until(
             lambda: (
                 [c.name for c in ftable.columns] == ["Name", "Size", "Color"]
                 and len(ftable) == 2
                 and all(len(r.cells) == 3 for r in ftable.rows())
             ),
+            registry=follow,
+            poll=0.05,
             timeout=10,
         )
         assert ftable.columns == ltable.columns
@@ -650,13 +636,14 @@ async def test_followers_get_new_printer_columns_after_the_leader_relists(
         cluster.update("customresourcedefinitions", crd)
         cluster.compact()  # the leader's next watch gets a 410: it relists
         cluster.drop_watches()
-        await wait_status(
-            follow,
+        await wait_until(
             lambda: (
                 [c.name for c in ftable.columns] == ["Name", "Color"]
                 and cells(ftable)
                 == [("default", "w1", ("w1", None)), ("default", "w2", ("w2", "red"))]
             ),
+            registry=follow,
+            poll=0.05,
             timeout=10,
         )
         assert ftable.columns == ltable.columns
@@ -679,8 +666,10 @@ async def test_dashboard_like_registries_autowatch_one_shared_table(
     ]
     async with regs[0], regs[1]:
         for reg in regs:
-            await wait_status(
-                reg, lambda reg=reg: reg.store("fake", "pods", view="table") is not None
+            await wait_until(
+                lambda reg=reg: reg.store("fake", "pods", view="table") is not None,
+                registry=reg,
+                poll=0.05,
             )
         tables = [reg.store("fake", "pods", view="table") for reg in regs]
         assert all(isinstance(t, TableStore) and len(t) == 50 for t in tables)

@@ -15,6 +15,7 @@ from ._errors import ContextRemoved as ContextRemoved
 from ._errors import CredentialError as CredentialError
 from ._errors import Forbidden as Forbidden
 from ._errors import InternalError as InternalError
+from ._errors import InvalidContext as InvalidContext
 from ._errors import KubeconfigError as KubeconfigError
 from ._errors import KubemuxError as KubemuxError
 from ._errors import NotSynced as NotSynced
@@ -26,6 +27,7 @@ from ._errors import ResponseTooLarge as ResponseTooLarge
 from ._errors import ServerTimeout as ServerTimeout
 from ._errors import StartTimeout as StartTimeout
 from ._errors import SubscriberOverflow as SubscriberOverflow
+from ._errors import TooManyOpenFiles as TooManyOpenFiles
 from ._errors import Unauthorized as Unauthorized
 from ._errors import UnknownResource as UnknownResource
 from ._event_index import EventIndex as EventIndex
@@ -34,6 +36,7 @@ from ._fanout import Change as Change
 from ._fanout import Subscription as Subscription
 from ._informer_types import InformerState as InformerState
 from ._informer_types import InformerStatus as InformerStatus
+from ._informer_types import View as View
 from ._kubeconfig import ContextConfig as ContextConfig
 from ._kubeconfig import KubeconfigSnapshot as KubeconfigSnapshot
 from ._kubeconfig import load_kubeconfig as load_kubeconfig
@@ -45,13 +48,19 @@ from ._registry import WatcherRegistry as WatcherRegistry
 from ._resources import Resource as Resource
 from ._resources import parse_resource as parse_resource
 from ._resources import register_resource as register_resource
+from ._runtime import raise_fd_limit as raise_fd_limit
 from ._settings import Backoff as Backoff
 from ._settings import WatchSettings as WatchSettings
 from ._status import ContextState as ContextState
 from ._status import ContextStatus as ContextStatus
 from ._status import RegistryStatus as RegistryStatus
+from ._store import EventHistory as EventHistory
+from ._store import HistoryEvent as HistoryEvent
 from ._store import Indexer as Indexer
 from ._store import Store as Store
+from ._store import StoreSizes as StoreSizes
+from ._store import StoreSnapshot as StoreSnapshot
+from ._store import StoreWriter as StoreWriter
 from ._store import Transform as Transform
 from ._store import by_label as by_label
 from ._store import by_owner as by_owner
@@ -59,6 +68,7 @@ from ._store import drop_managed_fields as drop_managed_fields
 from ._table import TableColumn as TableColumn
 from ._table import TableRow as TableRow
 from ._table import TableStore as TableStore
+from ._table import TableWriter as TableWriter
 
 __version__ = "0.1.0"
 
@@ -76,13 +86,16 @@ __all__ = [
     "CredentialError",
     "CredentialPool",
     "CredentialStatus",
+    "EventHistory",
     "EventIndex",
     "EventIndexStatistics",
     "Forbidden",
+    "HistoryEvent",
     "Indexer",
     "InformerState",
     "InformerStatus",
     "InternalError",
+    "InvalidContext",
     "KubeconfigError",
     "KubeconfigSnapshot",
     "KubeconfigSource",
@@ -100,14 +113,20 @@ __all__ = [
     "ServerTimeout",
     "StartTimeout",
     "Store",
+    "StoreSizes",
+    "StoreSnapshot",
+    "StoreWriter",
     "SubscriberOverflow",
     "Subscription",
     "TableColumn",
     "TableRow",
     "TableStore",
+    "TableWriter",
+    "TooManyOpenFiles",
     "Transform",
     "Unauthorized",
     "UnknownResource",
+    "View",
     "WatchSettings",
     "WatcherRegistry",
     "by_label",
@@ -115,5 +134,6 @@ __all__ = [
     "drop_managed_fields",
     "load_kubeconfig",
     "parse_resource",
+    "raise_fd_limit",
     "register_resource",
 ]

@@ -20,6 +20,7 @@ import anyio.lowlevel
 from ._auth_provider import Credential, CredentialProvider, note_interrupted
 from ._errors import CredentialError, KubeconfigError
 from ._redact import redact_text, terminal_safe
+from ._transport import fd_exhaustion, too_many_open_files
 
 __all__ = ["EXEC_TIMEOUT", "ExecProvider"]
 
@@ -109,6 +110,10 @@ class ExecProvider(CredentialProvider):
         except _PluginStopped as exc:
             raise CredentialError(f"{self.source} {exc}{_stderr_tail(run.err)}") from None
         except OSError as exc:
+            errno_ = fd_exhaustion(exc)
+            if errno_ is not None:  # no descriptor left for its pipes: say so, not "not found"
+                error = too_many_open_files(self.source, "could not be started", errno_)
+                raise CredentialError(str(error)) from exc
             hint = f"; {self.install_hint}" if self.install_hint else ""
             raise CredentialError(f"{self.source} could not be started: {exc}{hint}") from exc
         except anyio.get_cancelled_exc_class():

@@ -143,7 +143,7 @@ class _Follower(_SlotBase):
             sent = math.nan
         if math.isfinite(sent):
             self.lag = min(max(0.0, now - sent), 86400.0)
-        change = self.store._apply(etype, entry)
+        change = self.store.writer.apply(etype, entry)
         self.events += 1
         if change is not None:
             self._emit(change.type, change.entry, change.old)
@@ -209,7 +209,7 @@ class _Follower(_SlotBase):
             if columns is None:
                 return False
         store = self.store
-        replacement = Replacement(store)
+        replacement = store.writer.replacement()
         entry_of = self.values.entry
         skipped = 0
         for i, (field, value) in enumerate(objs.items()):
@@ -263,7 +263,7 @@ class _Follower(_SlotBase):
             ns, name = field_key(field)
         except SkippedValue:
             return
-        old = self.store._get(ns, name)
+        old = self.store.writer.entry(ns, name)
         if old is not None:
             replacement.add(old)
 
