@@ -112,6 +112,7 @@ class ApiState:
         self.discovery_overrides: dict[tuple[str, bool], Mapping[str, Any]] = {}
         self.requests: list[RecordedRequest] = []
         self.logs = LogBook()
+        self.port_targets: dict[int, tuple[str, int]] = {}  # pods/portforward: port -> address
         self.watches: set[Watch] = set()
         self.faults: list[Fault] = []
         self.stalled = False

@@ -11,9 +11,9 @@ arguments; ``cat`` copies stdin to stdout until stdin ends; ``true``; ``false`` 
 ``sh -c 'exit N'``; anything else fails as a missing executable does. With ``tty=true`` line
 ends are written ``\\r\\n`` and stderr is merged into stdout, as a terminal does. ``attach``
 streams the lines appended to the container's log from then on (and echoes stdin) until the
-pod goes away or the client leaves. ``portforward`` is not served: kubectl 1.32 tunnels SPDY
-inside its WebSocket (``SPDY/3.1+portforward.k8s.io``), which this fake does not speak (400).
-A request without a WebSocket upgrade (kubectl's SPDY fallback) gets 400 too.
+pod goes away or the client leaves. ``portforward`` (SPDY/3.1 inside the WebSocket) is
+served by ``_pod_forward``. A request without a WebSocket upgrade (kubectl's SPDY fallback)
+gets 400.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from aiohttp import WSMsgType, hdrs, web
 
 from ._api_state import ApiState
 from ._log_book import ContainerLog
+from ._pod_forward import serve_tunnel
 from ._pod_logs import pick_container
 from ._protocol import BadRequest
 from ._resource_state import ResourceState
@@ -154,17 +155,13 @@ async def serve_stream(
     name: str,
     sub: str,
 ) -> web.StreamResponse:
-    """``exec`` / ``attach`` (``portforward``: 400) of one pod over WebSocket."""
+    """``exec`` / ``attach`` / ``portforward`` of one pod over WebSocket."""
     stored = state.objects.get((namespace, name))
     if stored is None:
         return status_response(
             404, "NotFound", f'pods "{name}" not found', details={"name": name, "kind": "pods"}
         )
     pod = stored.obj
-    if sub == "portforward":
-        return status_response(
-            400, "BadRequest", "port-forward is not served by FakeCluster (kubectl tunnels SPDY)"
-        )
     query = dict(request.query.items())
     container = pick_container(pod, query.get("container"))
     phase = (pod.get("status") or {}).get("phase")
@@ -172,7 +169,11 @@ async def serve_stream(
         raise BadRequest(
             f"cannot {sub} into a container in a completed pod; current phase is {phase}"
         )
-    if request.headers.get(hdrs.UPGRADE, "").lower() != "websocket":
+    upgrade = request.headers.get(hdrs.UPGRADE, "").lower()
+    if sub == "portforward" and upgrade == "websocket":
+        uid = str(pod["metadata"].get("uid", ""))
+        return await serve_tunnel(request, api.port_targets, name, uid)
+    if upgrade != "websocket":
         raise BadRequest("Upgrade request required")
     command = request.query.getall("command", []) if sub == "exec" else []
     if sub == "exec" and not command:
