@@ -238,7 +238,7 @@ async def test_a_huge_frame_ends_the_tunnel_with_a_goaway(plain: FakeCluster) ->
         frame = await other.frame()
         assert frame is not None and frame.kind == PING and frame.value == 5
         await other.ws.close()
-    await plain.wait_for(lambda: plain.open_connections == 0, timeout=TIMEOUT)
+    await plain.wait_for(lambda: plain.open_upgrades == 0, timeout=TIMEOUT)
 
 
 # ---------------------------------------------------------------------- real kubectl
@@ -262,8 +262,9 @@ async def test_kubectl_port_forward_round_trips_bytes(cluster: FakeCluster, tmp_
                     tg.start_soon(one, i)
             assert sorted(results) == sorted(b"%d" % i * 1000 for i in range(5))
             assert forward.stdout.startswith("Forwarding from 127.0.0.1:")
+            assert cluster.open_upgrades == 1
         assert forward.proc.returncode is not None  # kubectl ended; so did the tunnel
-    await cluster.wait_for(lambda: cluster.open_connections == 0, timeout=TIMEOUT)
+    await cluster.wait_for(lambda: cluster.open_upgrades == 0, timeout=TIMEOUT)
     tunnels = [r for r in cluster.requests if r.subresource == "portforward"]
     assert len(tunnels) == 1  # one WebSocket for every connection
     assert "Handling connection for" in forward.stdout

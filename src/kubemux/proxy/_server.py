@@ -45,6 +45,7 @@ import yaml
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from .._registry import WatcherRegistry
 from ._app import ProxySettings, create_app
@@ -177,6 +178,25 @@ def _http_protocol(header_timeout: float, max_header_bytes: int) -> type[HttpToo
     return GuardedHttp
 
 
+class _WebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's websockets protocol, taking the subprotocols kubectl offers.
+
+    kubectl's port-forward offers ``SPDY/3.1+portforward.k8s.io``, which is not an RFC 7230
+    token (the ``/``): the websockets library refuses the handshake (400, "invalid
+    Sec-WebSocket-Protocol header") and kubectl falls back to SPDY. uvicorn splits the
+    header on commas itself for the app, and the app answers with the subprotocol the API
+    server chose, so the library's own negotiation is switched off.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.conn.process_subprotocol = _no_subprotocol  # type: ignore[method-assign]
+
+
+def _no_subprotocol(headers: object) -> None:
+    return None
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server, with an event set once it listens."""
 
@@ -297,7 +317,7 @@ class ProxyServer:
         config = uvicorn.Config(
             self._guarded,
             http=_http_protocol(self._header_timeout, self._max_header_bytes),
-            ws="websockets-sansio",
+            ws=_WebSocketProtocol,
             ws_per_message_deflate=False,
             lifespan="off",
             log_level=self._log_level,

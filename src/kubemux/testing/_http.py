@@ -257,7 +257,12 @@ class ApiServer(ApiState):
         if pods and sub in ("exec", "attach", "portforward") and namespace is not None:
             if method not in ("GET", "POST"):
                 return method_not_allowed()
-            return await serve_stream(self, request, state, namespace, name, sub)
+            self.upgrades += 1
+            try:
+                return await serve_stream(self, request, state, namespace, name, sub)
+            finally:
+                self.upgrades -= 1
+                self.notify()
         return not_found()
 
     # ------------------------------------------------------------------ discovery
