@@ -3,6 +3,8 @@ real kubectl 1.32 forwarding bytes through it (skipped where kubectl is not inst
 
 from __future__ import annotations
 
+import asyncio
+import os
 import struct
 import zlib
 from collections.abc import AsyncIterator
@@ -282,3 +284,113 @@ async def test_kubectl_port_forward_to_a_closed_port_reports_the_kubelets_error(
     assert code != 0
     assert "error forwarding port 8080 to pod web-1" in forward.stderr
     assert "lost connection to pod" in forward.stderr
+
+
+# ---------------------------------------------------------------------- plain SPDY upgrades
+SPDY_ENV = {
+    "KUBECTL_PORT_FORWARD_WEBSOCKETS": "false",
+    "KUBECTL_REMOTE_COMMAND_WEBSOCKETS": "false",
+}
+
+
+async def _raw_upgrade(
+    fake: FakeCluster, path: str, protocol: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", fake.port)
+    writer.write(
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+        f"Upgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: {protocol}\r\n"
+        "Content-Length: 0\r\n\r\n".encode()
+    )
+    with anyio.fail_after(TIMEOUT):
+        head = await reader.readuntil(b"\r\n\r\n")
+    return reader, writer, head
+
+
+async def test_a_plain_spdy_upgrade_negotiates_the_protocol(plain: FakeCluster) -> None:
+    path = "/api/v1/namespaces/default/pods/web-1/portforward"
+    reader, writer, head = await _raw_upgrade(plain, path, "portforward.k8s.io")
+    assert head.startswith(b"HTTP/1.1 101 Switching Protocols\r\n")
+    assert b"X-Stream-Protocol-Version: portforward.k8s.io\r\n" in head
+    assert b"Transfer-Encoding" not in head and b"Content-Length" not in head
+    writer.write(encode_ping(9) + struct.pack("!II", 1, 0xFFFFFF))  # then a 16 MiB frame
+    with anyio.fail_after(TIMEOUT):
+        rest = await reader.read()  # a PING back, a GOAWAY, the end
+    frames = FrameReader().feed(rest)
+    assert [(f.kind, f.value) for f in frames] == [(PING, 9), (GOAWAY, 0)]
+    writer.close()
+    reader, writer, head = await _raw_upgrade(plain, path, "v4.channel.k8s.io")
+    assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    with anyio.fail_after(TIMEOUT):
+        body = await reader.readexactly(length)
+    assert b"unable to negotiate protocol: client supports [v4.channel.k8s.io]" in body
+    writer.close()
+    await plain.wait_for(lambda: plain.open_upgrades == 0, timeout=TIMEOUT)
+
+
+@needs_kubectl
+async def test_kubectl_port_forward_over_plain_spdy(cluster: FakeCluster, tmp_path: Path) -> None:
+    assert KUBECTL is not None
+    kubeconfig = write_kubeconfig(tmp_path / "config", {"pf": cluster})
+    async with echo_server() as port:
+        cluster.forward_port(80, ("127.0.0.1", port))
+        async with port_forward(KUBECTL, kubeconfig, "pod/web-1", "0:80", env=SPDY_ENV) as forward:
+            for size in (3, 300_000):
+                assert await round_trip(forward.port, b"s" * size) == b"s" * size
+            assert cluster.open_upgrades == 1
+    await cluster.wait_for(lambda: cluster.open_upgrades == 0, timeout=TIMEOUT)
+    assert [r.method for r in cluster.requests if r.subresource == "portforward"] == ["POST"]
+
+
+async def kubectl_exec(
+    kubeconfig: Path, *args: str, stdin: bytes = b"", env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    assert KUBECTL is not None
+    proc = await asyncio.create_subprocess_exec(
+        KUBECTL,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--cache-dir",
+        str(kubeconfig.parent / "cache"),
+        "exec",
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        with anyio.fail_after(TIMEOUT):
+            out, err = await proc.communicate(stdin)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+EXECS = [
+    (("web-1", "--", "echo", "hi", "there"), b"", (0, "hi there\n", "")),
+    (("-i", "web-1", "--", "cat"), b"from stdin\n", (0, "from stdin\n", "")),
+    (("web-1", "--", "false"), b"", (1, "", "command terminated with exit code 1\n")),
+    (("web-1", "--", "sh", "-c", "exit 7"), b"", (7, "", "command terminated with exit code 7\n")),
+]
+
+
+@needs_kubectl
+async def test_kubectl_exec_over_plain_spdy_matches_websocket(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "config", {"pf": cluster})
+    for args, stdin, expected in EXECS:
+        over_spdy = await kubectl_exec(kubeconfig, *args, stdin=stdin, env=SPDY_ENV)
+        assert over_spdy == expected, args
+        assert await kubectl_exec(kubeconfig, *args, stdin=stdin) == expected, args
+    code, _, err = await kubectl_exec(kubeconfig, "web-1", "--", "nosuch", env=SPDY_ENV)
+    assert code == 1 and 'exec: "nosuch": executable file not found in $PATH' in err
+    methods = [r.method for r in cluster.requests if r.subresource == "exec"]
+    assert methods.count("POST") == len(EXECS) + 1  # the SPDY upgrades
+    assert methods.count("GET") == len(EXECS)  # the WebSockets
+    await cluster.wait_for(lambda: cluster.open_upgrades == 0, timeout=TIMEOUT)

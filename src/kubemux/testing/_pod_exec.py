@@ -12,8 +12,8 @@ arguments; ``cat`` copies stdin to stdout until stdin ends; ``true``; ``false`` 
 ends are written ``\\r\\n`` and stderr is merged into stdout, as a terminal does. ``attach``
 streams the lines appended to the container's log from then on (and echoes stdin) until the
 pod goes away or the client leaves. ``portforward`` (SPDY/3.1 inside the WebSocket) is
-served by ``_pod_forward``. A request without a WebSocket upgrade (kubectl's SPDY fallback)
-gets 400.
+served by ``_pod_forward``; ``Upgrade: SPDY/3.1`` (kubectl's SPDY path) of exec and
+port-forward by ``_pod_spdy``. Any other request gets 400 (attach over SPDY too).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from ._protocol import BadRequest
 from ._resource_state import ResourceState
 from ._responses import status_response
 
-__all__ = ["PROTOCOLS", "run_command", "serve_stream"]
+__all__ = ["PROTOCOLS", "exec_status", "missing_status", "run_command", "serve_stream"]
 
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 STDIN, STDOUT, STDERR, STATUS, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
@@ -75,7 +75,7 @@ def run_command(command: list[str]) -> tuple[bytes, bytes, int] | None:
     raise FileNotFoundError(program)
 
 
-def _status(code: int, command: list[str]) -> bytes:
+def exec_status(code: int, command: list[str]) -> bytes:
     if code == 0:
         return orjson.dumps({"metadata": {}, "status": "Success"})
     return orjson.dumps(
@@ -92,7 +92,7 @@ def _status(code: int, command: list[str]) -> bytes:
     )
 
 
-def _missing(program: str) -> bytes:
+def missing_status(program: str) -> bytes:
     message = (
         "Internal error occurred: error executing command in container: failed to exec in container: failed to start "
         f"exec: OCI runtime exec failed: exec failed: unable to start container process: exec: "
@@ -170,14 +170,20 @@ async def serve_stream(
             f"cannot {sub} into a container in a completed pod; current phase is {phase}"
         )
     upgrade = request.headers.get(hdrs.UPGRADE, "").lower()
+    uid = str(pod["metadata"].get("uid", ""))
+    command = request.query.getall("command", []) if sub == "exec" else []
+    if sub == "exec" and not command and upgrade in ("websocket", "spdy/3.1"):
+        raise BadRequest("you must specify at least 1 command")
     if sub == "portforward" and upgrade == "websocket":
-        uid = str(pod["metadata"].get("uid", ""))
         return await serve_tunnel(request, api.port_targets, name, uid)
+    if sub != "attach" and upgrade == "spdy/3.1":
+        from ._pod_spdy import serve_spdy  # it imports this module's commands
+
+        return await serve_spdy(
+            request, sub, targets=api.port_targets, pod=name, uid=uid, command=command
+        )
     if upgrade != "websocket":
         raise BadRequest("Upgrade request required")
-    command = request.query.getall("command", []) if sub == "exec" else []
-    if sub == "exec" and not command:
-        raise BadRequest("you must specify at least 1 command")
     ws = web.WebSocketResponse(protocols=PROTOCOLS, autoping=True)
     await ws.prepare(request)
     session = _Session(ws, tty=_flag(query, "tty"), v5=ws.ws_protocol == PROTOCOLS[0])
@@ -185,7 +191,6 @@ async def serve_stream(
         if sub == "exec":
             await _exec(session, command, stdin=_flag(query, "stdin"))
         else:
-            uid = str(pod["metadata"].get("uid", ""))
             await _attach(
                 api, session, state, (namespace, name), uid, container, _flag(query, "stdin")
             )
@@ -201,13 +206,13 @@ async def _exec(session: _Session, command: list[str], *, stdin: bool) -> None:
     try:
         result = run_command(command)
     except FileNotFoundError as exc:
-        await session.send(STATUS, _missing(str(exc)))
+        await session.send(STATUS, missing_status(str(exc)))
         return
     if result is not None:
         out, err, code = result
         await session.send(STDOUT, out)
         await session.send(STDERR, err)
-        await session.send(STATUS, _status(code, command))
+        await session.send(STATUS, exec_status(code, command))
         return
     received = 0  # cat: stdin back to stdout
     while stdin:
@@ -216,10 +221,10 @@ async def _exec(session: _Session, command: list[str], *, stdin: bool) -> None:
             break
         received += len(data)
         if received > _MAX_STDIN:
-            await session.send(STATUS, _status(1, command))
+            await session.send(STATUS, exec_status(1, command))
             return
         await session.send(STDOUT, data)
-    await session.send(STATUS, _status(0, command))
+    await session.send(STATUS, exec_status(0, command))
 
 
 async def _attach(
@@ -255,4 +260,4 @@ async def _attach(
             await api.wait_changed(1.0)
         tg.cancel_scope.cancel()
         if not session.ws.closed:
-            await session.send(STATUS, _status(0, []))
+            await session.send(STATUS, exec_status(0, []))

@@ -101,7 +101,17 @@ DICTIONARY = _dictionary()
 
 
 class SpdyError(Exception):
-    """A SPDY protocol error: the connection ends with a GOAWAY."""
+    """A SPDY protocol error: the connection ends with a GOAWAY.
+
+    Attributes:
+        frames: The frames complete before the error (to handle before the GOAWAY).
+    """
+
+    frames: list[Frame]
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.frames = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +147,14 @@ class FrameReader:
         """
         self._buffer += data
         frames: list[Frame] = []
+        try:
+            self._parse(frames)
+        except SpdyError as exc:
+            exc.frames = frames
+            raise
+        return frames
+
+    def _parse(self, frames: list[Frame]) -> None:
         while len(self._buffer) >= 8:
             first, second = struct.unpack_from("!II", self._buffer)
             length = second & 0xFFFFFF
@@ -159,7 +177,6 @@ class FrameReader:
             frame = self._control(kind, flags, payload)
             if frame is not None:
                 frames.append(frame)
-        return frames
 
     def _control(self, kind: int, flags: int, payload: bytes) -> Frame | None:
         def word(offset: int) -> int:
@@ -389,6 +406,19 @@ class SpdyConnection:
             self.streams.pop(stream.id, None)
             stream.discard()
 
+    async def goaway(self, drain_timeout: float = 5.0) -> None:
+        """Say no more streams will be served (GOAWAY), then end the connection once the
+        client closes it, or after ``drain_timeout`` seconds (closing at once could reset
+        the connection before the client has read the end of the data)."""
+        await self.write(encode_goaway(self.last_stream, GOAWAY_OK))
+        if self.task_group is not None:
+            self.task_group.start_soon(self._stop_after, drain_timeout)
+
+    async def _stop_after(self, delay: float) -> None:
+        await anyio.sleep(delay)
+        if self.task_group is not None:
+            self.task_group.cancel_scope.cancel("the SPDY connection drained")
+
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
             self.task_group = tg
@@ -406,15 +436,18 @@ class SpdyConnection:
             data = await self._receive()
             if data is None:
                 return
+            error: SpdyError | None = None
             try:
                 frames = self.reader.feed(data)
             except SpdyError as exc:
-                log.info("ending a SPDY connection: %s", exc)
-                await self.write(encode_goaway(self.last_stream, GOAWAY_PROTOCOL_ERROR))
-                return
+                frames, error = exc.frames, exc
             for frame in frames:
                 if not await self._handle(frame):
                     return
+            if error is not None:
+                log.info("ending a SPDY connection: %s", error)
+                await self.write(encode_goaway(self.last_stream, GOAWAY_PROTOCOL_ERROR))
+                return
 
     async def _handle(self, frame: Frame) -> bool:
         kind = frame.kind
