@@ -9,7 +9,7 @@ than kube-apiserver, and must not be what is measured. Then it LISTs the N pods 
 through the informer's paginated LIST (server included, 500 per page).
 
   store: Informer -> Store (objects, managedFields dropped), the registry's default view
-  table: TableInformer -> TableStore (server cells + metadata, managedFields dropped)
+  table: Informer (table format) -> TableStore (server cells + metadata, managedFields dropped)
 
 The same bytes are then served again over HTTP by a replay server in its own process, cut
 into 2 KiB chunks as Go's net/http cuts a watch stream, and read by the real client
@@ -99,20 +99,20 @@ async def peer(kind: str, url: str, rv: str, n: int) -> dict[str, Any]:
     from kubemux import Store, WatchSettings, parse_resource
     from kubemux._client import open_client
     from kubemux._informer import Informer, InformerKey
-    from kubemux._table import TABLE_ACCEPT, TableInformer, TableStore
+    from kubemux._table import TABLE_ACCEPT, TableStore
 
     pods = parse_resource("pods")
     settings = WatchSettings(streaming_list=False)
     table_view = kind == "table"
     store_cls: Any = TableStore if table_view else Store
-    cls: Any = TableInformer if table_view else Informer
+    key = InformerKey("pods", view="table" if table_view else "objects")
     async with open_client(_context(url)) as client:
         # memory first, in a fresh process: the paginated LIST (server included, timed too)
         listed = store_cls(pods)
         gc.collect()
         base = rss()
         t1 = time.perf_counter()
-        await cls(client, pods, InformerKey("pods"), settings=settings, store=listed)._list()
+        await Informer(client, pods, key, settings=settings, store=listed)._list()
         list_seconds = time.perf_counter() - t1
         gc.collect()
         per_object = (rss() - base) / len(listed)
@@ -131,10 +131,10 @@ async def peer(kind: str, url: str, rv: str, n: int) -> dict[str, Any]:
             if count >= n:
                 done.set()
 
-        informer = cls(
+        informer = Informer(
             client,
             pods,
-            InformerKey("pods"),
+            key,
             settings=settings,
             store=store_cls(pods),
             on_change=on_change,
@@ -165,10 +165,10 @@ async def peer(kind: str, url: str, rv: str, n: int) -> dict[str, Any]:
         async with open_client(_context(replay_url)) as replay_client:
             count = 0
             done = anyio.Event()
-            informer = cls(
+            informer = Informer(
                 replay_client,
                 pods,
-                InformerKey("pods"),
+                key,
                 settings=settings,
                 store=store_cls(pods),
                 on_change=on_change,

@@ -27,6 +27,7 @@ import yaml
 from kubemux.cli import run
 from kubemux.cli._output import TabWriter, cell_text, human_duration
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from kubemux.testing._hostile import HostileServer
 from test_cli import Output
 from test_fake_cluster_kubectl import KUBECTL, kubectl_process, kubectl_result
 
@@ -326,6 +327,45 @@ async def test_get_all_across_contexts(cluster: FakeCluster, tmp_path: Path) -> 
         "pod/a-much-longer-pod-name",
         "pod/web-1",
     ]
+
+
+async def test_get_a_float_cell_beyond_int64_prints_as_kubectl(
+    cluster: FakeCluster, kubeconfig: Path
+) -> None:
+    """A ``number`` cell of 1e308 (issue 18): printed as kubectl prints it, no traceback."""
+    cluster.add_crd(
+        "example.com",
+        "gauges",
+        "Gauge",
+        printer_columns=[{"name": "Value", "type": "number", "jsonPath": ".spec.value"}],
+    )
+    for name, value in (("huge", 1e308), ("whole", 2.0), ("half", 0.5), ("tiny", -1e300)):
+        obj = {"metadata": {"name": name, "namespace": "default"}, "spec": {"value": value}}
+        cluster.create("gauges.example.com", aged(obj))
+    want = await kubectl_result(kubeconfig, "get", "gauges")
+    got = await kubemux("get", "gauges", "--kubeconfig", str(kubeconfig))
+    assert got == want
+    assert "1e+308" in got[1]
+
+
+async def test_get_all_contexts_with_a_poisoned_row(cluster: FakeCluster, tmp_path: Path) -> None:
+    """A row with a 400-digit cell in one context (issue 18): every context's rows are
+    printed (the number reads as inf) and the command succeeds."""
+    async with HostileServer("hostile-table", poison=("big-number",)) as bad:
+        path = write_kubeconfig(tmp_path / "config", {"fake": cluster, "bad": bad.server})
+        code, out, err = await kubemux(
+            "get", "pods", "-A", "--all-contexts", "--kubeconfig", str(path)
+        )
+    assert code == 0, err
+    rows = [line.split() for line in out.splitlines()[1:]]
+    assert {(r[0], r[2]) for r in rows} >= {
+        ("fake", "web-1"),
+        ("fake", "db-1"),
+        ("bad", "p-0"),
+        ("bad", "big-number"),
+    }
+    big = next(r for r in rows if r[2] == "big-number")
+    assert big[-1] == "inf"
 
 
 async def test_get_json_and_yaml_are_the_objects(kubeconfig: Path) -> None:

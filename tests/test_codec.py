@@ -10,9 +10,12 @@ import pytest
 from kubemux._codec import (
     Entry,
     PinnedEntry,
+    UndecodableObject,
+    check_readable,
     compact_rv,
     decode_block,
     decode_entry,
+    decode_raw,
     foreign_entry,
     pinned_entry,
     raw_resource_version,
@@ -222,6 +225,39 @@ def test_bytes_from_elsewhere_are_checked_and_pinned_when_they_disagree() -> Non
     pinned = foreign_entry("default", "p", "10", raw)
     assert type(pinned) is PinnedEntry
     assert (pinned.rv, pinned.resource_version) == (10, "10")
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (b'{"metadata":{"name":"p"},"x":"\xff"}', "not valid UTF-8"),
+        (b'{"metadata":{"name":"p"},"x":' + b"[" * 2000 + b"]" * 2000 + b"}", "nested too deep"),
+        (b"[1,2,3]", "not a JSON object"),
+        (b'{"metadata":{"name":"p"}', "not a JSON object"),
+        (b'{"metadata":5}', "not a JSON object"),
+    ],
+    ids=["utf-8", "deep", "array", "truncated", "metadata"],
+)
+def test_bytes_from_elsewhere_that_no_reader_can_decode_are_refused(raw: bytes, why: str) -> None:
+    """The one check every byte string entering a store passes (issue 18): a follower's
+    value, a Table row put together from its parts."""
+    with pytest.raises(UndecodableObject, match=why):
+        check_readable(raw)
+    with pytest.raises(UndecodableObject, match=why):
+        foreign_entry("default", "p", "1", raw)
+
+
+def test_what_passes_the_check_every_reader_reads() -> None:
+    for raw in (
+        b'{"metadata":{"resourceVersion":"3"},"n":' + b"9" * 400 + b"}",
+        b'{"metadata":{"resourceVersion":"3"},"n":1e400,"m":1e308}',
+        b'{"metadata":{"resourceVersion":"3"},"n":' + b"[" * 900 + b"1" + b"]" * 900 + b"}",
+    ):
+        assert check_readable(raw) == "3"
+        obj = decode_raw(raw)
+        assert obj["metadata"] == {"resourceVersion": "3"}
+        if b"[[[" not in raw:
+            orjson.dumps(obj)  # and it encodes again (orjson encodes 255 levels at most)
 
 
 def test_a_transform_that_changes_the_resource_version_pins_the_entry() -> None:

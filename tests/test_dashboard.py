@@ -21,8 +21,10 @@ import pytest
 from starlette.applications import Starlette
 
 from kubemux import Backoff, Change, WatchSettings, dashboard, parse_resource
-from kubemux.dashboard import streams, views
+from kubemux._codec import Entry
+from kubemux.dashboard import _rows, streams, views
 from kubemux.testing import FakeCluster, FakeContext, make_event, make_pod, write_kubeconfig
+from kubemux.testing._hostile import HostileServer
 
 TIMEOUT = 10
 XSS = "<img src=x onerror=alert(1)>"
@@ -897,6 +899,30 @@ async def test_table_api_has_the_servers_columns(
         assert [r["name"] for r in data.json()["rows"]] == ["db-1"]
 
 
+async def test_one_poisoned_row_spoils_neither_the_table_nor_the_stream(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    """A row with a 400-digit cell (issue 18): the table API answers, the live table keeps
+    every context's rows and keeps going."""
+    a, _ = clusters
+    async with HostileServer("hostile-table", poison=("big-number",)) as bad:
+        path = write_kubeconfig(tmp_path / "config", {"prod": a, "bad": bad.server})
+        async with api_client(path) as client:
+            with anyio.fail_after(TIMEOUT):
+                table = await client.get("/api/contexts/bad/pods/table")
+            assert table.status_code == 200, table.text
+            rows = {r["name"]: r["cells"] for r in table.json()["rows"]}
+            assert rows["big-number"] == ["big-number", "Running", 7, None]  # inf: JSON null
+            assert {"p-0", "p-1", "p-2"} <= set(rows)
+        async with served(path) as url, event_stream(url) as stream:
+            await stream.until(
+                lambda: {"web-1", "web-2", "big-number", "w-big", "w-after"} <= stream.names()
+            )
+            a.create("pods", make_pod("web-3"))  # the stream is still live for every context
+            await stream.until(lambda: "web-3" in stream.names("prod"))
+            assert stream.cell(("bad", "default", "p-0"), "Size") == 1
+
+
 async def test_table_api_typo_and_resource_picker(
     tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
 ) -> None:
@@ -942,6 +968,58 @@ def test_change_payload_of_a_table_row() -> None:
             "labels": {"app": XSS},
             "created": "2025-01-01T00:00:00Z",
         },
+    }
+
+
+def test_one_row_encoder_for_snapshots_and_live_changes() -> None:
+    """Snapshot rows and live changes go through one encoder (issue 19): the cells joined
+    as the server sent them, the same JSON as the general way, nothing of the metadata but
+    labels and creation time; a row the fast way cannot take (a raw line break, labels
+    that are not strings) takes the general way, one it cannot encode is skipped."""
+    meta = {
+        "name": "web-1",
+        "namespace": "default",
+        "labels": {"app": XSS},
+        "annotations": {views.LAST_APPLIED: "secret"},
+        "creationTimestamp": "2025-01-01T00:00:00Z",
+    }
+    raw = orjson.dumps({"cells": ["web-1", "1/1", 0, 1.5], "metadata": meta})
+    expected = {
+        "type": "ADDED",
+        "context": "prod",
+        "namespace": "default",
+        "name": "web-1",
+        "row": {
+            "cells": ["web-1", "1/1", 0, 1.5],
+            "labels": {"app": XSS},
+            "created": "2025-01-01T00:00:00Z",
+        },
+    }
+    snapshot = _rows.row_change("ADDED", "prod", raw)
+    assert snapshot is not None and orjson.loads(snapshot) == expected
+    assert b"secret" not in snapshot
+    live = Change.from_entry(
+        "prod", "pods", "ADDED", Entry("default", "web-1", "1", raw), 1, view="table"
+    )
+    assert _rows.change_bytes(live) == snapshot  # the same bytes, whichever way
+    spaced = raw.replace(b'"1/1",', b'"1/1",\n')  # valid JSON, but not one SSE line
+    odd = orjson.dumps(
+        {"cells": ["web-1", "1/1", 0, 1.5], "metadata": {**meta, "labels": {"n": 5}}}
+    )
+    for other in (spaced, odd):
+        got = _rows.row_change("ADDED", "prod", other)
+        assert got is not None and b"\n" not in got and b"secret" not in got
+        assert orjson.loads(got)["row"]["cells"] == ["web-1", "1/1", 0, 1.5]
+    assert orjson.loads(_rows.row_change("ADDED", "prod", odd) or b"")["row"]["labels"] == {
+        "n": "5"
+    }
+    assert _rows.row_change("ADDED", "prod", b'{"cells":[1],"metadata":\xff}') is None
+    gone = Change("prod", "pods", "DELETED", None, view="table", namespace="default", name="x")
+    assert orjson.loads(_rows.change_bytes(gone) or b"") == {
+        "type": "DELETED",
+        "context": "prod",
+        "namespace": "default",
+        "name": "x",
     }
 
 

@@ -249,6 +249,23 @@ async def test_undecodable_objects_are_skipped_and_siblings_kept(tmp_path: Path,
         assert st.state == "watching" and st.has_synced
 
 
+async def test_a_list_item_nested_6000_deep_is_skipped_alone() -> None:
+    """Deeper than msgspec goes even with a raised limit: the page is cut without
+    recursion, the item refused alone and named in status (issue 18)."""
+    async with HostileServer("undecodable") as srv:
+        config = ContextConfig.from_dict("c", kubeconfig_dict({"c": srv.server}))
+        pods = parse_resource("pods")
+        store = Store(pods)
+        async with open_client(config) as client:
+            informer = Informer(client, pods, InformerKey("pods"), settings=LISTS, store=store)
+            with anyio.fail_after(TIMEOUT):
+                await informer.initial_sync()
+        assert {o["metadata"]["name"] for o in store.list()} == {"p-0", "p-1", "p-2"}
+        st = informer.status()
+        assert st.skipped_lines == 2  # "deep" (1,000 levels) and "deeper" (6,000)
+        assert st.last_skipped == 'undecodable LIST item "default/deeper" (nested too deep)'
+
+
 @pytest.mark.parametrize("name", sorted(BAD_OBJECT_LINES))
 async def test_each_bad_line_alone_is_skipped(tmp_path: Path, name: str) -> None:
     async with FakeCluster(bookmark_period=0.2) as cluster:

@@ -75,6 +75,43 @@ def test_an_invalid_page_raises_as_a_single_decode_does(body: bytes) -> None:
         _decoded(body, 1000)
 
 
+def _deep(name: str, levels: int) -> bytes:
+    meta = orjson.dumps({"name": name, "namespace": "default", "resourceVersion": "9"})
+    return b'{"metadata":' + meta + b',"spec":' + b"[" * levels + b"]" * levels + b"}"
+
+
+@pytest.mark.parametrize("slice_bytes", [1 << 22, 5_000], ids=["one-slice", "sliced"])
+def test_an_item_nested_deeper_than_msgspec_goes_does_not_fail_the_page(slice_bytes: int) -> None:
+    """One item 6,000 deep (deeper than msgspec decodes even with a raised limit): cut
+    without recursion, handed over with its siblings (the caller refuses it alone)."""
+    pods = [orjson.dumps(make_pod(f"p{i}")) for i in range(12)]
+    odd = b'{"metadata":{"name":"odd"},"x":"}]}],[{\\"[{"}'  # brackets and quotes in a string
+    items = [*pods[:5], _deep("deep", 6000), odd, *pods[5:], _deep("deeper", 7000)]
+    body = (
+        b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"4"},"items":['
+        + b",".join(items)
+        + b"]}"
+    )
+    rv, _, got, _ = _decoded(body, slice_bytes)
+    assert rv == "4" and got == items
+
+
+def test_a_page_of_items_too_deep_to_scan_is_refused_whole() -> None:
+    """Beyond what the scanner takes (100,000 levels, or too many deep items): an error,
+    as an invalid page (the LIST fails with a ProtocolError), in bounded time."""
+    deepest = _page([make_pod("a")]).replace(
+        b'"items":[', b'"items":[' + _deep("d", 200_000) + b","
+    )
+    started = time.perf_counter()
+    with pytest.raises(msgspec.DecodeError, match="deeper than 100,000 levels"):
+        _decoded(deepest, 1 << 22)
+    costly = b'{"metadata":{"name":"d"},"spec":' + b'["",' * 6000 + b"1" + b"]" * 6000 + b"}"
+    many = _page([]).replace(b'"items":[', b'"items":[' + b",".join([costly] * 60))
+    with pytest.raises(msgspec.DecodeError, match="too many items nested too deep"):
+        _decoded(many, 1 << 22)
+    assert time.perf_counter() - started < 10
+
+
 async def test_other_tasks_run_while_a_large_page_is_applied(
     tmp_path: Path, fake_cluster: FakeCluster
 ) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,9 +14,11 @@ import pytest
 
 from kubemux import Backoff, ContextConfig, Resource, ResourceNotFound, WatchSettings
 from kubemux._client import ContextClient, open_client
-from kubemux._informer import InformerKey
-from kubemux._table import FALLBACK_COLUMNS, TableColumn, TableInformer, TableStore
+from kubemux._codec import UndecodableObject
+from kubemux._informer import Informer, InformerKey
+from kubemux._table import FALLBACK_COLUMNS, TableColumn, TableStore
 from kubemux.testing import FakeCluster, kubeconfig_dict, make_pod
+from kubemux.testing._hostile import HostileServer
 
 TIMEOUT = 15
 PODS = Resource(group="", version="v1", plural="pods", kind="Pod")
@@ -52,13 +56,13 @@ class Changes:
 @contextlib.asynccontextmanager
 async def table_view(
     client: ContextClient, resource: Resource, namespace: str | None = None
-) -> AsyncIterator[tuple[TableStore, TableInformer, Changes]]:
+) -> AsyncIterator[tuple[TableStore, Informer, Changes]]:
     store = TableStore(resource)
     changes = Changes()
-    informer = TableInformer(
+    informer = Informer(
         client,
         resource,
-        InformerKey(resource.name, namespace),
+        InformerKey(resource.name, namespace, view="table"),
         settings=FAST,
         store=store,
         on_change=changes,
@@ -222,21 +226,25 @@ async def test_server_without_table_support_falls_back_to_name_and_age() -> None
 async def test_unknown_resource_fails_the_first_list(cluster: FakeCluster) -> None:
     store = TableStore(WIDGETS)
     async with open_client(config_for(cluster)) as client:
-        informer = TableInformer(
-            client, WIDGETS, InformerKey("widgets.example.com"), settings=FAST, store=store
+        informer = Informer(
+            client,
+            WIDGETS,
+            InformerKey("widgets.example.com", view="table"),
+            settings=FAST,
+            store=store,
         )
         with anyio.fail_after(TIMEOUT), pytest.raises(ResourceNotFound):
             await informer.initial_sync()
         assert informer.status().state == "error"
 
 
-def _informer_without_client() -> TableInformer:
+def _informer_without_client() -> Informer:
     store = TableStore(PODS)
     store.columns = (TableColumn(name="Name", format="name"), TableColumn(name="Ready"))
-    return TableInformer(
+    return Informer(
         None,  # type: ignore[arg-type]  # only the line decoding is used
         PODS,
-        InformerKey("pods"),
+        InformerKey("pods", view="table"),
         settings=FAST,
         store=store,
     )
@@ -288,3 +296,102 @@ def test_watch_lines_fast_and_general_paths_agree() -> None:
     )
     assert informer._decode((bookmark, 0, len(bookmark)))[0][0] == ""
     assert informer._handle_line(bookmark) == "9"
+
+
+# ------------------------------------------------------------------ poisoned rows (issue 18.5)
+def _hostile_config(server: str) -> ContextConfig:
+    return ContextConfig.from_dict("c", kubeconfig_dict({"c": server}))  # type: ignore[arg-type]
+
+
+async def test_poisoned_rows_and_columns_are_skipped_alone() -> None:
+    """One row nested 6,000 deep, one that is not UTF-8, one column whose priority is not an
+    integer: each is skipped alone (counted, named in status), the rest of the LIST and of
+    the watch is cached; a 400-digit cell and a 1e308 cell are cached and read leniently."""
+    settings = dataclasses.replace(FAST, page_size=0, skip_log_period=3600)
+    store = TableStore(PODS)
+    changes = Changes()
+    async with HostileServer("hostile-table") as srv, open_client(_hostile_config(srv.server)) as c:
+        informer = Informer(
+            c,
+            PODS,
+            InformerKey("pods", view="table"),
+            settings=settings,
+            store=store,
+            on_change=changes,
+        )
+        async with anyio.create_task_group() as tg:
+            with anyio.fail_after(TIMEOUT):
+                await tg.start(informer.run)
+            assert [col.name for col in store.columns] == ["Name", "Status", "Size"]
+            names = {r.name for r in store.rows()}
+            assert names == {"p-0", "p-1", "p-2", "big-number", "huge-float"}
+            assert all(len(r.cells) == 3 for r in store.rows())  # the odd column's cell is gone
+            big = store.row("default", "big-number")
+            assert big is not None and big.cells == ("big-number", "Running", math.inf)
+            huge = store.row("default", "huge-float")
+            assert huge is not None and huge.cells[2] == 1e308
+            st = informer.status()
+            assert st.skipped_lines == 3  # the column, the deep row, the row not UTF-8
+            await changes.wait_for("ADDED", "w-after")
+            assert {r.name for r in store.rows()} == names | {"w-big", "w-after"}
+            st = informer.status()
+            assert st.skipped_lines == 5 and st.state == "watching"
+            assert st.last_skipped == (
+                'malformed watch line of "default/w-utf8" (the object is not valid UTF-8)'
+            )
+            tg.cancel_scope.cancel()
+
+
+async def test_skips_are_named_in_status() -> None:
+    """Each poison alone: what status says of it."""
+    expected = {
+        "deep": 'Table row "default/deep" (nested too deep)',
+        "bad-utf8": 'Table row "default/bad-utf8" (the object is not valid UTF-8)',
+        "odd-column": 'Table column "Odd" (Expected `int`, got `float` - at `$.priority`)',
+    }
+    settings = dataclasses.replace(FAST, page_size=0, skip_log_period=3600)
+    for poison, message in expected.items():
+        store = TableStore(PODS)
+        async with (
+            HostileServer("hostile-table", poison=(poison,)) as srv,
+            open_client(_hostile_config(srv.server)) as c,
+        ):
+            key = InformerKey("pods", view="table")
+            informer = Informer(c, PODS, key, settings=settings, store=store)
+            with anyio.fail_after(TIMEOUT):
+                await informer.initial_sync()
+            st = informer.status()
+            assert (st.skipped_lines, st.last_skipped) == (1, message), poison
+            assert {r.name for r in store.rows()} == {"p-0", "p-1", "p-2"}
+
+
+def test_a_cell_beyond_a_double_is_cached_and_read_leniently() -> None:
+    """The general path: the row is cached (its bytes are valid JSON) and every read of it
+    works (the number reads as inf), as an object's would."""
+    informer = _informer_without_client()
+    row = (
+        b'{"cells":["p",' + b"9" * 400 + b'],"object":{"metadata":'
+        b'{"name":"p","namespace":"ns","resourceVersion":"7"}}}'
+    )
+    line = b'{"type":"ADDED","object":{"kind":"Table","rows":[' + row + b"]}}"
+    assert informer._handle_line(line) == "7"
+    store = informer.store
+    assert store.rows()[0].cells == ("p", math.inf)
+    assert store.row("ns", "p") == store.rows()[0]
+    assert store.get("ns", "p") == {"cells": ["p", math.inf], "metadata": store.rows()[0].metadata}
+
+
+def test_the_fast_path_refuses_a_row_that_is_not_utf8() -> None:
+    informer = _informer_without_client()
+    meta = b'{"name":"p","namespace":"ns","resourceVersion":"7"}'
+    obj = b'{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":' + meta
+    line = (
+        b'{"type":"ADDED","object":{"kind":"Table","apiVersion":"meta.k8s.io/v1",'
+        b'"metadata":{"resourceVersion":"7"},"rows":[{"cells":["p","\xff"],"object":'
+        + obj
+        + b"}}]}}"
+    )
+    ((etype, item),) = informer._decode((line, 0, len(line)))
+    assert etype == "" and item == line  # the general path, which refuses it
+    with pytest.raises(UndecodableObject, match="not valid UTF-8"):
+        informer._parse(line)

@@ -34,6 +34,7 @@ from ._fanout import Change as Change
 from ._fanout import Subscription as Subscription
 from ._informer_types import InformerState as InformerState
 from ._informer_types import InformerStatus as InformerStatus
+from ._informer_types import View as View
 from ._kubeconfig import ContextConfig as ContextConfig
 from ._kubeconfig import KubeconfigSnapshot as KubeconfigSnapshot
 from ._kubeconfig import load_kubeconfig as load_kubeconfig
@@ -50,8 +51,13 @@ from ._settings import WatchSettings as WatchSettings
 from ._status import ContextState as ContextState
 from ._status import ContextStatus as ContextStatus
 from ._status import RegistryStatus as RegistryStatus
+from ._store import EventHistory as EventHistory
+from ._store import HistoryEvent as HistoryEvent
 from ._store import Indexer as Indexer
 from ._store import Store as Store
+from ._store import StoreSizes as StoreSizes
+from ._store import StoreSnapshot as StoreSnapshot
+from ._store import StoreWriter as StoreWriter
 from ._store import Transform as Transform
 from ._store import by_label as by_label
 from ._store import by_owner as by_owner
@@ -59,6 +65,7 @@ from ._store import drop_managed_fields as drop_managed_fields
 from ._table import TableColumn as TableColumn
 from ._table import TableRow as TableRow
 from ._table import TableStore as TableStore
+from ._table import TableWriter as TableWriter
 
 __version__ = "0.1.0"
 
@@ -76,9 +83,11 @@ __all__ = [
     "CredentialError",
     "CredentialPool",
     "CredentialStatus",
+    "EventHistory",
     "EventIndex",
     "EventIndexStatistics",
     "Forbidden",
+    "HistoryEvent",
     "Indexer",
     "InformerState",
     "InformerStatus",
@@ -100,14 +109,19 @@ __all__ = [
     "ServerTimeout",
     "StartTimeout",
     "Store",
+    "StoreSizes",
+    "StoreSnapshot",
+    "StoreWriter",
     "SubscriberOverflow",
     "Subscription",
     "TableColumn",
     "TableRow",
     "TableStore",
+    "TableWriter",
     "Transform",
     "Unauthorized",
     "UnknownResource",
+    "View",
     "WatchSettings",
     "WatcherRegistry",
     "by_label",

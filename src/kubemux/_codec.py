@@ -37,6 +37,8 @@ __all__ = [
     "PinnedEntry",
     "StoreChange",
     "UndecodableObject",
+    "bad_utf8",
+    "check_readable",
     "compact_rv",
     "decode_block",
     "decode_entry",
@@ -44,10 +46,14 @@ __all__ = [
     "decode_raw",
     "foreign_entry",
     "lenient_loads",
+    "object_name",
     "pinned_entry",
+    "preview",
+    "quoted_name",
     "raw_resource_version",
     "rv_str",
     "split_block",
+    "why_undecodable",
 ]
 
 
@@ -119,7 +125,9 @@ class PinnedEntry(Entry, gc=False, frozen=True):
 
 
 def decode_raw(raw: bytes) -> dict[str, Any]:
-    """A cached object's bytes as a fresh dict (see :meth:`Entry.decode`)."""
+    """A cached object's bytes as a fresh dict (see :meth:`Entry.decode`): the one lenient
+    read every reader of a store uses (objects and table rows alike). Never raises for bytes
+    that entered a store: :func:`check_readable` let them in."""
     try:
         obj: dict[str, Any] = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -148,9 +156,16 @@ def pinned_entry(namespace: str, name: str, resource_version: str, raw: bytes) -
 
 
 def foreign_entry(namespace: str, name: str, resource_version: str, raw: bytes) -> Entry:
-    """An entry of bytes from elsewhere (another replica; a Table row put together here):
-    checks that ``raw`` holds ``resource_version`` (~1 us per KB), else pins it."""
-    if raw_resource_version(raw) == resource_version:
+    """An entry of bytes from elsewhere (another replica; a Table row put together here).
+
+    ``raw`` passes :func:`check_readable` (the check every byte string entering a store
+    passes), then is looked at for ``resource_version`` (the same decode, ~1 us per KB):
+    bytes that hold another one are pinned.
+
+    Raises:
+        UndecodableObject: no reader could decode ``raw``.
+    """
+    if check_readable(raw) == resource_version:
         return Entry(namespace, name, resource_version, raw)
     return pinned_entry(namespace, name, resource_version, raw)
 
@@ -214,6 +229,18 @@ class _RvHead(msgspec.Struct, gc=False):
 
 
 _rv_decoder = msgspec.json.Decoder(_RvHead)
+
+
+class _NameMeta(msgspec.Struct, gc=False):
+    name: str = ""
+    namespace: str = ""
+
+
+class _NameHead(msgspec.Struct, gc=False):
+    metadata: _NameMeta = msgspec.field(default_factory=_NameMeta)
+
+
+_name_decoder = msgspec.json.Decoder(_NameHead)
 _list_decoder = msgspec.json.Decoder(ListPage)
 _MF_KEY = b'"managedFields":'
 
@@ -240,8 +267,8 @@ DecodeError = (
 _OBJECT_KEY = b',"object":'  # once per canonical line; more: a repeated key (or a CRD's own)
 
 
-def _bad_utf8(buf: bytes, start: int, stop: int) -> bool:
-    """Does ``buf[start:stop]`` hold bytes that are not UTF-8?"""
+def bad_utf8(buf: bytes, start: int, stop: int) -> bool:
+    """Does ``buf[start:stop]`` hold bytes that are not UTF-8? (Nearly free for ASCII.)"""
     if buf.isascii():
         return False
     try:
@@ -252,9 +279,83 @@ def _bad_utf8(buf: bytes, start: int, stop: int) -> bool:
 
 
 def _check_readable(raw: bytes) -> None:
-    """Raise :class:`UndecodableObject` unless a reader can decode ``raw``."""
-    if _bad_utf8(raw, 0, len(raw)):
+    """Raise :class:`UndecodableObject` if ``raw`` is not UTF-8 (the part of the check that
+    the decoders skip: see :func:`check_readable`)."""
+    if bad_utf8(raw, 0, len(raw)):
         raise UndecodableObject("the object is not valid UTF-8")
+
+
+def check_readable(raw: bytes) -> str:
+    """The readability check: raise :class:`UndecodableObject` unless :func:`decode_raw` can
+    read ``raw``; return its ``metadata.resourceVersion`` (``""`` if none).
+
+    Every byte string that enters a store passes this check or its equivalent, whoever
+    brings it (an informer's object or Table row, a share follower's value): a JSON object
+    that msgspec parses at the interpreter's recursion limit (so orjson, whose limit is 1,024
+    levels, and the standard library can read it), valid UTF-8 throughout (msgspec does not
+    look inside strings it skips). :func:`decode_entry` (one object) and the block decoders
+    (many lines in one call, UTF-8 checked per block) apply the same rules. Numbers beyond a
+    double pass: :func:`decode_raw` reads them as floats.
+    """
+    try:
+        head = _rv_decoder.decode(raw)
+    except RecursionError:
+        raise UndecodableObject("nested too deep") from None
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise UndecodableObject(f"not a JSON object: {exc}") from None
+    _check_readable(raw)
+    return head.metadata.resourceVersion
+
+
+def why_undecodable(exc: BaseException) -> str:
+    """What a skip's message says of one of :data:`DecodeError` (never the data)."""
+    if isinstance(exc, RecursionError):
+        return "nested too deep"
+    return str(exc)[:200] or type(exc).__name__
+
+
+def preview(line: bytes) -> str:
+    """Enough of a line to recognise it in a log, too little to carry an object's data (a
+    Secret's values)."""
+    return f"{line[:40]!r}... ({len(line)} bytes)" if len(line) > 40 else repr(line)
+
+
+def quoted_name(namespace: str, name: str) -> str:
+    """``"namespace/name"`` as JSON quotes it (controls escaped: nothing reaches a terminal
+    raw), for messages naming an object; ``""`` without a name."""
+    if not name:
+        return ""
+    return orjson.dumps(f"{namespace}/{name}" if namespace else name).decode()
+
+
+def object_name(raw: bytes, *, metadata_last: bool = False) -> str:
+    """:func:`quoted_name` of an object's bytes as far as they can be read (``""`` if not
+    even that), for the message of a skip.
+
+    Bytes msgspec cannot read (nested too deep before the metadata) are looked at from
+    their ``"metadata":`` member on (the first one, or the last one for ``metadata_last``:
+    a Table row's metadata comes after its cells)."""
+    try:
+        with deeper_recursion():
+            meta = _name_decoder.decode(raw).metadata
+        return quoted_name(meta.namespace, meta.name)
+    except DecodeError:
+        pass
+    at = raw.rfind(_METADATA_KEY) if metadata_last else raw.find(_METADATA_KEY)
+    if at < 0:
+        return ""
+    try:
+        found, _ = _raw_decoder.raw_decode(raw[at + len(_METADATA_KEY) :].decode(errors="replace"))
+    except (ValueError, RecursionError):
+        return ""
+    if not isinstance(found, dict):
+        return ""
+    ns, name = found.get("namespace"), found.get("name")
+    return quoted_name(ns if isinstance(ns, str) else "", name if isinstance(name, str) else "")
+
+
+_METADATA_KEY = b'"metadata":'
+_raw_decoder = json.JSONDecoder()
 
 
 def _int64_or_float(text: str) -> int | float:
@@ -269,7 +370,10 @@ def lenient_loads(raw: bytes) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return json.loads(raw, parse_int=_int64_or_float)
+        # as deep as msgspec let in (its limit counts from wherever it ran): the standard
+        # library's decoder counts from here, perhaps deeper in the stack
+        with deeper_recursion():
+            return json.loads(raw, parse_int=_int64_or_float)
 
 
 @contextlib.contextmanager
@@ -354,7 +458,7 @@ def decode_block(
     """
     view = memoryview(buf)
     try:
-        if _bad_utf8(buf, start, stop):
+        if bad_utf8(buf, start, stop):
             raise UndecodableObject
         heads = _block_decoder.decode_lines(view[start:stop])
         if buf.count(_OBJECT_KEY, start, stop) > len(heads):

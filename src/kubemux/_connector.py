@@ -29,7 +29,6 @@ from ._kubeconfig import ContextConfig
 from ._resources import Resource, known_resource, parse_resource
 from ._settings import WatchSettings
 from ._store import Store
-from ._table import TableInformer, TableStore
 
 __all__ = ["Connection", "Connector", "HttpConnection", "HttpConnector", "SlotSource"]
 
@@ -162,18 +161,7 @@ class HttpConnection:
         on_change: OnChange,
         on_state: Callable[[], None],
     ) -> SlotSource:
-        if key.view == "table":
-            assert isinstance(store, TableStore)
-            return TableInformer(
-                self.client,
-                resource,
-                key,
-                settings=self.settings,
-                store=store,
-                on_change=on_change,
-                on_state=on_state,
-            )
-        return Informer(
+        return Informer(  # the format of key.view: objects or the server's rows
             self.client,
             resource,
             key,

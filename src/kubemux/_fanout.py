@@ -25,6 +25,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from ._codec import Entry, lenient_loads
 from ._errors import SubscriberOverflow
+from ._informer_types import View
 
 __all__ = ["Change", "ChangeType", "Fanout", "Subscription"]
 
@@ -46,7 +47,8 @@ class Change:
         namespace: The object's namespace (``""`` if cluster-scoped or no object).
         name: The object's name (``""`` if no object).
         view: ``"objects"`` (full objects, from ``watch()``) or ``"table"`` (rows of
-            server-side columns, from ``table()``: ``object`` is ``{"cells", "metadata"}``).
+            server-side columns, from ``table()``: ``object`` is ``{"cells", "metadata"}``);
+            a :class:`~kubemux.View` (the strings are taken too).
     """
 
     __slots__ = (
@@ -67,7 +69,7 @@ class Change:
     type: ChangeType
     generation: int
     snapshot: bool
-    view: str
+    view: View
     namespace: str
     name: str
     _object: Mapping[str, Any] | None
@@ -85,7 +87,7 @@ class Change:
         raw: bytes | None = None,
         namespace: str | None = None,
         name: str | None = None,
-        view: str = "objects",
+        view: View | str = View.OBJECTS,
     ) -> None:
         meta = (object or {}).get("metadata") or {}
         setattr_ = super().__setattr__
@@ -94,7 +96,7 @@ class Change:
         setattr_("type", type)
         setattr_("generation", generation)
         setattr_("snapshot", snapshot)
-        setattr_("view", view)
+        setattr_("view", view if view.__class__ is View else View(view))
         setattr_(
             "namespace", namespace if namespace is not None else str(meta.get("namespace") or "")
         )
@@ -111,7 +113,7 @@ class Change:
         entry: Entry,
         generation: int,
         snapshot: bool = False,
-        view: str = "objects",
+        view: View | str = View.OBJECTS,
     ) -> Change:
         """A change whose object is decoded only if somebody reads it."""
         return cls(
@@ -194,12 +196,12 @@ class Subscription:
         namespace: str | frozenset[str] | None,
         buffer_size: int,
         snapshot: Callable[[], Iterable[Change]] | None = None,
-        view: str = "objects",
+        view: View | str = View.OBJECTS,
     ) -> None:
         self._fanout = fanout
         self.resource = resource
         self._resources = frozenset((resource,)) if isinstance(resource, str) else resource
-        self.view = view
+        self.view = View(view)
         self.contexts = contexts
         self.namespace = namespace
         self.buffer_size = buffer_size
@@ -218,7 +220,7 @@ class Subscription:
         )
 
     def wants(
-        self, context: str, resource: str, namespace: str | None, view: str = "objects"
+        self, context: str, resource: str, namespace: str | None, view: str = View.OBJECTS
     ) -> bool:
         """Whether a change about (context, resource, namespace) is for this subscriber."""
         return (
@@ -348,7 +350,7 @@ class Fanout:
         namespace: str | frozenset[str] | None,
         buffer_size: int,
         snapshot: Callable[[], Iterable[Change]] | None = None,
-        view: str = "objects",
+        view: View | str = View.OBJECTS,
     ) -> Subscription:
         """A subscriber, registered when entered; ``snapshot()`` is delivered first."""
         return Subscription(

@@ -25,7 +25,7 @@ import anyio
 import orjson
 
 from ._client import SLOW_AFTER, ContextClient, Progress
-from ._codec import DecodeError, Entry, StoreChange, rv_str
+from ._codec import DecodeError, Entry, StoreChange, preview, rv_str, why_undecodable
 from ._errors import (
     ApiError,
     ClusterUnreachable,
@@ -35,8 +35,16 @@ from ._errors import (
     ResourceExpired,
     ResourceNotFound,
 )
-from ._informer_types import InformerKey, InformerState, InformerStatus, OnChange, count_error
-from ._listing import Lister, _preview, _status_error, _why
+from ._formats import Format, format_for
+from ._informer_types import (
+    InformerKey,
+    InformerState,
+    InformerStatus,
+    OnChange,
+    View,
+    count_error,
+)
+from ._listing import Lister, _status_error
 from ._resources import Resource
 from ._settings import WatchSettings
 from ._store import Store
@@ -54,6 +62,7 @@ __all__ = [
     "InformerState",
     "InformerStatus",
     "OnChange",
+    "View",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,6 +85,10 @@ class Informer(Lister):
     LIST is in the store, and raises if that LIST fails (bad credentials, unknown resource,
     unreachable server). After that, failures are retried with backoff and the cache is
     kept; they show in :meth:`status`.
+
+    What it caches is its :class:`~kubemux._formats.Format`'s business (``format``; by
+    default the one of ``key.view``): full objects, or a table view's rows (its store is
+    then a :class:`~kubemux.TableStore`). The loop is the same.
     """
 
     def __init__(
@@ -88,7 +101,13 @@ class Informer(Lister):
         store: Store,
         on_change: OnChange | None = None,
         on_state: Callable[[], None] | None = None,
+        format: Format | None = None,
     ) -> None:
+        self.format = fmt = format_for(key.view) if format is None else format
+        if fmt.view != key.view:
+            raise ValueError(f"a {fmt.view} format for a {key.view} informer")
+        if fmt.view == View.TABLE and store.view != View.TABLE:
+            raise TypeError("a table view's informer needs a TableStore")
         self.client = client
         self.resource = resource
         self.key = key
@@ -100,7 +119,8 @@ class Informer(Lister):
         self._state = LISTING
         self._progress = Progress(on_slow=on_state)
         self._skips_unlogged = 0  # skipped since the last log record
-        self._last_skip = ""
+        self._last_skip = ""  # what the log says of the last skip
+        self._last_skipped: str | None = None  # what status says of it
         self._skip_logged_at = -math.inf
         self._relists = 0
         self._reconnects = 0
@@ -120,9 +140,10 @@ class Informer(Lister):
         self._pending: dict[str, dict[str, StoreChange]] = {}
 
     def __repr__(self) -> str:
+        noun = "rows" if self.format.view == View.TABLE else "objects"
         return (
-            f"<Informer {self.client.context}/{self.key} state={self._state} "
-            f"objects={len(self.store)}>"
+            f"<{self.format.label} {self.client.context}/{self.key} state={self._state} "
+            f"{noun}={len(self.store)}>"
         )
 
     # ------------------------------------------------------------------ public
@@ -156,11 +177,12 @@ class Informer(Lister):
             last_error=self._last_error,
             last_sync=self._last_sync,
             events_applied=self._events + self._delivered - self._marks,
-            bytes_cached=self.store._bytes,
+            bytes_cached=self.store.writer.sizes().bytes,
             errors_by_type=dict(self._errors),
             watch_started=self._watch_started,
             last_event=self._last_event,
             view=self.key.view,
+            last_skipped=self._last_skipped,
         )
 
     async def run(
@@ -290,7 +312,7 @@ class Informer(Lister):
         )
         if self._rv:
             params["resourceVersion"] = rv_str(self._rv)
-        apply, on_change, handle = self.store._apply, self._on_change, self._handle_line
+        apply, on_change, handle = self.store.writer.apply, self._on_change, self._handle_line
         clock = time.monotonic
         yield_at = clock() + _MAX_BUSY
         skipped_before = self._skipped
@@ -342,14 +364,14 @@ class Informer(Lister):
         """Apply one watch line (the general path); returns its resourceVersion, or None."""
         if not line.strip():
             return None
-        store = self.store
+        writer = self.store.writer
         entry: Entry | None
         try:
             etype, raw, entry = self._parse(line)
             if etype == "BOOKMARK":
-                rv = store._prepare(raw).resource_version
+                rv = writer.prepare(raw).resource_version
                 if rv:
-                    store.resource_version = rv
+                    writer.set_resource_version(rv)
                     self._marks += 1  # delivered, not an event
                     return rv
                 return None
@@ -357,7 +379,9 @@ class Informer(Lister):
                 status = orjson.loads(raw)
                 raise _status_error(status if isinstance(status, dict) else {})
         except DecodeError as exc:
-            self._skip(f"malformed watch line ({_why(exc)}): {_preview(line)}")
+            what = self._line_name(line)
+            what = f" of {what}" if what else ""
+            self._skip(f"malformed watch line{what} ({why_undecodable(exc)})", preview(line))
             return None
         if entry is None:
             self._skip(f"unknown watch event type {etype!r}")
@@ -365,7 +389,7 @@ class Informer(Lister):
         if not entry.name or not entry.rv:
             self._skip(f"{etype} event without metadata.name/resourceVersion")
             return None
-        change = store._apply(etype, entry)
+        change = writer.apply(etype, entry)
         if change is not None and self._on_change is not None:
             self._on_change(change.type, change.entry, change.old)
         return entry.resource_version
@@ -377,10 +401,15 @@ class Informer(Lister):
         if notify and self._on_state is not None:
             self._on_state()
 
-    def _skip(self, why: str) -> None:
-        """Count a skipped line or object; log the first at once, then a summary at most
-        once per ``skip_log_period`` (a server streaming junk must not flood the log)."""
+    def _skip(self, why: str, detail: str = "") -> None:
+        """Count a skipped line, object, row or column; ``why`` (which names it, when it can
+        be named) goes to the status, ``why`` and ``detail`` (a short preview) to the log:
+        the first at once, then a summary at most once per ``skip_log_period`` (a server
+        streaming junk must not flood the log)."""
         self._skipped += 1
+        self._last_skipped = why
+        if detail:
+            why = f"{why}: {detail}"
         now = time.monotonic()
         if now - self._skip_logged_at < self.settings.skip_log_period:
             self._skips_unlogged += 1

@@ -9,7 +9,14 @@ from collections.abc import Callable, Mapping
 
 from ._codec import Entry
 
-__all__ = ["MAX_ERROR_TYPES", "InformerKey", "InformerState", "InformerStatus", "OnChange"]
+__all__ = [
+    "MAX_ERROR_TYPES",
+    "InformerKey",
+    "InformerState",
+    "InformerStatus",
+    "OnChange",
+    "View",
+]
 
 MAX_ERROR_TYPES = 16
 """The most exception names an informer's ``errors_by_type`` holds (bounded label values)."""
@@ -36,6 +43,17 @@ class InformerState(enum.StrEnum):
     """Not running any more."""
 
 
+class View(enum.StrEnum):
+    """What an informer caches of each object. Values are plain strings (``view == "table"``),
+    and wherever the API takes a view it takes the string too."""
+
+    OBJECTS = "objects"
+    """Full objects (:meth:`~kubemux.WatcherRegistry.watch`)."""
+    TABLE = "table"
+    """The server's rows: cells of its columns and the object's metadata, as ``kubectl
+    get`` shows them (:meth:`~kubemux.WatcherRegistry.table`)."""
+
+
 OnChange = Callable[[str, Entry, Entry | None], None]
 """Called synchronously for every change applied to the store: (type, entry, old entry)."""
 
@@ -56,7 +74,13 @@ class InformerKey:
     namespace: str | None = None
     label_selector: str | None = None
     field_selector: str | None = None
-    view: str = "objects"  # or "table": server-side columns and rows (kubectl's view)
+    view: View | str = View.OBJECTS
+    """What is cached: a :class:`View` once built (the strings ``"objects"`` and ``"table"``
+    are taken too; another raises ``ValueError``)."""
+
+    def __post_init__(self) -> None:
+        if type(self.view) is not View:
+            object.__setattr__(self, "view", View(self.view))
 
     def __str__(self) -> str:
         parts = [self.resource]
@@ -106,10 +130,19 @@ class InformerStatus:
     last_event: float | None = None
     """Wall-clock time of the last watch event or bookmark (read once per block of lines
     received, so it can lag by the time one block takes to apply); None before the first."""
-    view: str = "objects"
+    view: View | str = View.OBJECTS
     """``"objects"`` (full objects, :meth:`~kubemux.WatcherRegistry.watch`) or ``"table"``
-    (the server's rows, :meth:`~kubemux.WatcherRegistry.table`)."""
+    (the server's rows, :meth:`~kubemux.WatcherRegistry.table`): a :class:`View` once built,
+    which compares equal to those strings."""
+    last_skipped: str | None = None
+    """What was skipped last and why (counted in ``skipped_lines``): the line, object,
+    Table row or Table column definition, named when it can be read (``LIST item
+    "default/web-1" (nested too deep)``); never a preview of its data."""
     # shared watches (kubemux.share): None when the registry shares nothing
     share_role: str | None = None  # "leader", "follower", "local" or "starting"
     share_lag: float | None = None  # seconds behind the leader (followers)
     stale_since: float | None = None  # wall clock since when a follower may be stale
+
+    def __post_init__(self) -> None:
+        if type(self.view) is not View:
+            object.__setattr__(self, "view", View(self.view))

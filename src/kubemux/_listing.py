@@ -1,37 +1,21 @@
 """The LIST half of an informer (:class:`Lister`): a full list, paginated or streamed, built
 beside the store and swapped in, its changes announced in slices.
 
-A LIST page is decoded a slice at a time (:func:`page_slices`), so a page of 100 MiB never
-stalls the event loop.
-
-msgspec decodes a whole page in one call (~25 ms per 100 MiB of 2 KB objects, more with
-small ones), and a call cannot be interrupted. So a large page is cut where the API server's
-compact JSON puts one item after another (``},{``) and each cut decoded on its own as
-``[...]``. A cut is never trusted blindly:
-
-- the envelope (``kind``, ``metadata``, the ``items`` key) is decoded with the items replaced
-  by a random sentinel, which must come back as the only item: so the bytes cut are exactly
-  the top-level ``items`` array;
-- each slice must decode as a JSON array. A decoder is deterministic: if the bytes from the
-  start of an item to a ``}`` decode as complete values, the ``,`` after that ``}`` is the
-  array's own separator in the whole page too (a ``},{`` inside a string leaves the slice
-  ending inside that string, which does not decode: the next ``},{`` is tried).
-
-A page that does not have this shape (whitespace between items, an envelope far from the
-start) is decoded the plain way, in one call: correct, only not sliced.
+The loop is this one for every view: what differs (the Accept header and parameters, where
+a page keeps its items, how an item becomes a cache entry, how a watch line is decoded) is
+the informer's :class:`~kubemux._formats.Format`. A page is decoded a slice at a time
+(:mod:`kubemux._pages`), so a page of 100 MiB never stalls the event loop.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import msgspec
 import orjson
 
 from ._client import ContextClient, Progress
@@ -40,109 +24,27 @@ from ._codec import (
     DecodeError,
     Entry,
     StoreChange,
-    decode_block,
-    decode_list,
-    deeper_recursion,
-    split_block,
-    split_event,
+    preview,
+    why_undecodable,
 )
 from ._errors import ApiError, ProtocolError, ResourceExpired, ResponseTooLarge
+from ._formats import Format
 from ._informer_types import InformerKey, InformerState, OnChange
+from ._pages import decode_page, page_slices
 from ._resources import Resource
 from ._settings import WatchSettings
 from ._store import Replacement, Store, announced_entries
 
-__all__ = ["ListMeta", "Lister", "page_slices"]
+__all__ = ["Lister", "page_slices"]
 
 log = logging.getLogger(__name__)
-
-_ITEMS_KEY = b'"items":['
-_ITEM_GAP = b"},{"
-_MAX_ENVELOPE = 64 * 1024  # bytes before and after the items for the sliced path, at most
-_MAX_MISSES = 4  # "},{" inside strings tolerated per slice before the rest is decoded at once
-
-_items_decoder = msgspec.json.Decoder(list[msgspec.Raw])
-
-
-class ListMeta(msgspec.Struct, gc=False, frozen=True):
-    """What a LIST page says besides its items."""
-
-    resource_version: str
-    continue_: str
-
-
-def page_slices(
-    body: bytes | bytearray, slice_bytes: int
-) -> tuple[ListMeta, Iterator[list[msgspec.Raw]]]:
-    """A LIST page's metadata, and its items in slices of about ``slice_bytes`` each.
-
-    Each slice is decoded when the iterator is advanced: yield to the event loop between
-    two ``next()``. A page of at most ``slice_bytes`` (or of an unusual shape) is one slice.
-
-    Raises:
-        msgspec.DecodeError, msgspec.ValidationError, RecursionError: the page is not a
-            valid LIST response (also from the iterator, for a slice).
-    """
-    found = _locate_items(body) if len(body) > slice_bytes else None
-    if found is None:
-        with deeper_recursion():  # one deep item is refused alone, by the caller
-            page = decode_list(body)
-        meta = ListMeta(page.metadata.resourceVersion, page.metadata.continue_)
-        return meta, iter([page.items or []])
-    meta, start, stop = found
-    return meta, _slices(body, start, stop, slice_bytes)
-
-
-def _locate_items(body: bytes | bytearray) -> tuple[ListMeta, int, int] | None:
-    """(metadata, start, stop) of the top-level items array's contents, or None."""
-    start = body.find(_ITEMS_KEY, 0, _MAX_ENVELOPE)
-    if start < 0:
-        return None
-    start += len(_ITEMS_KEY)
-    stop = body.rfind(b"]", start)
-    if stop < 0 or len(body) - stop > _MAX_ENVELOPE:
-        return None
-    sentinel = b'"' + secrets.token_hex(16).encode() + b'"'
-    probe = b"".join((body[:start], sentinel, body[stop:]))
-    try:
-        page = decode_list(probe)
-    except DecodeError:
-        return None
-    if page.items is None or len(page.items) != 1 or bytes(page.items[0]) != sentinel:
-        return None  # the array found is not the top-level items (or there are two)
-    return ListMeta(page.metadata.resourceVersion, page.metadata.continue_), start, stop
-
-
-def _slices(
-    body: bytes | bytearray, start: int, stop: int, slice_bytes: int
-) -> Iterator[list[msgspec.Raw]]:
-    view = memoryview(body)
-    pos = start
-    while pos < stop:
-        gap = body.find(_ITEM_GAP, pos + slice_bytes, stop) if stop - pos > slice_bytes else -1
-        misses = 0
-        while True:
-            end = gap + 1 if gap >= 0 else stop
-            try:
-                with deeper_recursion():
-                    items = _items_decoder.decode(b"".join((b"[", view[pos:end], b"]")))
-                break
-            except DecodeError:
-                if gap < 0:
-                    raise  # the rest of the page, whole, is invalid
-                misses += 1
-                # try the next "},{"; after a few misses, decode the rest in one call
-                gap = -1 if misses >= _MAX_MISSES else body.find(_ITEM_GAP, gap + 1, stop)
-        yield items
-        pos = end + 1  # past the "," between two items
 
 
 class Lister:
     """The LIST half of :class:`~kubemux._informer.Informer` (a mixin: the informer holds the
     attributes declared here and provides state and skip accounting)."""
 
-    _accept = "application/json"  # what LIST and WATCH ask for (a Table view asks for Tables)
-
+    format: Format
     client: ContextClient
     resource: Resource
     key: InformerKey
@@ -163,10 +65,10 @@ class Lister:
             self, state: InformerState, error: str | None, *, notify: bool = False
         ) -> None: ...
 
-        def _skip(self, why: str) -> None: ...
+        def _skip(self, why: str, detail: str = "") -> None: ...
 
     def _base_params(self) -> dict[str, str]:
-        params: dict[str, str] = {}
+        params = self.format.params()
         if self.key.label_selector:
             params["labelSelector"] = self.key.label_selector
         if self.key.field_selector:
@@ -184,7 +86,11 @@ class Lister:
             InformerState.LISTING if not self._synced.is_set() else InformerState.RELISTING,
             self._last_error,
         )
-        if self.settings.streaming_list and self.client.streaming_list is not False:
+        if (
+            self.format.streaming_list
+            and self.settings.streaming_list
+            and self.client.streaming_list is not False
+        ):
             try:
                 rv = await self._stream_list()
             except ApiError as exc:
@@ -210,8 +116,10 @@ class Lister:
         """
         s = self.settings
         store = self.store
+        fmt = self.format
         server = self.client.server
-        replacement = Replacement(store)
+        replacement = store.writer.replacement()
+        reader = fmt.reader(store, self._skip)
         params = self._base_params()
         limit = s.page_size
         if limit:
@@ -235,13 +143,15 @@ class Lister:
                     s,
                     progress=self._progress,
                     throttle=throttle,
+                    accept=fmt.accept,
                 )
             except ResourceExpired:
                 if "continue" not in params:
                     raise
                 # the continue token expired mid-list: start over with one full list
                 log.info("%s: continue token expired, listing in one request", self)
-                replacement = Replacement(store)
+                replacement = store.writer.replacement()
+                reader = fmt.reader(store, self._skip)
                 params = self._base_params()
                 tokens.clear()
                 pages, throttle = 0, True
@@ -257,8 +167,9 @@ class Lister:
             try:
                 # the page is decoded a slice at a time, and each slice's items prepared in
                 # slices (by count and by size): the loop never stalls long
-                meta, slices = page_slices(body, _PAGE_SLICE_BYTES)
+                page, slices = decode_page(body, _PAGE_SLICE_BYTES, fmt.pages)
                 del body  # only the slices' iterator keeps the page
+                items_are = reader.page(page)
                 budget = _SLICE_BYTES
                 count = 0
                 for items in slices:
@@ -266,9 +177,10 @@ class Lister:
                     for raw in items:
                         data = bytes(raw)
                         try:
-                            replacement.add(store._prepare(data, from_list=True))
+                            replacement.add(reader.entry(data))
                         except DecodeError as exc:
-                            self._skip(f"undecodable LIST item ({_why(exc)})")
+                            what = reader.name(data) or f"#{count + 1}"
+                            self._skip(f"{items_are} {what} ({why_undecodable(exc)})")
                         budget -= len(data)
                         count += 1
                         if count % s.relist_slice == 0 or budget < 0:
@@ -278,8 +190,8 @@ class Lister:
                 raise ProtocolError(
                     server, f"LIST {self.resource.name} returned invalid JSON: {exc}"
                 ) from exc
-            list_rv = meta.resource_version or list_rv
-            token = meta.continue_
+            list_rv = page.metadata.resourceVersion or list_rv
+            token = page.metadata.continue_
             if not token:
                 break
             key = hash(token)
@@ -293,6 +205,7 @@ class Lister:
             params["continue"] = token
             throttle = not count  # a page that brought nothing is a request like any other
             await anyio.lowlevel.checkpoint()
+        reader.commit()
         await self._commit(replacement, list_rv)
         return list_rv
 
@@ -307,7 +220,7 @@ class Lister:
         """
         s = self.settings
         store = self.store
-        replacement = Replacement(store)
+        replacement = store.writer.replacement()
         params = self._base_params()
         params.update(
             {
@@ -340,7 +253,9 @@ class Lister:
                                 raise _status_error(status if isinstance(status, dict) else {})
                             obj = orjson.loads(raw) if etype == "BOOKMARK" else None
                         except DecodeError as exc:
-                            self._skip(f"malformed watch line ({_why(exc)}): {_preview(line)}")
+                            self._skip(
+                                f"malformed watch line ({why_undecodable(exc)})", preview(line)
+                            )
                             continue
                         meta = obj.get("metadata") if isinstance(obj, dict) else None
                         if isinstance(meta, dict):
@@ -377,7 +292,7 @@ class Lister:
             self.settings,
             progress=self._progress,
             inactivity_timeout=inactivity_timeout,
-            accept=self._accept,
+            accept=self.format.accept,
         )
 
     async def _commit(self, replacement: Replacement, resource_version: str) -> None:
@@ -431,41 +346,25 @@ class Lister:
     def _decode(self, block: Block) -> list[tuple[str, Entry | bytes]]:
         """A block of watch lines: ``(type, entry)`` per object event decoded on the hot
         path, ``("", line)`` for each line :meth:`_handle_line` has to look at."""
-        store = self.store
-        if store._transform is None:
-            return decode_block(*block, store._drop_mf)
-        return [("", line) for line in split_block(block)]  # a user transform decodes all
+        return self.format.decode_block(block, self.store)
+
+    def _line_name(self, line: bytes) -> str:
+        """The quoted name of the object of a watch line, as far as it can be read."""
+        return self.format.line_name(line)
 
     def _parse(self, line: bytes) -> tuple[str, bytes, Entry | None]:
         """(event type, object bytes, cache entry for object events) of one watch line.
 
         Raises:
-            msgspec.DecodeError, msgspec.ValidationError: not a watch event.
+            DecodeError: not a watch event a reader could decode.
+            ResourceExpired: the store must be listed again (a table's columns changed).
         """
-        try:
-            etype, raw = split_event(line)
-            return etype, raw, self.store._prepare(raw) if etype in _OBJECT_EVENTS else None
-        except DecodeError:
-            # the prefix split can be fooled by an unusual envelope: decode it properly
-            etype, raw = split_event(line, fast=False)
-            return etype, raw, self.store._prepare(raw) if etype in _OBJECT_EVENTS else None
+        return self.format.parse_line(line, self.store, self._skip)
 
 
 _INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 _SLICE_BYTES = 8 * 1024 * 1024  # LIST items copied and decoded between two yields, at most
 _PAGE_SLICE_BYTES = 4 * 1024 * 1024  # a LIST page is decoded this much at a time (~4 ms)
-_OBJECT_EVENTS = frozenset({"ADDED", "MODIFIED", "DELETED"})
-
-
-def _why(exc: BaseException) -> str:
-    if isinstance(exc, RecursionError):
-        return "nested too deep"
-    return str(exc)[:200] or type(exc).__name__
-
-
-def _preview(line: bytes) -> str:
-    # enough to recognise the line, too little to carry an object's data (a Secret's values)
-    return f"{line[:40]!r}... ({len(line)} bytes)" if len(line) > 40 else repr(line)
 
 
 def _status_error(obj: Mapping[str, Any]) -> ApiError:

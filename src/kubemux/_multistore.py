@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from ._codec import Entry
+from ._informer_types import View
 from ._store import Indexer, Key, Store
 from ._table import TableColumn, TableRow, TableStore
 
@@ -44,6 +45,20 @@ class MultiStore(Store):
     @property
     def has_synced(self) -> bool:
         return all(s.has_synced for s in self._parts.values())
+
+    @property
+    def writer(self) -> NoReturn:
+        """A multi-namespace view has no writer of its own: each store has (:attr:`stores`)."""
+        raise TypeError("a MultiStore is written through its stores: store.stores[ns].writer")
+
+    @property
+    def history(self) -> NoReturn:
+        """A multi-namespace view has no history of its own: each store has (:attr:`stores`)."""
+        raise TypeError("a MultiStore has one history per store: store.stores[ns].history")
+
+    def snapshot(self) -> NoReturn:
+        """A multi-namespace view has no single resourceVersion: snapshot each store."""
+        raise TypeError("a MultiStore has no single resourceVersion: snapshot store.stores[ns]")
 
     @property
     def stores(self) -> dict[str, Store]:
@@ -119,6 +134,8 @@ class MultiTableStore(MultiStore):
     """A table view (see :class:`TableStore`) over several namespaces."""
 
     __slots__ = ()
+
+    view = View.TABLE
 
     def _tables(self) -> builtins.list[TableStore]:
         return [p for p in self._parts.values() if isinstance(p, TableStore)]

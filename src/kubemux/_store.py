@@ -22,19 +22,27 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 
 import orjson
 
 from . import _codec
 from ._codec import Entry, StoreChange, decode_entry, decode_raw
+from ._history import EventHistory, HistoryEvent
+from ._informer_types import View
 from ._resources import Resource
+from ._snapshot import SortedNames, StoreSnapshot
 
 __all__ = [
+    "EventHistory",
+    "HistoryEvent",
     "Indexer",
     "Key",
     "Replacement",
     "Store",
+    "StoreSizes",
+    "StoreSnapshot",
+    "StoreWriter",
     "Transform",
     "announced_entries",
     "by_label",
@@ -119,18 +127,27 @@ class Store:
         "_by_index",
         "_bytes",
         "_count",
+        "_cow",
         "_drop_mf",
+        "_history",
         "_indexers",
         "_items",
         "_keyvals",
+        "_owned",
         "_peak",
         "_reads",
         "_rv",
+        "_snap",
+        "_sorted",
         "_synced",
         "_transform",
         "_type_prefix",
+        "_writer",
         "resource",
     )
+
+    view: ClassVar[View] = View.OBJECTS
+    """What this store holds of each object (a :class:`~kubemux.TableStore`: its row)."""
 
     def __init__(
         self,
@@ -152,6 +169,14 @@ class Store:
         self._keyvals: dict[Key, tuple[tuple[str, ...], ...]] = {}
         self._synced = False
         self._reads = 0  # bumped by reads: how the registry tells a store in use (idle reaping)
+        # copy-on-write for snapshots: once one is taken (_cow), a bucket is copied the first
+        # time it changes (then it is in _owned) until every bucket is new again (a commit)
+        self._cow = False
+        self._owned: set[str] = set()
+        self._snap: StoreSnapshot | None = None  # the last one taken
+        self._sorted: SortedNames = {}
+        self._history: EventHistory | None = None  # made when first asked for (see history)
+        self._writer = self._make_writer()
         self._type_prefix = (
             b'"kind":'
             + orjson.dumps(resource.kind)
@@ -177,6 +202,51 @@ class Store:
     def has_synced(self) -> bool:
         """True once the first LIST has been applied."""
         return self._synced
+
+    @property
+    def writer(self) -> StoreWriter:
+        """The one way to change this store (an informer's, a share follower's, an engine's);
+        readers never need it."""
+        return self._writer
+
+    @property
+    def history(self) -> EventHistory:
+        """The changes applied to this store, bounded by count and by age (see
+        :class:`~kubemux.EventHistory`); fed by :attr:`writer`, whoever writes.
+
+        It records from the first time it is asked for (until then a store pays nothing
+        for it): ``since()`` answers from the store's resourceVersion of that moment on.
+        """
+        history = self._history
+        if history is None:
+            history = self._history = EventHistory()
+            if self._synced:
+                history._listed(self.resource_version)
+        return history
+
+    def snapshot(self) -> StoreSnapshot:
+        """The store's objects at this instant (at :attr:`resource_version`), immutable.
+
+        Costs O(namespaces) at most (the per-namespace dicts are shared, copied by the
+        writer when it next changes them); a store unchanged since the last snapshot
+        returns that one. Not counted as a read (idle reaping): its reader's requests are.
+        """
+        snap = self._snap
+        if (
+            snap is not None
+            and self._cow
+            and not self._owned
+            and snap.resource_version == (self.resource_version)
+        ):
+            return snap
+        items = self._items
+        cache = self._sorted
+        for ns in [ns for ns, (bucket, _) in cache.items() if items.get(ns) is not bucket]:
+            del cache[ns]  # no longer the store's bucket: its snapshots sort it again
+        snap = self._snap = StoreSnapshot(dict(items), self._count, self.resource_version, cache)
+        self._cow = True
+        self._owned = set()
+        return snap
 
     def _get(self, namespace: str | None, name: str) -> Entry | None:
         ns = namespace or ""
@@ -301,7 +371,10 @@ class Store:
         )
 
     # ------------------------------------------------------------- mutation
-    # Private to the informer.
+    # Through the writer (:attr:`writer`): these are its implementation.
+
+    def _make_writer(self) -> StoreWriter:
+        return StoreWriter(self)
 
     def _prepare(self, raw: bytes, *, from_list: bool = False) -> Entry:
         """Turn one object's bytes into an entry (raises msgspec errors on bad input)."""
@@ -331,6 +404,12 @@ class Store:
             for value in values:
                 _discard(table, value, key)
 
+    def _own(self, ns: str) -> dict[str, bytes | Entry]:
+        """The bucket of ``ns``, copied first if a snapshot may share it."""
+        bucket = self._items[ns] = dict(self._items[ns])
+        self._owned.add(ns)
+        return bucket
+
     def _apply(self, event_type: str, entry: Entry) -> StoreChange | None:
         """Apply one watch event; returns what changed, or None if nothing did."""
         if entry.rv:  # as the entry has it: made a string when read
@@ -339,21 +418,30 @@ class Store:
         ns, name = entry.namespace, entry.name
         bucket = items.get(ns)
         if event_type == "DELETED":
-            kept = None if bucket is None else bucket.pop(name, None)
-            if kept is None:
+            if bucket is None or name not in bucket:
                 return None
-            old: Entry | None = _entry(ns, name, kept)
+            if self._cow and ns not in self._owned:
+                bucket = self._own(ns)
+            gone = bucket.pop(name)
+            old: Entry | None = _entry(ns, name, gone)
             if not bucket:
                 del items[ns]  # no empty buckets: memory is bounded by live objects
             self._count -= 1
-            self._bytes -= _size(kept)
+            self._bytes -= _size(gone)
             if self._indexers:
                 self._index_remove((ns, name))
             if self._count * 4 < self._peak:
                 self._compact()
-            return StoreChange("DELETED", entry, old)
+            change = StoreChange("DELETED", entry, old)
+            if self._history is not None:
+                self._history._push(change)
+            return change
         if bucket is None:
             bucket = items[ns] = {}
+            if self._cow:
+                self._owned.add(ns)
+        elif self._cow and ns not in self._owned:
+            bucket = self._own(ns)
         kept = bucket.get(name)
         bucket[name] = entry.raw if type(entry) is Entry else entry  # _kept(), inlined
         old = kept if kept is None or not isinstance(kept, bytes) else Entry(ns, name, None, kept)
@@ -367,7 +455,16 @@ class Store:
         if self._indexers:
             self._index_remove((ns, name))
             self._index_add((ns, name), self._index_values(entry))
-        return StoreChange("ADDED" if old is None else "MODIFIED", entry, old)
+        change = StoreChange("ADDED" if old is None else "MODIFIED", entry, old)
+        if self._history is not None:
+            self._history._push(change)
+        return change
+
+    def _bookmark(self, resource_version: str) -> None:
+        """The server's resourceVersion moved with no object change."""
+        self._rv = resource_version
+        if self._history is not None:
+            self._history._bookmark(resource_version)
 
     def _compact(self) -> None:
         """Give hash tables back after mass deletes (dicts and sets never shrink by themselves).
@@ -377,6 +474,7 @@ class Store:
         """
         self._peak = max(self._count, _COMPACT_MIN)
         self._items = {ns: dict(bucket) for ns, bucket in self._items.items()}
+        self._cow, self._owned = False, set()  # every bucket is new: shared with no snapshot
         if self._indexers:
             self._keyvals = dict(self._keyvals)
             self._by_index = {
@@ -410,6 +508,91 @@ class Store:
         self._by_index = {n: {} for n in self._indexers}
         self._keyvals = {}
         self._synced = False
+        self._cow, self._owned, self._snap = False, set(), None
+        self._sorted = {}
+        if self._history is not None:
+            self._history._reset()
+
+
+class StoreSizes(NamedTuple):
+    """What a store holds: objects, and the bytes of their JSON as kept."""
+
+    objects: int
+    bytes: int
+
+
+class StoreWriter:
+    """The one public way to change a :class:`Store`: for an informer, a shared-watch
+    follower, or any engine that fills a store (``store.writer``). Readers keep the
+    read-only :class:`Store`.
+
+    Every byte string that enters the store passes :meth:`prepare` (or a decoder that
+    applies the same check, :func:`kubemux._codec.check_readable`): what no reader could
+    decode is refused, never cached. Every change is recorded in the store's
+    :attr:`~Store.history` and given to its listeners, whoever writes. Changes to one
+    object must be applied in the server's order; the writer is not thread-safe (use it on
+    the store's event loop).
+
+    Attributes:
+        apply: ``apply(type, entry) -> StoreChange | None``: one watch event (``ADDED``,
+            ``MODIFIED``, ``DELETED``); None if nothing changed (a delete of an object
+            not held). The store's resourceVersion becomes the entry's.
+        prepare: ``prepare(raw, *, from_list=False) -> Entry``: one object's bytes as an
+            entry, the store's transform applied (``from_list``: the item of a LIST, which
+            carries no kind). Raises one of ``kubemux._codec.DecodeError``.
+    """
+
+    __slots__ = ("_store", "apply", "prepare")
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        # the store's own methods: the hot path pays no extra call
+        self.apply: Callable[[str, Entry], StoreChange | None] = store._apply
+        self.prepare: Callable[..., Entry] = store._prepare
+
+    def __repr__(self) -> str:
+        return f"<StoreWriter of {self._store!r}>"
+
+    @property
+    def transform(self) -> Transform | None:
+        """The store's transform, if not the default (None: objects are kept as sent,
+        ``managedFields`` dropped or not as :attr:`drops_managed_fields` says)."""
+        return self._store._transform
+
+    @property
+    def drops_managed_fields(self) -> bool:
+        """Whether ``metadata.managedFields`` is cut out of the bytes (the default)."""
+        return self._store._drop_mf
+
+    def set_resource_version(self, resource_version: str) -> None:
+        """The server's resourceVersion moved with no object change (a bookmark): the
+        store's moves, the history's listeners get a ``BOOKMARK``."""
+        self._store._bookmark(resource_version)
+
+    def replacement(self) -> Replacement:
+        """A full list to build beside the store (in slices) and swap in at once with
+        :meth:`Replacement.commit`; objects missing from it come back as DELETED."""
+        return Replacement(self._store)
+
+    def replace(
+        self, entries: Iterable[Entry], resource_version: str
+    ) -> builtins.list[StoreChange]:
+        """Swap a full list in, in one step; returns the changes a watcher would have seen."""
+        return self._store._replace(entries, resource_version)
+
+    def clear(self) -> None:
+        """Empty the store (its context stopped or reloaded): not synced any more; the
+        history's listeners get a ``RESET``."""
+        self._store._clear()
+
+    def entries(self, namespace: str | None = None) -> builtins.list[Entry]:
+        """Every object held (of one namespace, if given), sorted, as entries. Not a read."""
+        return self._store._entries(namespace)
+
+    def sizes(self) -> StoreSizes:
+        """Objects held and their bytes (kept up to date by the writer: nothing scanned)."""
+        store = self._store
+        return StoreSizes(store._count, store._bytes)
 
 
 class Replacement:
@@ -479,9 +662,13 @@ class Replacement:
                     yield
 
     def commit(self, resource_version: str) -> builtins.list[StoreChange]:
-        """Swap the new list in (in one step) and return what changed."""
+        """Swap the new list in (in one step) and return what changed; the changes enter
+        the store's history as one step at ``resource_version`` (a first list's do not:
+        the history answers from its version on)."""
         store = self._store
+        synced = store._synced
         store._items = self._items
+        store._cow, store._owned = False, set()  # every bucket is new
         store._count = self._count
         store._bytes = self._bytes
         store._peak = max(self._count, _COMPACT_MIN)
@@ -489,6 +676,13 @@ class Replacement:
         store._keyvals = self._keyvals
         store.resource_version = resource_version
         store._synced = True
+        history = store._history
+        if history is None:
+            pass
+        elif synced:
+            history._push_relist(self._changes, resource_version)
+        else:
+            history._listed(resource_version)
         return self._changes
 
 

@@ -1,12 +1,13 @@
 """Server-side columns: a live cache of a resource as the API server prints it (kubectl's view).
 
-A :class:`TableInformer` runs the :class:`~kubemux._informer.Informer` loop (LIST, WATCH from
-the list's resourceVersion, RELIST on 410, backoff) with
-``Accept: application/json;as=Table;v=v1;g=meta.k8s.io`` and ``includeObject=Metadata``, as
-``kubectl get`` and ``kubectl get -w`` do. Its :class:`TableStore` keeps the column
+A table view is an :class:`~kubemux._informer.Informer` with the table format
+(:data:`kubemux._formats.TABLE`): its LISTs and WATCHes ask for
+``Accept: application/json;as=Table;v=v1;g=meta.k8s.io`` with ``includeObject=Metadata``,
+as ``kubectl get`` and ``kubectl get -w`` do. Its :class:`TableStore` keeps the column
 definitions (:attr:`TableStore.columns`) and one row per object: the cells the server
 printed and the object's metadata (``managedFields`` dropped), never the object itself, so a
-table view costs a fraction of a full-object cache.
+table view costs a fraction of a full-object cache. This module holds the table's values
+and store and the decoding of Table documents; the format puts them to work.
 
 A server (or aggregated API) without Table support answers with plain objects: the view then
 falls back to kubectl's client-side default, ``Name`` and ``Age`` from the metadata (the Age
@@ -21,28 +22,43 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
-import anyio
 import msgspec
 import orjson
 
-from ._client import ContextClient
-from ._codec import DecodeError, Entry, decode_entry, foreign_entry, split_block, split_event
-from ._errors import ProtocolError, ResourceExpired
-from ._informer import Informer, InformerKey, OnChange
+from ._codec import (
+    DecodeError,
+    Entry,
+    UndecodableObject,
+    decode_entry,
+    decode_raw,
+    deeper_recursion,
+    foreign_entry,
+    object_name,
+    quoted_name,
+    split_block,
+    why_undecodable,
+)
+from ._informer_types import View
+from ._pages import PageLayout
 from ._resources import Resource
-from ._settings import WatchSettings
-from ._store import Replacement, Store
+from ._store import Store, StoreWriter
 
 __all__ = [
     "FALLBACK_COLUMNS",
     "TABLE_ACCEPT",
+    "TABLE_PAGES",
     "TableColumn",
-    "TableInformer",
     "TableRow",
     "TableStore",
+    "TableWriter",
+    "decode_table_page",
+    "fallback_row",
+    "parse_columns",
+    "row_bytes",
+    "row_name",
+    "table_fast_path",
 ]
 
 TABLE_ACCEPT = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
@@ -94,6 +110,10 @@ class _ColumnDef(msgspec.Struct, gc=False):
     priority: int = 0
 
 
+class _ColumnName(msgspec.Struct, gc=False):
+    name: str = ""
+
+
 class _Meta(msgspec.Struct, gc=False):
     resourceVersion: str = ""
     continue_: str = msgspec.field(default="", name="continue")
@@ -108,13 +128,28 @@ class _Row(msgspec.Struct, gc=False):
     object: _Object | None = None
 
 
+class _NameMeta(msgspec.Struct, gc=False):
+    name: str = ""
+    namespace: str = ""
+
+
+class _NameObject(msgspec.Struct, gc=False):
+    metadata: _NameMeta = msgspec.field(default_factory=_NameMeta)
+
+
+class _RowName(msgspec.Struct, gc=False):
+    object: _NameObject | None = None
+
+
 class _TablePage(msgspec.Struct, gc=False):
-    """A Table (LIST page or watch event object), or a plain list/object (the fallback)."""
+    """A Table (LIST page or watch event object), or a plain list/object (the fallback).
+
+    Column definitions and rows stay encoded: each is decoded (and refused) on its own."""
 
     kind: str = ""
     metadata: _Meta = msgspec.field(default_factory=_Meta)
-    columnDefinitions: list[_ColumnDef] | None = None
-    rows: list[_Row] | None = None
+    columnDefinitions: list[msgspec.Raw] | None = None
+    rows: list[msgspec.Raw] | None = None
     items: list[msgspec.Raw] | None = None
 
 
@@ -176,6 +211,8 @@ def _fast_entry(buf: bytes, view: memoryview, pos: int, end: int, row: _FastRow)
         return None
     meta = obj.metadata
     cells = bytes(row.cells) or b"[]"
+    if cells[:1] != b"[":
+        return None  # not a list: the general path refuses the row
     mf = meta.managedFields
     if not len(mf):
         parts: tuple[Any, ...] = (_ROW_HEAD, cells, _ROW_META, view[first:last], b"}")
@@ -197,20 +234,100 @@ def _fast_entry(buf: bytes, view: memoryview, pos: int, end: int, row: _FastRow)
 
 
 _page_decoder = msgspec.json.Decoder(_TablePage)
+_row_decoder = msgspec.json.Decoder(_Row)
+_row_name_decoder = msgspec.json.Decoder(_RowName)
+_column_decoder = msgspec.json.Decoder(_ColumnDef)
+_column_name_decoder = msgspec.json.Decoder(_ColumnName)
+_cells_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 _OBJECT_EVENTS = frozenset({"ADDED", "MODIFIED", "DELETED"})
 _fallback_decoder = msgspec.json.Decoder(_FallbackObject)
 _fallback_meta_decoder = msgspec.json.Decoder(_FallbackMeta)
 _EMPTY_META = b"{}"
 
+TABLE_PAGES = PageLayout(
+    keys=(b'"rows":[', b'"items":['),
+    decode=_page_decoder.decode,
+    items=lambda page: page.rows if page.kind == "Table" else page.items,
+)
+"""A Table LIST page (``rows``), or a plain list (``items``) from a server without Tables."""
 
-def _row_bytes(row: _Row) -> bytes:
-    """A row as the cache keeps it: ``{"cells":[...],"metadata":{...}}``."""
+
+def row_bytes(raw: bytes, dropped: tuple[int, ...] = ()) -> bytes:
+    """One Table row (``{"cells": [...], "object": {"metadata": {...}}}``) as the cache
+    keeps it: ``{"cells":[...],"metadata":{...}}``, the cells of the ``dropped`` columns
+    left out. The parts are joined, not decoded and encoded again.
+
+    Raises:
+        msgspec.DecodeError, msgspec.ValidationError, RecursionError, UndecodableObject: not
+            a row a reader could decode (the caller skips it alone).
+    """
+    row = _row_decoder.decode(raw)
     cells = bytes(row.cells) or b"[]"
-    meta = bytes(row.object.metadata) if row.object is not None else b""
-    return b'{"cells":' + cells + b',"metadata":' + (meta or _EMPTY_META) + b"}"
+    if cells[:1] != b"[":
+        raise UndecodableObject("the row's cells are not a list")
+    if dropped:
+        cells = (
+            b"["
+            + b",".join(
+                bytes(c) for i, c in enumerate(_cells_decoder.decode(cells)) if i not in dropped
+            )
+            + b"]"
+        )
+    meta = (bytes(row.object.metadata) if row.object is not None else b"") or _EMPTY_META
+    if meta[:1] != b"{":
+        raise UndecodableObject("the row's metadata is not an object")
+    return b'{"cells":' + cells + b',"metadata":' + meta + b"}"
 
 
-def _fallback_row(raw: bytes) -> bytes:
+def row_name(raw: bytes) -> str:
+    """``namespace/name`` of a Table row as far as it can be read (for a skip's message;
+    ``""`` if not even that), quoted so that nothing in it reaches a terminal raw."""
+    try:
+        with deeper_recursion():
+            row = _row_name_decoder.decode(raw)
+    except DecodeError:
+        return object_name(raw, metadata_last=True)
+    meta = row.object.metadata if row.object is not None else _NameMeta()
+    return quoted_name(meta.namespace, meta.name)
+
+
+def parse_columns(
+    defs: list[msgspec.Raw] | None,
+) -> tuple[tuple[TableColumn, ...], tuple[int, ...], list[str]]:
+    """A Table's column definitions, each decoded alone: (columns, the indices of the
+    definitions refused, why each was refused). A refused column is dropped with its cell
+    in every row (:func:`row_bytes`), so the other columns keep their cells."""
+    columns: list[TableColumn] = []
+    dropped: list[int] = []
+    why: list[str] = []
+    for i, raw in enumerate(defs or ()):
+        try:
+            d = _column_decoder.decode(raw)
+        except DecodeError as exc:
+            dropped.append(i)
+            why.append(f"Table column {_column_label(raw, i)} ({why_undecodable(exc)})")
+            continue
+        columns.append(
+            TableColumn(
+                name=d.name,
+                type=d.type,
+                format=d.format,
+                description=d.description,
+                priority=d.priority,
+            )
+        )
+    return tuple(columns), tuple(dropped), why
+
+
+def _column_label(raw: msgspec.Raw, index: int) -> str:
+    try:
+        name = _column_name_decoder.decode(raw).name
+    except DecodeError:
+        name = ""
+    return orjson.dumps(name).decode() if name else f"#{index + 1}"
+
+
+def fallback_row(raw: bytes) -> bytes:
     """The NAME/AGE row of a plain object (a server without Table support)."""
     meta = bytes(_fallback_decoder.decode(raw).metadata) or _EMPTY_META
     head = _fallback_meta_decoder.decode(meta)
@@ -237,15 +354,19 @@ class TableStore(Store):
 
     Rows are keyed like a :class:`~kubemux.Store`'s objects, by (namespace, name); the
     mapping reads (:meth:`get`, :meth:`list`) return ``{"cells": [...], "metadata": {...}}``
-    dicts, :meth:`rows` and :meth:`row` return :class:`TableRow` values.
+    dicts, :meth:`rows` and :meth:`row` return :class:`TableRow` values. A column
+    definition no reader could decode is left out, with its cell in every row.
     """
 
-    __slots__ = ("columns", "is_fallback")
+    __slots__ = ("_dropped", "columns", "is_fallback")
+
+    view = View.TABLE
 
     def __init__(self, resource: Resource) -> None:
         super().__init__(resource)
         self.columns: tuple[TableColumn, ...] = ()
         self.is_fallback = False
+        self._dropped: tuple[int, ...] = ()  # the server's columns left out (undecodable)
 
     def __repr__(self) -> str:
         mode = " fallback" if self.is_fallback else ""
@@ -263,9 +384,47 @@ class TableStore(Store):
         """Every row (in one namespace, if given), sorted by namespace and name."""
         return [_to_row(e) for e in sorted(self._entries(namespace), key=_entry_key)]
 
+    @property
+    def writer(self) -> TableWriter:
+        """The one way to change this table (see :class:`~kubemux.StoreWriter`), columns
+        included."""
+        writer = self._writer
+        assert isinstance(writer, TableWriter)
+        return writer
+
+    def _make_writer(self) -> StoreWriter:
+        return TableWriter(self)
+
     def _prepare(self, raw: bytes, *, from_list: bool = False) -> Entry:
-        # raw is a row as _row_bytes writes it: metadata at the top, managedFields dropped
+        # raw is a row as row_bytes writes it: metadata at the top, managedFields dropped
         return decode_entry(raw, drop_managed_fields=True, transform=None, type_prefix=b"")
+
+
+class TableWriter(StoreWriter):
+    """A :class:`~kubemux.StoreWriter` of a :class:`TableStore`: rows, and the columns."""
+
+    __slots__ = ()
+
+    def set_columns(
+        self,
+        columns: tuple[TableColumn, ...],
+        *,
+        dropped: tuple[int, ...] = (),
+        fallback: bool = False,
+    ) -> None:
+        """The server's columns (``dropped``: the indices of column definitions left out,
+        whose cells rows no longer hold; ``fallback``: kubectl's NAME/AGE for a server
+        without Table support)."""
+        store = self._store
+        assert isinstance(store, TableStore)
+        store.columns, store._dropped, store.is_fallback = columns, dropped, fallback
+
+    @property
+    def dropped(self) -> tuple[int, ...]:
+        """The indices of the server's column definitions left out (undecodable)."""
+        store = self._store
+        assert isinstance(store, TableStore)
+        return store._dropped
 
 
 def _entry_key(entry: Entry) -> tuple[str, str]:
@@ -273,186 +432,61 @@ def _entry_key(entry: Entry) -> tuple[str, str]:
 
 
 def _to_row(entry: Entry) -> TableRow:
-    data = orjson.loads(entry.raw)
-    return TableRow(entry.namespace, entry.name, tuple(data.get("cells") or ()), data["metadata"])
+    data = decode_raw(entry.raw)  # the lenient read every store's reader uses
+    cells = data.get("cells")
+    meta = data.get("metadata")
+    return TableRow(
+        entry.namespace,
+        entry.name,
+        tuple(cells) if isinstance(cells, list) else (),
+        meta if isinstance(meta, dict) else {},
+    )
 
 
-# ------------------------------------------------------------------------------ informer
-class TableInformer(Informer):
-    """The :class:`~kubemux._informer.Informer` loop over Table LISTs and WATCHes.
-
-    Same lifecycle, states, backoff and status as the object informer; streaming lists are
-    not used (a Table watch cannot carry them). When the server's column definitions change
-    (a CRD's printer columns were edited), the table is listed again.
-    """
-
-    store: TableStore
-    _accept = TABLE_ACCEPT  # LISTs and WATCHes ask for the Table format
-
-    def __init__(
-        self,
-        client: ContextClient,
-        resource: Resource,
-        key: InformerKey,
-        *,
-        settings: WatchSettings,
-        store: TableStore,
-        on_change: OnChange | None = None,
-        on_state: Callable[[], None] | None = None,
-    ) -> None:
-        super().__init__(
-            client,
-            resource,
-            key,
-            settings=dataclasses.replace(settings, streaming_list=False),
-            store=store,
-            on_change=on_change,
-            on_state=on_state,
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"<TableInformer {self.client.context}/{self.key} state={self._state} "
-            f"rows={len(self.store)}>"
-        )
-
-    def _base_params(self) -> dict[str, str]:
-        params = super()._base_params()
-        params["includeObject"] = "Metadata"
-        return params
-
-    async def _list(self) -> str:
-        """A full paginated Table LIST, applied to the store; returns its resourceVersion."""
-        s = self.settings
-        store = self.store
-        replacement = Replacement(store)
-        params = self._base_params()
-        if s.page_size:
-            params["limit"] = str(s.page_size)
-        list_rv = ""
-        columns: tuple[TableColumn, ...] | None = None
-        fallback = False
-        while True:
-            try:
-                body = await self.client.list(
-                    self.resource,
-                    self.key.namespace,
-                    params,
-                    s,
-                    progress=self._progress,
-                    accept=self._accept,
-                )
-            except ResourceExpired:
-                if "continue" not in params:
-                    raise
-                replacement = Replacement(store)
-                params = self._base_params()
-                continue
-            try:
-                page = _page_decoder.decode(body)
-            except DecodeError as exc:
-                raise ProtocolError(
-                    self.client.server, f"LIST {self.resource.name} returned invalid JSON: {exc}"
-                ) from exc
-            del body
-            if page.kind == "Table":
-                if page.columnDefinitions and columns is None:
-                    columns = _columns(page.columnDefinitions)
-                raws = [_row_bytes(row) for row in page.rows or ()]
-            else:
-                fallback = True
-                raws = []
-                for item in page.items or ():
-                    try:
-                        raws.append(_fallback_row(bytes(item)))
-                    except DecodeError as exc:
-                        self._skip(f"malformed LIST item ({exc})")
-            for i, raw in enumerate(raws):
-                try:
-                    replacement.add(store._prepare(raw, from_list=True))
-                except DecodeError as exc:
-                    self._skip(f"malformed Table row ({exc})")
-                if i % s.relist_slice == s.relist_slice - 1:
-                    await anyio.lowlevel.checkpoint()
-            list_rv = page.metadata.resourceVersion or list_rv
-            token = page.metadata.continue_
-            if not token:
-                break
-            params["continue"] = token
-            await anyio.lowlevel.checkpoint()
-        store.is_fallback = fallback
-        store.columns = FALLBACK_COLUMNS if fallback else (columns or store.columns)
-        await self._commit(replacement, list_rv)
-        return list_rv
-
-    def _decode(self, block: Any) -> list[tuple[str, Entry | bytes]]:
-        """The hot path: object events of one-row Tables with known columns become entries,
-        the whole block decoded in one msgspec call; anything else (bookmarks, errors, new
-        columns, plain objects, lines laid out otherwise) goes to :meth:`_parse` through the
-        informer's general path."""
-        buf, start, stop = block
-        view = memoryview(buf)
-        if buf.find(b"\n\n", start, stop) >= 0:
+# ------------------------------------------------------------------------------ watch lines
+def table_fast_path(
+    block: tuple[bytes, int, int], known: tuple[TableColumn, ...]
+) -> list[tuple[str, Entry | bytes]]:
+    """The hot path of a Table watch: ``(type, entry)`` for each object event of a one-row
+    Table whose columns are ``known`` (or not repeated), the whole block decoded in one
+    msgspec call; ``("", line)`` for anything else (the general path's). The caller has
+    checked the block is UTF-8."""
+    buf, start, stop = block
+    view = memoryview(buf)
+    if buf.find(b"\n\n", start, stop) >= 0:
+        return [("", line) for line in split_block(block)]
+    try:
+        events = _fast_decoder.decode_lines(view[start:stop])
+    except DecodeError:
+        return [("", line) for line in split_block(block)]
+    out: list[tuple[str, Entry | bytes]] = []
+    append = out.append
+    find = buf.find
+    pos = start
+    for event in events:
+        end = find(b"\n", pos, stop)
+        if end < 0:
+            end = stop
+        if buf[pos] != 123:  # not where the decoder was (a blank-ish line): go slowly
             return [("", line) for line in split_block(block)]
-        try:
-            events = _fast_decoder.decode_lines(view[start:stop])
-        except DecodeError:
-            return [("", line) for line in split_block(block)]
-        out: list[tuple[str, Entry | bytes]] = []
-        append = out.append
-        find = buf.find
-        known = self.store.columns
-        pos = start
-        for event in events:
-            end = find(b"\n", pos, stop)
-            if end < 0:
-                end = stop
-            if buf[pos] != 123:  # not where the decoder was (a blank-ish line): go slowly
-                return [("", line) for line in split_block(block)]
-            page = event.object
-            entry = None
-            if (
-                event.type in _OBJECT_EVENTS
-                and page.kind == "Table"
-                and page.rows
-                and len(page.rows) == 1
-                and (not page.columnDefinitions or _columns(page.columnDefinitions) == known)
-            ):
-                entry = _fast_entry(buf, view, pos, end, page.rows[0])
-            if entry is None or not entry.name or not entry.rv:
-                append(("", buf[pos:end]))
-            else:
-                append((event.type, entry))
-            pos = end + 1
-        return out
-
-    def _parse(self, line: bytes) -> tuple[str, bytes, Entry | None]:
-        """(event type, row bytes, cache entry for object events) of one Table watch line."""
-        try:
-            etype, raw = split_event(line)
-        except DecodeError:
-            etype, raw = split_event(line, fast=False)
-        if etype not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
-            return etype, raw, None
-        page = _page_decoder.decode(raw)
-        if page.kind != "Table":  # plain objects: a server without Table support
-            row = _fallback_row(raw)
+        page = event.object
+        entry = None
+        if (
+            event.type in _OBJECT_EVENTS
+            and page.kind == "Table"
+            and page.rows
+            and len(page.rows) == 1
+            and (not page.columnDefinitions or _columns(page.columnDefinitions) == known)
+        ):
+            entry = _fast_entry(buf, view, pos, end, page.rows[0])
+        if entry is None or not entry.name or not entry.rv:
+            append(("", buf[pos:end]))
         else:
-            if page.columnDefinitions:
-                columns = _columns(page.columnDefinitions)
-                if self.store.columns and columns != self.store.columns:
-                    raise ResourceExpired(410, "Expired", "the server's table columns changed")
-                self.store.columns = columns
-            if etype == "BOOKMARK":
-                rv = page.metadata.resourceVersion
-                if not rv and page.rows and page.rows[0].object is not None:
-                    rv = _fallback_meta_decoder.decode(
-                        bytes(page.rows[0].object.metadata) or _EMPTY_META
-                    ).resourceVersion
-                return etype, b'{"metadata":{"resourceVersion":' + orjson.dumps(rv) + b"}}", None
-            if not page.rows:
-                return etype, raw, None  # an object event without a row: skipped
-            row = _row_bytes(page.rows[0])
-        if etype == "BOOKMARK":
-            return etype, row, None
-        return etype, row, self.store._prepare(row)
+            append((event.type, entry))
+        pos = end + 1
+    return out
+
+
+decode_table_page = _page_decoder.decode
+"""A Table (a LIST page or a watch event's object) with its rows and columns still encoded,
+or a plain list or object (the fallback)."""

@@ -253,8 +253,8 @@ def cell_text(value: Any, kind: str = "string") -> str:
         return "<none>"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        value = int(value)  # as Go prints a whole float64 (1e308 stays 1e+308)
     text = value if isinstance(value, str) else orjson.dumps(value).decode()
     if isinstance(value, int | float):
         text = str(value)

@@ -14,6 +14,7 @@ from starlette.responses import FileResponse, Response
 
 from kubemux import Forbidden, KubemuxError, Resource, UnknownResource, parse_resource
 
+from .._codec import decode_raw
 from .._redact import redact_text
 from ._state import Dashboard, Problem, _dashboard, _json
 from .views import event_payload, redact
@@ -65,7 +66,7 @@ async def _api_list(request: Request) -> Response:
     store = await dashboard.ready_store(context, resource)
     raws = store.list_raw(namespace if resource.namespaced else None)
     if resource.is_secret:  # what is read decides, not the kind discovery declares
-        raws = [orjson.dumps(redact(resource, orjson.loads(raw))) for raw in raws]
+        raws = [orjson.dumps(redact(resource, decode_raw(raw))) for raw in raws]
     head = orjson.dumps(
         {
             "context": context,

@@ -21,7 +21,8 @@ The work per stream is bounded, whatever the number of streams and however they 
   then slices of ``BATCH`` rows, yielding
   to the event loop between slices, and every stream shares those bytes
   (:class:`SnapshotCache`);
-- a live change is summarised and encoded once, whichever streams send it (:func:`encoded`);
+- a live change is summarised and encoded once, whichever streams send it (:func:`encoded`),
+  by the same row encoder as the snapshots' (:mod:`._rows`);
 - the contexts panel is built once per state for every stream (:meth:`Stream._contexts`);
 - a connection holds at most ``_broadcast.PENDING_BYTES`` of queued (shared) events; the
   app admits new streams at a bounded rate (a burst of connections is spread out), closes
@@ -83,13 +84,12 @@ from kubemux import (
     WatcherRegistry,
 )
 
+from ._rows import change_bytes, row_change
 from .views import (
-    change_payload,
     column_payload,
     event_payload,
     object_payload,
     status_payload,
-    table_row,
 )
 
 if TYPE_CHECKING:
@@ -126,11 +126,12 @@ def encode_event(event: str, data: object, *, retry: int | None = None) -> bytes
     return b"event: " + event.encode() + b"\r\ndata: " + raw + tail
 
 
-_encoded: OrderedDict[int, tuple[Change, bytes]] = OrderedDict()
+_encoded: OrderedDict[int, tuple[Change, bytes | None]] = OrderedDict()
 
 
-def encoded(change: Change) -> bytes:
-    """``change`` as the browser's table consumes it, JSON-encoded once for every stream.
+def encoded(change: Change) -> bytes | None:
+    """``change`` as the browser's table consumes it, JSON-encoded once for every stream
+    (:func:`~._rows.change_bytes`: None for one that cannot be encoded, skipped).
 
     The registry hands the same :class:`~kubemux.Change` to every subscriber, so the
     encoding is kept (by identity, the change itself held so the key stays unique) for the
@@ -140,7 +141,7 @@ def encoded(change: Change) -> bytes:
     hit = _encoded.get(key)
     if hit is not None and hit[0] is change:
         return hit[1]
-    raw = orjson.dumps(change_payload(change))
+    raw = change_bytes(change)
     _encoded[key] = (change, raw)
     if len(_encoded) > ENCODED_CHANGES:
         _encoded.popitem(last=False)
@@ -243,8 +244,10 @@ class SnapshotCache:
                 for raw in raws[start : start + BATCH]:
                     row = known.get(raw)
                     if row is None:
-                        row = _row(context, raw)
+                        row = row_change("ADDED", context, raw)
                         fresh += 1
+                        if row is None:
+                            continue  # skipped alone (logged): the others go on
                         if fresh % SLICE == 0:
                             await anyio.lowlevel.checkpoint()  # the event loop stays responsive
                     rows[raw] = row
@@ -267,22 +270,6 @@ def _resource_version(store: Store) -> str:
     if isinstance(store, MultiTableStore):
         return ",".join(part.resource_version for part in store.stores.values())
     return store.resource_version
-
-
-def _row(context: str, raw: bytes) -> bytes:
-    row = orjson.loads(raw)  # a table view's row: {"cells": [...], "metadata": {...}}
-    row = row if isinstance(row, dict) else {}
-    meta = row.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
-    return orjson.dumps(
-        {
-            "type": "ADDED",
-            "context": context,
-            "namespace": str(meta.get("namespace") or ""),
-            "name": str(meta.get("name") or ""),
-            "row": table_row(row),
-        }
-    )
 
 
 class Stream:
@@ -399,10 +386,10 @@ class Stream:
         checked: set[str] = set()
 
         async def flush() -> None:
-            if pending:
-                raw = b"[" + b",".join(map(encoded, pending)) + b"]"
-                pending.clear()
-                await self._write(encode_event("changes", raw))
+            rows = [r for r in map(encoded, pending) if r is not None]
+            pending.clear()
+            if rows:
+                await self._write(encode_event("changes", b"[" + b",".join(rows) + b"]"))
 
         for change in batch:
             context = change.context

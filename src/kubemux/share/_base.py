@@ -26,7 +26,6 @@ from .._informer import Informer, InformerKey, OnChange
 from .._resources import Resource
 from .._settings import WatchSettings
 from .._store import Store
-from .._table import TableInformer, TableStore
 
 __all__ = [
     "Lead",
@@ -193,9 +192,8 @@ def informer_lead(
     on_state: Callable[[], None] | None = None,
     on_informer: Callable[[Informer], None] | None = None,
 ) -> Lead:
-    """A ``lead`` callable running a real :class:`Informer` into ``store`` (a
-    :class:`TableInformer` for a ``key.view == "table"`` slot, whose store is a
-    :class:`TableStore`).
+    """A ``lead`` callable running a real :class:`Informer` into ``store`` (of the table
+    format for a ``key.view == "table"`` slot, whose store is a :class:`TableStore`).
 
     Each run builds a fresh informer (``on_informer`` is told, for ``status()``); every change
     it applies goes to ``on_change`` and to the engine's ``publish``.
@@ -211,14 +209,12 @@ def informer_lead(
             if on_change is not None:
                 on_change(etype, entry, old)
 
-        assert key.view != "table" or isinstance(store, TableStore)
-        kind = TableInformer if key.view == "table" else Informer
-        informer = kind(
+        informer = Informer(  # of key.view's format (a table view's store is a TableStore)
             client,
             resource,
             key,
             settings=settings,
-            store=store,  # type: ignore[arg-type]  # a TableStore for a table view (asserted)
+            store=store,
             on_change=changed,
             on_state=on_state,
         )

@@ -214,7 +214,7 @@ class SharedSource:
                 skipped_lines=0,
                 last_error=st.last_error if st is not None else None,
                 last_sync=None,
-                bytes_cached=store._bytes,
+                bytes_cached=store.writer.sizes().bytes,
                 watch_started=st.following_since if st is not None else None,
                 last_event=st.last_event if st is not None else None,
                 view=key.view,
@@ -240,13 +240,14 @@ class SharedSource:
             assert self.informer is not None
             return self.informer.snapshot_entries(namespace)
         if self.share_key is None:
-            return self.store._entries(namespace)
+            return self.store.writer.entries(namespace)
         return self.conn.session.snapshot_entries(self.share_key, namespace)
 
 
 def _transform_name(store: Store) -> str:
     """The store transform's identity for the share key ("" for none)."""
-    fn: Transform | None = drop_managed_fields if store._drop_mf else store._transform
+    writer = store.writer
+    fn: Transform | None = drop_managed_fields if writer.drops_managed_fields else writer.transform
     if fn is None:
         return ""
     return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"

@@ -11,7 +11,7 @@ import anyio
 import anyio.lowlevel
 
 from .._codec import Entry, StoreChange
-from .._store import Replacement, announced_entries
+from .._store import announced_entries
 from ._redis_keys import _SLICE, _unwrap, log
 from ._redis_slot import _SlotBase
 from ._redis_table import parse_columns, set_columns
@@ -121,7 +121,7 @@ class _Follower(_SlotBase):
         now = self.last_event = time.time()
         with contextlib.suppress(ValueError):
             self.lag = max(0.0, now - float(fields.get(b"ts", b"")))
-        change = self.store._apply(etype, entry)
+        change = self.store.writer.apply(etype, entry)
         self.events += 1
         if change is not None:
             self._emit(change.type, change.entry, change.old)
@@ -147,7 +147,7 @@ class _Follower(_SlotBase):
             if columns is None:
                 return False
         store = self.store
-        replacement = Replacement(store)
+        replacement = store.writer.replacement()
         decode = self.decode_entry  # SecretDecryptError: nothing of this reload is kept
         for i, (field, value) in enumerate(objs.items()):
             try:

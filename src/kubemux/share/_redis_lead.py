@@ -190,7 +190,7 @@ class _Slot(_Follower):
 
     async def _write_snapshot(self) -> None:
         store = self.store
-        entries = store._entries(None)
+        entries = store.writer.entries()
         rv = store.resource_version
         columns = self.table.columns if self.table is not None else None
         self.queue.clear()

@@ -47,5 +47,4 @@ def parse_columns(raw: bytes) -> tuple[TableColumn, ...]:
 
 def set_columns(store: TableStore, columns: tuple[TableColumn, ...]) -> None:
     """Give a follower's table the leader's columns (the fallback's are recognised)."""
-    store.columns = columns
-    store.is_fallback = columns == FALLBACK_COLUMNS
+    store.writer.set_columns(columns, fallback=columns == FALLBACK_COLUMNS)

@@ -10,6 +10,9 @@ It serves ``pods`` (LIST and WATCH) over real HTTP on 127.0.0.1 with one hostile
 - ``"trickle-list"``: LIST (and streaming list) bodies at one byte a second.
 - ``"trickle-watch"``: a WATCH line at one byte a second, never ending.
 - ``"undecodable"``: a WATCH that sends objects no reader can decode among good ones.
+- ``"hostile-table"``: Table LISTs and WATCHes (when asked for) with poisoned rows among good
+  ones (:data:`HOSTILE_ROWS`) and a column definition whose ``priority`` is not an integer
+  (``"odd-column"``), those named by ``poison``; plain objects otherwise.
 
 Streaming lists (``sendInitialEvents``) are refused with 422 unless the behaviour is about
 them. Every request is recorded in :attr:`HostileServer.requests` as (monotonic time, watch?).
@@ -18,6 +21,7 @@ them. Every request is recorded in :attr:`HostileServer.requests` as (monotonic 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any, Self
 
@@ -28,7 +32,15 @@ from aiohttp import web
 
 from ._objects import make_pod
 
-__all__ = ["BAD_OBJECT_LINES", "BEHAVIOURS", "HostileServer", "bad_lines"]
+__all__ = [
+    "BAD_OBJECT_LINES",
+    "BEHAVIOURS",
+    "HOSTILE_COLUMNS",
+    "HOSTILE_ROWS",
+    "POISON",
+    "HostileServer",
+    "bad_lines",
+]
 
 BEHAVIOURS = (
     "continue-loop",
@@ -39,6 +51,7 @@ BEHAVIOURS = (
     "trickle-list",
     "trickle-watch",
     "undecodable",
+    "hostile-table",
 )
 
 
@@ -68,14 +81,99 @@ def bad_lines() -> dict[str, bytes]:
 
 BAD_OBJECT_LINES = bad_lines()
 
+HOSTILE_COLUMNS = (
+    b'{"name":"Name","type":"string","format":"name","description":"","priority":0}',
+    b'{"name":"Status","type":"string","format":"","description":"","priority":0}',
+    b'{"name":"Odd","type":"integer","format":"","description":"","priority":1.5}',
+    b'{"name":"Size","type":"number","format":"","description":"","priority":0}',
+)
+"""The ``"hostile-table"`` columns: the third one's ``priority`` is no integer."""
+
+_DEEP = b"[" * 6000 + b"]" * 6000
+
+
+def _row(name: str, rv: int, status: bytes = b'"Running"', size: bytes = b"1") -> bytes:
+    meta = orjson.dumps(
+        {
+            "name": name,
+            "namespace": "default",
+            "resourceVersion": str(rv),
+            "creationTimestamp": "2025-01-01T00:00:00Z",
+        }
+    )
+    cells = b'["' + name.encode() + b'",' + status + b",7," + size + b"]"
+    obj = b'{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":' + meta
+    return b'{"cells":' + cells + b',"object":' + obj + b"}}"
+
+
+HOSTILE_ROWS = {
+    "big-number": _row("big-number", 20, size=b"9" * 400),  # cached: reads as inf
+    "huge-float": _row("huge-float", 21, size=b"1e308"),  # cached
+    "deep": _row("deep", 22, size=_DEEP),  # nested 6,000 deep: skipped
+    "bad-utf8": _row("bad-utf8", 23, status=b'"\xff\xfe"'),  # skipped
+}
+"""Poisoned Table rows by name: the first two are cached, the last two skipped alone."""
+
+
+POISON = (*HOSTILE_ROWS, "odd-column")
+"""Every poison of ``"hostile-table"``."""
+
+
+def _table(rows: list[bytes], rv: int, *, columns: bool = True, odd: bool = True) -> bytes:
+    defs = b"null"
+    if columns:
+        third = HOSTILE_COLUMNS[2] if odd else HOSTILE_COLUMNS[2].replace(b"1.5", b"1")
+        defs = b"[" + b",".join((*HOSTILE_COLUMNS[:2], third, HOSTILE_COLUMNS[3])) + b"]"
+    return (
+        b'{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"'
+        + str(rv).encode()
+        + b'"},"columnDefinitions":'
+        + defs
+        + b',"rows":['
+        + b",".join(rows)
+        + b"]}"
+    )
+
+
+_DISCOVERY: dict[str, dict[str, Any]] = {
+    "/api": {"kind": "APIVersions", "versions": ["v1"]},
+    "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": []},
+    "/api/v1": {
+        "kind": "APIResourceList",
+        "groupVersion": "v1",
+        "resources": [
+            {
+                "name": "pods",
+                "singularName": "pod",
+                "namespaced": True,
+                "kind": "Pod",
+                "verbs": ["get", "list", "watch"],
+                "shortNames": ["po"],
+            }
+        ],
+    },
+}
+
+
+async def _json_doc(doc: dict[str, Any], request: web.Request) -> web.Response:
+    return web.json_response(doc)
+
 
 class HostileServer:
     """A misbehaving API server; ``async with HostileServer("junk-watch") as s: s.server``."""
 
-    def __init__(self, behaviour: str, *, objects: int = 3, huge_bytes: int = 1 << 30) -> None:
+    def __init__(
+        self,
+        behaviour: str,
+        *,
+        objects: int = 3,
+        huge_bytes: int = 1 << 30,
+        poison: tuple[str, ...] = POISON,
+    ) -> None:
         if behaviour not in BEHAVIOURS:
             raise ValueError(f"unknown behaviour {behaviour!r}; one of {BEHAVIOURS}")
         self.behaviour = behaviour
+        self.poison = poison
         self.objects = objects
         self.huge_bytes = huge_bytes
         self.requests: list[tuple[float, bool]] = []
@@ -98,6 +196,9 @@ class HostileServer:
         app = web.Application()
         app.router.add_get("/api/v1/pods", self._handle)
         app.router.add_get("/api/v1/namespaces/{ns}/pods", self._handle)
+        if self.behaviour == "hostile-table":  # what `kubemux get` needs: legacy discovery
+            for path, doc in _DISCOVERY.items():
+                app.router.add_get(path, functools.partial(_json_doc, doc))
         self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -150,6 +251,8 @@ class HostileServer:
             return await self._trickle(request, _event_prefix("slow", 99))
         if b == "undecodable":
             return await self._undecodable(request)
+        if b == "hostile-table" and "as=Table" in request.headers.get("Accept", ""):
+            return await self._hostile_table_watch(request)
         return await self._idle_watch(request)
 
     async def _list(self, request: web.Request) -> web.StreamResponse:
@@ -159,11 +262,18 @@ class HostileServer:
             meta["continue"] = "same-token"
         if self.behaviour == "huge-list":
             return await self._huge(request)
+        if self.behaviour == "hostile-table" and "as=Table" in request.headers.get("Accept", ""):
+            good = [_row(f"p-{i}", 10 + i) for i in range(self.objects)]
+            bad = [row for name, row in HOSTILE_ROWS.items() if name in self.poison]
+            body = _table([*good, *bad], 50, odd="odd-column" in self.poison)
+            return web.Response(body=body, content_type="application/json")
         if self.behaviour == "undecodable":
             body = orjson.dumps({"kind": "PodList", "metadata": meta, "items": items})
             deep = b',{"metadata":{"name":"deep","namespace":"default","resourceVersion":"9"},'
             deep += b'"spec":' + b"[" * 1000 + b"]" * 1000 + b"}"
-            body = body[: body.rindex(b"]")] + deep + b"]}"
+            deeper = b',{"metadata":{"name":"deeper","namespace":"default","resourceVersion":"8"},'
+            deeper += b'"spec":' + b"[" * 6000 + b"]" * 6000 + b"}"  # beyond msgspec's reach
+            body = body[: body.rindex(b"]")] + deep + deeper + b"]}"
             return web.Response(body=body, content_type="application/json")
         return web.json_response({"kind": "PodList", "metadata": meta, "items": items})
 
@@ -204,6 +314,24 @@ class HostileServer:
         big = _event_prefix("big-number", 150) + b',"spec":{"n":' + b"9" * 400 + b"}}}"
         after = orjson.dumps({"type": "ADDED", "object": _pod("after", 200)})
         lines = [*BAD_OBJECT_LINES.values(), big, after]
+        await resp.write(b"\n".join(lines) + b"\n")
+        await anyio.sleep_forever()
+        return resp  # pragma: no cover
+
+    async def _hostile_table_watch(self, request: web.Request) -> web.StreamResponse:
+        resp = await self._stream(request)
+        poison = self.poison
+        rows = [
+            *([_row("w-big", 60, size=b"9" * 400)] if "big-number" in poison else []),
+            *([_row("w-deep", 61, size=_DEEP)] if "deep" in poison else []),
+            *([_row("w-utf8", 62, status=b'"\xff"')] if "bad-utf8" in poison else []),
+            _row("w-after", 63),
+        ]
+        odd = "odd-column" in poison
+        lines = [
+            b'{"type":"ADDED","object":' + _table([row], 60 + i, columns=i == 0, odd=odd) + b"}"
+            for i, row in enumerate(rows)
+        ]
         await resp.write(b"\n".join(lines) + b"\n")
         await anyio.sleep_forever()
         return resp  # pragma: no cover
