@@ -540,4 +540,4 @@ class CachedReads:
 
 
 def _columns(served: ServedStore) -> Any:
-    return served.store.columns  # a TableStore's
+    return getattr(served.store, "columns", ())  # a TableStore's
