@@ -169,6 +169,11 @@ class CachedReads:
         self.stores.close()
 
     # ------------------------------------------------------------------ caps
+    @property
+    def watching(self) -> int:
+        """Watches open now (from the cache or upstream), all credentials together."""
+        return sum(self._watches.values())
+
     @contextlib.contextmanager
     def watch_slot(self, credential: str) -> Iterator[None]:
         """Count one watch of ``credential``; a 429 past the cap (kube-apiserver's wording
@@ -535,7 +540,8 @@ class CachedReads:
                 pass  # a client that does not read: cut off, the connection closes
             tg.cancel_scope.cancel("watch ended")
         if completed:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            with anyio.move_on_after(write_timeout):  # a client that stopped reading
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         return True
 
 
