@@ -334,3 +334,17 @@ async def test_a_slow_watcher_is_cut_off_and_slows_nobody(
                     assert served.watches == 1
             finally:
                 writer.close()
+
+
+async def test_stopping_a_context_ends_its_cached_watches(
+    cluster: FakeCluster, kubeconfig: Path
+) -> None:
+    async with running_proxy(kubeconfig) as (server, client):
+        with anyio.fail_after(20):
+            rv = await list_rv(client)
+            async with watch(client, f"/api/v1/pods?watch=1&resourceVersion={rv}") as w:
+                assert await server.registry.stop_watcher("prod")
+                assert await w.rest() == []  # the stream ends, cleanly: the client re-lists
+            assert server.app.state.proxy.status() == ()  # the store's state went with it
+            status, doc = await client.get_json("prod", "/api/v1/pods")  # starts again
+            assert status == 200 and len(doc["items"]) == 3

@@ -415,10 +415,22 @@ class CachedReads:
             return False  # moved on between the plan and the snapshot: upstream knows
         filt = ObjectFilter(read.namespace, options.label_selector, options.field_selector)
         match = self._matcher(filt, read, objects)
+        lag = served.lag
+        rv = snapshot.resource_version
+        if options.limit <= 0 and match is None and after is None and read.view == "objects":
+            # the whole list, unfiltered: streamed straight from the snapshot
+            chunks = iter_list(
+                f"{resource.kind}List",
+                resource.api_version,
+                rv,
+                (raw for _key, raw in snapshot.items(read.namespace)),
+                unstructured=custom,
+            )
+            await send_chunks(send, chunks, read.content_type, lag=lag)
+            return True
         page, last = _page(snapshot.items(read.namespace, after), options.limit, match)
         token: str | None = None
         remaining: int | None = None
-        rv = snapshot.resource_version
         if last is not None:
             snapshot_id = self.pins.pin(pinned)
             token = self.tokens.encode(
@@ -430,7 +442,6 @@ class CachedReads:
                 len(page),
                 selective=filt.filters_content,
             )
-        lag = served.lag
         if read.view == "objects":
             chunks = iter_list(
                 f"{resource.kind}List",
