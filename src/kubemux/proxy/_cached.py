@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import hashlib
 from collections.abc import Callable, Iterator
+from operator import itemgetter
 from typing import Any
 
 import anyio
@@ -423,7 +424,7 @@ class CachedReads:
                 f"{resource.kind}List",
                 resource.api_version,
                 rv,
-                (raw for _key, raw in snapshot.items(read.namespace)),
+                map(itemgetter(1), snapshot.items(read.namespace)),
                 unstructured=custom,
             )
             await send_chunks(send, chunks, read.content_type, lag=lag)
