@@ -11,6 +11,7 @@ from kubemux._codec import (
     Entry,
     PinnedEntry,
     UndecodableObject,
+    bad_utf8,
     check_readable,
     compact_rv,
     decode_block,
@@ -245,6 +246,14 @@ def test_bytes_from_elsewhere_that_no_reader_can_decode_are_refused(raw: bytes, 
         check_readable(raw)
     with pytest.raises(UndecodableObject, match=why):
         foreign_entry("default", "p", "1", raw)
+
+
+def test_utf8_is_checked_in_the_slice_only_and_cheaply() -> None:
+    big = b"\xff" + b"a" * 100_000 + b"\n" + b"b" * 10
+    assert not bad_utf8(big, 1, len(big))  # most of the buffer, ASCII
+    assert not bad_utf8(big, len(big) - 10, len(big))  # a small slice: only it is looked at
+    assert bad_utf8(big, 0, 10)
+    assert not bad_utf8("é".encode() * 10, 0, 20)
 
 
 def test_what_passes_the_check_every_reader_reads() -> None:

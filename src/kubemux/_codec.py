@@ -269,8 +269,8 @@ _OBJECT_KEY = b',"object":'  # once per canonical line; more: a repeated key (or
 
 def bad_utf8(buf: bytes, start: int, stop: int) -> bool:
     """Does ``buf[start:stop]`` hold bytes that are not UTF-8? (Nearly free for ASCII.)"""
-    if buf.isascii():
-        return False
+    if (buf if 2 * (stop - start) >= len(buf) else buf[start:stop]).isascii():
+        return False  # the whole buffer when the slice is most of it (a socket read's block)
     try:
         str(memoryview(buf)[start:stop], "utf-8")
     except UnicodeDecodeError:
