@@ -348,3 +348,18 @@ async def test_a_rotated_token_is_refreshed_for_passed_through_requests(
             assert status == 200, body
     tokens = [r.token for r in cluster.requests if r.query.get("pretty") == "true"]
     assert tokens[0] == TOKEN and tokens[-1] == "rotated"
+
+
+async def test_the_tls_read_buffer_can_be_made_smaller(
+    cluster: FakeCluster, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio.sslproto
+
+    monkeypatch.setattr(asyncio.sslproto.SSLProtocol, "max_size", 256 * 1024)  # restored after
+    with pytest.raises(ValueError, match="at least 4096"):
+        ProxyServer(WatcherRegistry({}), port=0, tls_read_buffer=100)
+    async with running_proxy(kubeconfig, tls_read_buffer=16 * 1024) as (_, client):
+        with anyio.fail_after(20):
+            status, doc = await client.get_json("prod", "/api/v1/pods")
+    assert status == 200 and len(doc["items"]) == 2
+    assert asyncio.sslproto.SSLProtocol.max_size == 16 * 1024
