@@ -33,6 +33,7 @@ from _common import table
 
 from kubemux import WatcherRegistry
 from kubemux.proxy import ProxyServer, ProxySettings
+from kubemux.proxy._watch import WatchSettings
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 
 HERE = Path(__file__).resolve().parent
@@ -337,39 +338,64 @@ async def watches(
     rows: list[list[str]] = []
     count, rate, seconds = args.watchers, args.rate, args.seconds
     events = int(rate * seconds)
-    settings = ProxySettings(max_watches_per_credential=count + 10)
+    watch = (
+        WatchSettings() if args.flush_delay is None else WatchSettings(flush_delay=args.flush_delay)
+    )
+    settings = ProxySettings(max_watches_per_credential=count + 10, watch=watch)
     async with proxy(source, home, settings) as (server, ca):
         base = f"{server.url}/clusters/bench/api/v1/namespaces/bench/pods"
         await curl(base, token=server.token, ca=ca)
         rv = up.counts()["rv"]
         watches_before = up.counts()["watch_requests"]
         rss_before = rss_kib()
+        url = f"{base}?watch=1&resourceVersion={rv}&timeoutSeconds={int(seconds) + 30}"
+        # the watchers: curl (C, one process each: a Python client of 1,000 TLS streams
+        # is slower than the proxy it measures) writing to files, and a few Python probes
+        # that time each event (the time it was made is in the object)
+        probes = max(1, count // 100)
+        outputs = home / "watches"
+        outputs.mkdir(exist_ok=True)
+        curls = []
+        for i in range(count - probes):
+            with (outputs / f"{i}.json").open("wb") as sink:
+                curls.append(
+                    await asyncio.create_subprocess_exec(
+                        "curl", "-sSN", "--cacert", ca,
+                        "-H", f"Authorization: Bearer {server.token}", url,
+                        stdout=sink,
+                    )
+                )  # fmt: skip
         client = await asyncio.create_subprocess_exec(
             sys.executable,
             __file__,
             "--watch-client",
-            f"{base}?watch=1&resourceVersion={rv}",
+            url,
             ca,
             server.token,
-            str(count),
+            str(probes),
             str(events),
             stdout=asyncio.subprocess.PIPE,
         )
         assert client.stdout is not None
         assert (await client.stdout.readline()).strip() == b"OPEN"
         proxy_state = server.app.state.proxy
-        while sum(s.watches for s in proxy_state.status()) < count:  # noqa: ASYNC110 (a bench)
-            await anyio.sleep(0.05)
+        with anyio.fail_after(120):
+            while sum(s.watches for s in proxy_state.status()) < count:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
         rss_after = rss_kib()
         cpu_before = cpu_seconds(os.getpid())
         churned = await anyio.to_thread.run_sync(up.ask, f"churn {rate} {events}")
         result = json.loads(await client.stdout.readline())
-        cpu = (cpu_seconds(os.getpid()) - cpu_before) / (events * count)
         await client.wait()
+        for proc in curls:
+            await proc.wait()  # their watches end at timeoutSeconds
+        cpu = (cpu_seconds(os.getpid()) - cpu_before) / (events * count)
+        got = [(outputs / f"{i}.json").read_bytes().count(b"\n") for i in range(count - probes)]
         counts = up.counts()
         p50 = (result["p50"] or float("nan")) * 1000
         p99 = (result["p99"] or float("nan")) * 1000
-        complete, lost = result["complete"], result["lost"]
+        complete = result["complete"] + sum(1 for g in got if g == events)
+        lost = result["lost"] + sum(max(0, events - g) for g in got)
         per_watch = (rss_after - rss_before) / count
         rows.append(
             [f"{count} watches, {rate:g} events/s, {seconds:g} s",
@@ -431,6 +457,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--kubectl-runs", type=int, default=1000)
+    parser.add_argument("--flush-delay", type=float, default=None)
     args = parser.parse_args()
     args.sizes = [int(s) for s in args.sizes.split(",")]
     if not shutil.which("curl"):

@@ -1,8 +1,9 @@
 """A kubectl-style kubeconfig writer for tests: client-go's lock, then truncate and write in place.
 
-    python kubectl_writer.py KUBECONFIG SECONDS RESULT
+    python kubectl_writer.py KUBECONFIG SECONDS RESULT [MIN_EDITS]
 
-For SECONDS, edits the file as kubectl's ``ModifyConfig`` does: create ``<file>.lock``
+For SECONDS (and on until it has made MIN_EDITS edits, so a loaded machine still tests
+contention), edits the file as kubectl's ``ModifyConfig`` does: create ``<file>.lock``
 (``O_CREAT|O_EXCL``; when it exists kubectl fails, and this writer tries again a moment later,
 as a user re-running the command would), read the file, add one context ``edit-<i>``, write it
 back the way ``os.WriteFile`` does (truncate, then write; here in two halves with a pause in
@@ -19,10 +20,11 @@ import yaml
 
 def main() -> None:
     path, seconds, result = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+    min_edits = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     lock = path + ".lock"
     edits = busy = 0
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    while time.monotonic() < end or edits < min_edits:
         try:
             fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0)
         except FileExistsError:

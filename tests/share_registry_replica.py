@@ -3,18 +3,23 @@
 context of a kubeconfig (followed: rewriting the file reloads contexts).
 
 Usage: python share_registry_replica.py REDIS_URL KUBECONFIG RESOURCE [--no-lead] [--table]
+       [--in-cluster ROOT]
 
 ``--table`` autowatches the resource's table view (as the dashboard does) instead.
+``--in-cluster ROOT`` ignores KUBECONFIG (pass ``-``) and runs the pod's ``in-cluster``
+context from the service-account folder ROOT (``KUBERNETES_SERVICE_HOST``/``_PORT`` set).
 
 Reports JSON lines on stdout: {"op": "roles", "roles": {context: role}, "generations":
-{context: n}} whenever a role or generation changes, and answers "dump" on stdin with
-{"op": "dump", "stores": {context: {"ns/name": rv}}, "columns": {context: [name]}}.
+{context: n}, "errors": {context: last error}} whenever one of them changes, and answers
+"dump" on stdin with {"op": "dump", "stores": {context: {"ns/name": rv}}, "columns":
+{context: [name]}}.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 from typing import Any
@@ -40,10 +45,15 @@ async def main() -> None:
     p.add_argument("resource")
     p.add_argument("--no-lead", action="store_true")
     p.add_argument("--table", action="store_true")
+    p.add_argument("--in-cluster", default=None)
     args = p.parse_args()
 
+    if args.in_cluster:
+        os.environ.pop("KUBECONFIG", None)
+        os.environ["HOME"] = os.getcwd()  # no ~/.kube/config: the in-cluster context
     registry = WatcherRegistry.from_kubeconfig(
-        args.kubeconfig,
+        None if args.in_cluster else args.kubeconfig,
+        in_cluster_root=args.in_cluster or "/nonexistent",
         debounce_delay=0.05,
         autowatch=[args.resource],
         autowatch_view="table" if args.table else "objects",
@@ -59,14 +69,20 @@ async def main() -> None:
             while True:
                 roles: dict[str, str | None] = {}
                 generations: dict[str, int | None] = {}
+                errors: dict[str, str | None] = {}
                 for name, ctx in registry.status().contexts.items():
                     generations[name] = ctx.generation
+                    errors[name] = ctx.last_error
                     for inf in ctx.informers:
                         if inf.has_synced:
                             roles[name] = inf.share_role
-                now = (roles, generations)
+                        errors[name] = errors[name] or inf.last_error
+                now = (roles, generations, errors)
                 if now != last:
-                    emit(op="roles", roles=roles, generations=generations, t=time.time())
+                    emit(
+                        op="roles", roles=roles, generations=generations, errors=errors,
+                        t=time.time(),
+                    )  # fmt: skip
                     last = now
                 await anyio.sleep(0.02)
 

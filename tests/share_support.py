@@ -20,6 +20,8 @@ import orjson
 HERE = Path(__file__).resolve().parent
 REPLICA = HERE / "share_replica.py"
 REDIS_SERVER = shutil.which("redis-server")
+STARTUP = 30.0  # seconds a replica may take to start, sync or report: on a loaded 2-core
+# machine (load 10), starting Python processes that import kubemux and redis-py took > 10 s
 
 
 def require_redis_server() -> None:
@@ -98,6 +100,11 @@ class RedisServer:
         return b"".join(chunks)
 
 
+def _python_path() -> str:
+    """This process's import path, absolute (a replica may run in another folder)."""
+    return os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
+
+
 _CHANGED = [anyio.Event()]
 
 
@@ -110,23 +117,35 @@ def _changed() -> None:
 class Replica:
     """A replica process; its JSON lines are kept in :attr:`events`."""
 
-    def __init__(self, name: str, args: list[str], *, script: Path = REPLICA) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        *,
+        script: Path = REPLICA,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.args = args
         self.script = script
+        self.cwd = cwd
+        self.extra_env = env or {}
         self.proc: anyio.abc.Process | None = None
         self.events: list[dict[str, Any]] = []
         self.stopped = False
 
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        env["PYTHONPATH"] = _python_path()
+        env.update(self.extra_env)
         self.proc = await anyio.open_process(
             [sys.executable, str(self.script), *self.args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=None,
             env=env,
+            cwd=self.cwd,
         )
         tg.start_soon(self._read)
 
@@ -142,7 +161,7 @@ class Replica:
             _changed()
         _changed()
 
-    async def wait(self, pred: Callable[[], bool], timeout: float = 10.0) -> None:  # noqa: ASYNC109
+    async def wait(self, pred: Callable[[], bool], timeout: float = STARTUP) -> None:  # noqa: ASYNC109
         with anyio.fail_after(timeout):
             while not pred():
                 if self.proc is not None and self.proc.returncode is not None:

@@ -89,10 +89,12 @@ async def test_a_kubectl_writer_loses_no_edit_and_no_refresh_token(tmp_path: Pat
                 await tg.start(client, configs["u0"], other)
             before = len(idp.spent)
             writer = await anyio.open_process(
-                [sys.executable, WRITER, str(path), "3", str(result)], stdout=None, stderr=None
+                [sys.executable, WRITER, str(path), "3", str(result), "20"],
+                stdout=None,
+                stderr=None,
             )
             async with writer:
-                with anyio.fail_after(30):
+                with anyio.fail_after(60):  # 3 s, or as long as 20 edits take
                     await writer.wait()
             done.set()
         assert writer.returncode == 0

@@ -21,8 +21,7 @@ import pytest
 from kubemux import __version__ as kubemux_version
 from kubemux.cli import main, run
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
-
-TIMEOUT = 15
+from support import TIMEOUT
 
 
 class Output(io.StringIO):

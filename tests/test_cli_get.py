@@ -28,13 +28,13 @@ from kubemux.cli import run
 from kubemux.cli._output import TabWriter, cell_text, human_duration
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from kubemux.testing._hostile import HostileServer
+from support import TIMEOUT
 from test_cli import Output
 from test_fake_cluster_kubectl import KUBECTL, kubectl_process, kubectl_result
 
 pytestmark = pytest.mark.skipif(KUBECTL == "kubectl", reason="kubectl 1.32 not found")
 
 TOKEN = "get-token"
-TIMEOUT = 20
 CREATED = (dt.datetime.now(dt.UTC) - dt.timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -119,7 +119,7 @@ def kubeconfig(cluster: FakeCluster, tmp_path: Path) -> Path:
 
 async def kubemux(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    with anyio.fail_after(TIMEOUT):
+    with anyio.fail_after(2 * TIMEOUT):
         code = await run(list(argv), stdout=out, stderr=err)
     return code, out.getvalue(), err.getvalue()
 
@@ -400,14 +400,14 @@ async def test_get_watch_prints_rows_as_kubectl_does(
                 lambda: run(["get", "pods", "-w", "--kubeconfig", str(kubeconfig)], stdout=out)
             )
             kubectl_out = b""
-            with anyio.fail_after(TIMEOUT):
+            with anyio.fail_after(2 * TIMEOUT):
                 while kubectl_out.count(b"\n") < 3:
                     kubectl_out += await proc.stdout.read(4096)
                 await out.wait_for(r"^(.*\n){3}")
             assert out.getvalue() == kubectl_out.decode()  # header and current rows
             cluster.create("pods", make_pod("an-even-longer-name-for-a-new-pod", phase="Pending"))
             cluster.delete("pods", "default", "web-1")
-            with anyio.fail_after(TIMEOUT):
+            with anyio.fail_after(2 * TIMEOUT):
                 while kubectl_out.count(b"\n") < 5:
                     kubectl_out += await proc.stdout.read(4096)
                 await out.wait_for(r"^(.*\n){5}")
@@ -439,12 +439,12 @@ async def test_get_watch_from_nothing_prints_as_kubectl_does(
             tg.start_soon(lambda: run(argv, stdout=out, stderr=err))
             await cluster.wait_for(  # both listed nothing and watch
                 lambda: sum(r.is_watch and r.path == watches for r in cluster.requests) >= 2,
-                timeout=TIMEOUT,
+                timeout=2 * TIMEOUT,
             )
             assert out.getvalue() == err.getvalue() == ""
             cluster.create("pods", make_pod("new-pod", "empty"))
             kubectl_out = b""
-            with anyio.fail_after(TIMEOUT):
+            with anyio.fail_after(2 * TIMEOUT):
                 while kubectl_out.count(b"\n") < 2:
                     kubectl_out += await proc.stdout.read(4096)
             await out.wait_for(r"^(.*\n){2}")
@@ -470,7 +470,7 @@ async def test_get_watch_a_category_of_one_resource(kubeconfig: Path) -> None:
             argv = ["get", "toys", "-w", "--kubeconfig", str(kubeconfig)]
             tg.start_soon(lambda: run(argv, stdout=out))
             kubectl_out = b""
-            with anyio.fail_after(TIMEOUT):
+            with anyio.fail_after(2 * TIMEOUT):
                 while kubectl_out.count(b"\n") < 3:
                     kubectl_out += await proc.stdout.read(4096)
             await out.wait_for(r"^(.*\n){3}")

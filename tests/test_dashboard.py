@@ -25,8 +25,8 @@ from kubemux._codec import Entry
 from kubemux.dashboard import _rows, streams, views
 from kubemux.testing import FakeCluster, FakeContext, make_event, make_pod, write_kubeconfig
 from kubemux.testing._hostile import HostileServer
+from support import TIMEOUT
 
-TIMEOUT = 10
 XSS = "<img src=x onerror=alert(1)>"
 FAST = {
     "settings": WatchSettings(backoff=Backoff(initial_delay=0.02, max_delay=0.1)),

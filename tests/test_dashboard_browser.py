@@ -46,7 +46,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-TIMEOUT = 15
 WAIT_MS = 10_000
 XSS = "<img src=x onerror=alert(1)>"
 
@@ -66,6 +65,7 @@ if (_why := _missing()) is not None and os.environ.get("CI") != "true":
 
 from playwright.async_api import Browser, Page, async_playwright, expect
 
+from support import TIMEOUT
 from test_dashboard import make_app, serving
 
 pytestmark = pytest.mark.browser

@@ -11,7 +11,8 @@ import yaml
 from kubemux import parse_resource
 from kubemux.dashboard import views
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
-from test_dashboard import TIMEOUT, XSS, event_stream, served
+from support import TIMEOUT
+from test_dashboard import XSS, event_stream, served
 
 PODS = parse_resource("pods")
 SECRETS = parse_resource("secrets")

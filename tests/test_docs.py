@@ -96,6 +96,12 @@ async def test_testing_example(tmp_path: Path) -> None:
     await example.test_forbidden(tmp_path / "b")
 
 
+async def test_testing_without_http_example() -> None:
+    example = load(ROOT / "examples" / "testing_with_fakeconnector.py")
+    await example.test_pods_by_node()
+    await example.test_a_context_that_cannot_connect()
+
+
 async def test_metrics_server_example(tmp_path: Path) -> None:
     example = load(ROOT / "examples" / "metrics_server.py")
     async with FakeCluster() as cluster:

@@ -20,9 +20,9 @@ import uvicorn
 from aiohttp import web
 
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from support import TIMEOUT, wait_until
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-TIMEOUT = 15
 
 
 def load(name: str) -> ModuleType:
@@ -42,14 +42,18 @@ async def kubeconfig(tmp_path: Path) -> AsyncIterator[tuple[Path, FakeCluster, F
         yield write_kubeconfig(tmp_path / "config", {"prod": a, "dev": b}), a, b
 
 
-async def wait_until(client: httpx.AsyncClient, path: str, ok: Any) -> Any:
+async def get_until(client: httpx.AsyncClient, path: str, ok: Any) -> Any:
     """GET ``path`` until ``ok(json)`` holds (the registry syncs in the background)."""
-    with anyio.fail_after(TIMEOUT):
-        while True:
-            response = await client.get(path)
-            if response.status_code == 200 and ok(body := response.json()):
-                return body
-            await anyio.sleep(0.05)
+    body: Any = None
+
+    async def answered() -> bool:
+        nonlocal body
+        response = await client.get(path)
+        body = response.json() if response.status_code == 200 else None
+        return response.status_code == 200 and bool(ok(body))
+
+    await wait_until(answered, poll=0.05)
+    return body
 
 
 async def test_watch_pods_example(
@@ -104,7 +108,7 @@ async def test_fastapi_example(kubeconfig: tuple[Path, FakeCluster, FakeCluster]
         uvicorn_serving(app) as url,
         httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client,
     ):
-        pods = await wait_until(client, "/pods", lambda rows: len(rows) == 2)
+        pods = await get_until(client, "/pods", lambda rows: len(rows) == 2)
         assert {(p["context"], p["name"], p["phase"]) for p in pods} == {
             ("prod", "web-1", "Running"),
             ("dev", "db-1", "Running"),
@@ -113,7 +117,7 @@ async def test_fastapi_example(kubeconfig: tuple[Path, FakeCluster, FakeCluster]
         assert one.status_code == 200 and one.json()["metadata"]["name"] == "db-1"
         assert (await client.get("/pods/nope/data/db-1")).status_code == 404
         a.create("pods", make_pod("web-2"))
-        await wait_until(client, "/pods", lambda rows: len(rows) == 3)
+        await get_until(client, "/pods", lambda rows: len(rows) == 3)
         # the mounted dashboard serves the same registry
         contexts = (await client.get("/dashboard/api/contexts")).json()["contexts"]
         assert [c["name"] for c in contexts] == ["prod", "dev"]
@@ -137,7 +141,7 @@ async def test_aiohttp_example(kubeconfig: tuple[Path, FakeCluster, FakeCluster]
         await site.start()
         url = f"http://127.0.0.1:{runner.addresses[0][1]}"
         async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client:
-            pods = await wait_until(client, "/pods", lambda rows: len(rows) == 2)
+            pods = await get_until(client, "/pods", lambda rows: len(rows) == 2)
             assert {(p["context"], p["name"]) for p in pods} == {("prod", "web-1"), ("dev", "db-1")}
             async with client.stream("GET", "/changes") as response:
                 assert response.headers["content-type"] == "text/event-stream"

@@ -8,8 +8,7 @@ import pytest
 from kubemux import Change, SubscriberOverflow
 from kubemux._codec import Entry
 from kubemux._fanout import Fanout
-
-TIMEOUT = 5
+from support import TIMEOUT
 
 
 def change(context: str = "c", resource: str = "pods", name: str = "p", ns: str = "d") -> Change:

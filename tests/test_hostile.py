@@ -35,8 +35,8 @@ from kubemux._client import open_client
 from kubemux._informer import WAITING, Informer, InformerKey
 from kubemux.testing import FakeCluster, FakeContext, kubeconfig_dict, make_pod, write_kubeconfig
 from kubemux.testing._hostile import BAD_OBJECT_LINES, HostileServer
+from support import TIMEOUT, wait_until
 
-TIMEOUT = 15
 QUICK = WatchSettings(
     backoff=Backoff(initial_delay=0.05, max_delay=0.2),
     response_timeout=0.5,
@@ -52,13 +52,6 @@ LISTS = dataclasses.replace(QUICK, streaming_list=False)  # FakeCluster: one wat
 def _registry(tmp_path: Path, server: str, settings: WatchSettings = QUICK, **kw: Any) -> Any:
     path = write_kubeconfig(tmp_path / "config", {"c": server})
     return WatcherRegistry.from_kubeconfig(str(path), settings=settings, **kw)
-
-
-async def _until(predicate: Any) -> None:
-    """Poll ``predicate`` (a status or a store has no event to wait on), within the timeout."""
-    with anyio.fail_after(TIMEOUT):
-        while not predicate():  # noqa: ASYNC110 - see above
-            await anyio.sleep(0.02)
 
 
 def _informer(reg: WatcherRegistry) -> Any:
@@ -147,7 +140,7 @@ async def test_junk_lines_are_counted_logged_once_and_the_stream_dropped(
     async with HostileServer("junk-watch") as srv, _registry(tmp_path, srv.server) as reg:
         with anyio.fail_after(TIMEOUT):
             await reg.watch("c", "pods")
-            await _until(lambda: _informer(reg).skipped_lines >= 5_000)
+            await wait_until(lambda: _informer(reg).skipped_lines >= 5_000)
         st = _informer(reg)
         assert st.last_error is not None and "stream abandoned" in st.last_error
         assert len(reg.store("c", "pods") or ()) == 3  # the cache is kept
@@ -163,7 +156,7 @@ async def test_the_junk_summary_is_logged_after_the_period(
     async with HostileServer("junk-watch") as srv, _registry(tmp_path, srv.server, settings) as reg:
         with anyio.fail_after(TIMEOUT):
             await reg.watch("c", "pods")
-            await _until(lambda: any("in the last" in r.getMessage() for r in caplog.records))
+            await wait_until(lambda: any("in the last" in r.getMessage() for r in caplog.records))
     summaries = [r.getMessage() for r in caplog.records if "in the last" in r.getMessage()]
     assert "malformed lines or objects" in summaries[0]
     assert len(caplog.records) < 100
@@ -210,8 +203,8 @@ async def test_a_trickling_watch_line_shows_waiting_then_fails(tmp_path: Path) -
     ):
         with anyio.fail_after(TIMEOUT):
             await reg.watch("c", "pods")
-            await _until(lambda: _informer(reg).state == WAITING)
-            await _until(lambda: (_informer(reg).last_error or "").count("stalled"))
+            await wait_until(lambda: _informer(reg).state == WAITING)
+            await wait_until(lambda: (_informer(reg).last_error or "").count("stalled"))
         assert "a watch line stalled" in _informer(reg).last_error
         assert len(reg.store("c", "pods") or ()) == 3  # the cache is kept
 
@@ -263,7 +256,7 @@ async def test_a_list_item_nested_6000_deep_is_skipped_alone() -> None:
         assert {o["metadata"]["name"] for o in store.list()} == {"p-0", "p-1", "p-2"}
         st = informer.status()
         assert st.skipped_lines == 2  # "deep" (1,000 levels) and "deeper" (6,000)
-        assert st.last_skipped == 'undecodable LIST item "default/deeper" (nested too deep)'
+        assert st.last_skip == 'undecodable LIST item "default/deeper" (nested too deep)'
 
 
 @pytest.mark.parametrize("name", sorted(BAD_OBJECT_LINES))
@@ -277,7 +270,7 @@ async def test_each_bad_line_alone_is_skipped(tmp_path: Path, name: str) -> None
             cluster.inject_watch_line("pods", BAD_OBJECT_LINES[name])
             cluster.create("pods", make_pod("after"))
             with anyio.fail_after(TIMEOUT):
-                await _until(lambda: store.get("default", "after") is not None)
+                await wait_until(lambda: store.get("default", "after") is not None)
             for obj in store.list():
                 assert obj["metadata"]["name"] in ("keep", "after", "bad-dup")
             if name != "repeated object key":
@@ -300,7 +293,7 @@ async def test_a_transform_that_raises_on_one_object_skips_only_it(tmp_path: Pat
             cluster.create("pods", make_pod("late"))
             cluster.create("pods", make_pod("later"))
             with anyio.fail_after(TIMEOUT):
-                await _until(lambda: store.get("default", "later") is not None)
+                await wait_until(lambda: store.get("default", "later") is not None)
             assert sorted(o["metadata"]["name"] for o in store.list()) == ["later", "p-0", "p-2"]
             st = _informer(reg)
             assert st.skipped_lines == 2 and st.state == "watching"
@@ -350,11 +343,11 @@ async def test_watch_forever_contains_every_failure_and_keeps_the_cache() -> Non
             with anyio.fail_after(TIMEOUT):
                 await informer.initial_sync()
             tg.start_soon(informer.watch_forever)
-            await _until(lambda: cluster.open_watches == 1)
+            await wait_until(lambda: cluster.open_watches == 1)
             cluster.create("pods", make_pod("q"))  # the callback raises on this one
-            await _until(lambda: "RuntimeError" in (informer.status().last_error or ""))
+            await wait_until(lambda: informer.status().errors_by_type.get("InternalError"))
             cluster.create("pods", make_pod("r"))
-            await _until(lambda: informer.store.get("default", "r") is not None)  # relisted
+            await wait_until(lambda: informer.store.get("default", "r") is not None)  # relisted
             assert informer.store.get("default", "p") is not None
             tg.cancel_scope.cancel()
 

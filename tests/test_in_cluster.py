@@ -10,8 +10,7 @@ import pytest
 
 from kubemux import WatcherRegistry
 from kubemux.testing import FakeCluster, make_pod
-
-TIMEOUT = 15
+from support import TIMEOUT
 
 
 async def test_in_cluster_context_follows_a_rotated_token_without_a_restart(

@@ -16,8 +16,8 @@ import pytest
 
 from kubemux import Backoff, WatcherRegistry, WatchSettings
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from support import TIMEOUT, wait_until
 
-TIMEOUT = 15
 FAST = WatchSettings(
     backoff=Backoff(initial_delay=0.02, max_delay=0.1),
     inactivity_timeout=0.5,
@@ -164,7 +164,8 @@ async def test_burst_of_5xx_backs_off_and_recovers(tmp_path: Path, cluster: Fake
         # five failed attempts plus the one that worked, nothing more: no spinning
         assert watches(cluster) - before <= 7
         st = registry.status().contexts["c"].informers[0]
-        assert st.last_error is not None and "503" in st.last_error
+        assert st.errors_by_type.get("ApiError", 0) >= 1  # recorded while it held,
+        assert st.last_error is None  # and not shown as current once it no longer does
 
 
 async def test_stalled_stream_reconnects_on_inactivity(
@@ -180,7 +181,8 @@ async def test_stalled_stream_reconnects_on_inactivity(
         cluster.unstall()
         await converge(registry, cluster)
         st = registry.status().contexts["c"].informers[0]
-        assert st.last_error is not None and "inactive" in st.last_error
+        assert sum(st.errors_by_type.values()) >= 1  # the dead stream was a failure,
+        assert st.last_error is None  # which no longer holds once the watch is back
 
 
 async def test_two_mib_object(tmp_path: Path, cluster: FakeCluster) -> None:
@@ -445,15 +447,10 @@ async def test_a_deleted_crd_is_reported_and_its_return_resumes_the_informer(
             (status,) = reg.status().contexts["c"].informers
             return status
 
-        async def until(check: Any) -> None:
-            version = reg.status_version
-            while not check():
-                version = await reg.wait_status_change(version)
-
         with anyio.fail_after(TIMEOUT):
             store = await reg.watch("c", "widgets")
-            cluster.delete_crd("widgets.example.com")
-            await until(lambda: informer().state == "error")
+        cluster.delete_crd("widgets.example.com")
+        await wait_until(lambda: informer().state == "error", registry=reg)
         message = informer().last_error or ""
         assert message.startswith("the server no longer serves widgets.example.com")
         assert reg.status().contexts["c"].state == "backing off"
@@ -474,5 +471,4 @@ async def test_a_deleted_crd_is_reported_and_its_return_resumes_the_informer(
                         break
         assert store.get("default", "w-2") is not None
         assert store.get("default", "w-1") is None  # gone with its CRD
-        with anyio.fail_after(TIMEOUT):
-            await until(lambda: informer().state == "watching" and len(store) == 1)
+        await wait_until(lambda: informer().state == "watching" and len(store) == 1, registry=reg)

@@ -21,9 +21,9 @@ from kubemux._errors import KubeconfigError
 from kubemux._kubeconfig import ContextConfig, load_kubeconfig
 from kubemux._kubeconfig_diff import DiffStream as _DiffStream
 from kubemux._kubeconfig_watch import ContextDiff, KubeconfigSource, diff_snapshots
+from support import TIMEOUT
 
 DEBOUNCE = 0.05
-WAIT = 5.0
 
 
 def simple(*names: str, server: str = "https://k8s.example", **user: Any) -> dict[str, Any]:
@@ -50,14 +50,14 @@ def atomic_write(path: Path, doc: Any) -> None:
 
 
 async def next_diff(source: KubeconfigSource) -> ContextDiff:
-    with anyio.fail_after(WAIT):
+    with anyio.fail_after(TIMEOUT):
         return await source.diffs.receive()
 
 
 async def wait_for(source: KubeconfigSource, done: Callable[[ContextDiff], bool]) -> list[Any]:
     """Collect diffs until one satisfies ``done``; return them all."""
     seen: list[ContextDiff] = []
-    with anyio.fail_after(WAIT):
+    with anyio.fail_after(TIMEOUT):
         while not seen or not done(seen[-1]):
             seen.append(await source.diffs.receive())
     return seen
@@ -291,7 +291,7 @@ async def test_sync_now_is_serialised(tmp_path: Path) -> None:
         async def sync() -> None:
             results.append(await source.sync_now())
 
-        with anyio.fail_after(WAIT):
+        with anyio.fail_after(TIMEOUT):
             async with anyio.create_task_group() as tg:
                 for _ in range(5):
                     tg.start_soon(sync)

@@ -46,8 +46,8 @@ from kubemux.testing import (
     write_kubeconfig,
 )
 from kubemux.testing._workload import make_event
+from support import TIMEOUT
 
-TIMEOUT = 10
 EMPTY = {"entries": 0, "failures": 0, "subscribers": 0, "slots": 0, "locks": 0}
 NEVER_RETRY = Backoff(initial_delay=3600, max_delay=3600, jitter=False)
 Specs = Mapping[str, FakeCluster | FakeContext]

@@ -13,8 +13,7 @@ import pytest
 from kubemux import WatcherRegistry, WatchSettings
 from kubemux._listing import page_slices
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
-
-TIMEOUT = 30
+from support import TIMEOUT
 
 
 def _page(items: list[object], **meta: str) -> bytes:
@@ -136,7 +135,7 @@ async def test_other_tasks_run_while_a_large_page_is_applied(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(ticker)
-            with anyio.fail_after(TIMEOUT):
+            with anyio.fail_after(2 * TIMEOUT):
                 store = await reg.watch("c", "pods")
             done.set()
         assert len(store) == 12_010

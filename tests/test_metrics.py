@@ -20,8 +20,8 @@ import kubemux.metrics
 from kubemux import Backoff, WatcherRegistry, WatchSettings
 from kubemux._informer_types import MAX_ERROR_TYPES, count_error
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
+from support import TIMEOUT
 
-TIMEOUT = 10
 # quick retries, and a watch cut at once is not a failure of its own (only what is injected)
 QUICK = WatchSettings(
     backoff=Backoff(initial_delay=0.02, max_delay=0.1), min_healthy_watch=0.0, page_size=2

@@ -10,8 +10,7 @@ import pytest
 
 from kubemux import Forbidden, MultiStore, MultiTableStore, WatcherRegistry
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
-
-TIMEOUT = 10
+from support import TIMEOUT
 
 
 @pytest.fixture

@@ -28,6 +28,14 @@ def test_all_is_sorted_and_complete(module: types.ModuleType) -> None:
         assert getattr(module, name) is not None
 
 
+def test_the_testing_fakes_are_public() -> None:
+    """Both fakes users test with: an HTTP server, and a connector without HTTP."""
+    for name in ("FakeCluster", "FakeConnector", "Gate", "write_kubeconfig", "make_pod"):
+        assert name in kubemux.testing.__all__
+    assert kubemux.testing.FakeConnector.__module__ == "kubemux.testing._connector"
+    assert kubemux.testing.Gate.__module__ == "kubemux.testing._fake_source"
+
+
 def test_error_tree() -> None:
     for name in (
         "ApiError",
@@ -43,6 +51,7 @@ def test_error_tree() -> None:
         assert issubclass(getattr(kubemux, name), kubemux.ApiError)
     assert issubclass(kubemux.ContextNotFound, LookupError)
     assert issubclass(kubemux.ClusterUnreachable, ConnectionError)
+    assert issubclass(kubemux.TooManyOpenFiles, kubemux.ClusterUnreachable)
 
 
 @pytest.mark.parametrize(
@@ -50,12 +59,14 @@ def test_error_tree() -> None:
     [
         kubemux.KubeconfigError("bad file", path="/tmp/x"),
         kubemux.ContextNotFound("prod", "its user is not defined"),
+        kubemux.InvalidContext("prod", "user 'u' not found", "/tmp/config"),
         kubemux.ContextRemoved("prod", "removed from the kubeconfig"),
         kubemux.ClusterUnreachable("https://a:6443", "connection refused"),
         kubemux.ApiError(500, "InternalError", "boom"),
         kubemux.ResourceExpired(410, "Expired", "too old resource version"),
         kubemux.Unauthorized(401, "Unauthorized", "no"),
         kubemux.SubscriberOverflow("fell behind"),
+        kubemux.TooManyOpenFiles("https://a:6443", "WATCH pods", limit=256, open_watches=250),
     ],
     ids=lambda e: type(e).__name__,
 )
@@ -64,3 +75,8 @@ def test_errors_copy_and_pickle_with_their_attributes(error: kubemux.KubemuxErro
         assert type(twin) is type(error) and twin is not error
         assert str(twin) == str(error) and twin.args == error.args
         assert vars(twin) == vars(error)
+
+
+def test_raise_fd_limit_is_public_and_documented() -> None:
+    assert kubemux.raise_fd_limit.__module__ == "kubemux._runtime"
+    assert "kubemux.raise_fd_limit()" in (kubemux.raise_fd_limit.__doc__ or "")

@@ -21,8 +21,7 @@ from kubemux import (
 )
 from kubemux._informer import Informer
 from kubemux.testing import FakeCluster, FakeContext, make_pod, rewrite_kubeconfig, write_kubeconfig
-
-TIMEOUT = 10
+from support import TIMEOUT
 
 
 def _kubeconfig(tmp_path: Path, contexts: dict[str, FakeCluster | FakeContext]) -> Path:
@@ -317,8 +316,10 @@ async def test_unknown_context_and_invalid_context(tmp_path: Path) -> None:
         "users:\n- name: u\n  user: {token: s3cret-token}\n"
     )
     async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
-        with pytest.raises(ContextNotFound, match="missing"):
-            await registry.watch("broken", "pods")
+        with pytest.raises(kubemux.InvalidContext, match="cluster 'missing' not found") as info:
+            await registry.watch("broken", "pods")  # found, but it cannot be used
+        assert info.value.path == str(path) and info.value.context == "broken"
+        assert not isinstance(info.value, ContextNotFound)
         with pytest.raises(ContextNotFound):
             await registry.watch("nope", "pods")
         assert "broken" in registry.status().invalid_contexts
@@ -545,4 +546,6 @@ async def test_autowatch_in_the_table_view(
         table = registry.store("a", "pods", view="table")
         assert table is not None and "web-1" in [r.name for r in table.rows()]
         assert registry.store("a", "pods") is None  # no full-object informer
+        # synced is after the LIST; the watch opens a moment later: then exactly one
+        await a.wait_for(lambda: a.open_watches >= 1, timeout=TIMEOUT)
         assert a.open_watches == 1

@@ -10,8 +10,7 @@ import pytest
 
 from kubemux import TableStore, UnknownResource, WatcherRegistry
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
-
-TIMEOUT = 10
+from support import TIMEOUT
 
 
 def widget(name: str, ns: str = "default", size: str = "big") -> dict[str, Any]:

@@ -12,8 +12,8 @@ import pytest
 from kubemux import Backoff, EventIndex, WatcherRegistry, WatchSettings
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from kubemux.testing._workload import make_event
+from support import TIMEOUT
 
-TIMEOUT = 15
 FAST = WatchSettings(backoff=Backoff(initial_delay=0.02, max_delay=0.1), min_healthy_watch=0.0)
 EVENTS = "events.events.k8s.io"
 _seq = itertools.count()
@@ -25,11 +25,6 @@ def emit(
     return cluster.create(
         EVENTS, make_event(pod, reason=reason, note=f"{reason} it", seq=next(_seq))
     )
-
-
-async def wait_until(cluster: FakeCluster, predicate: object) -> None:
-    with anyio.fail_after(TIMEOUT):
-        await cluster.wait_for(predicate)  # type: ignore[arg-type]
 
 
 async def test_events_for_an_object_newest_first(tmp_path: Path) -> None:
@@ -44,7 +39,9 @@ async def test_events_for_an_object_newest_first(tmp_path: Path) -> None:
             index = await reg.event_index("c")
             assert isinstance(index, EventIndex) and len(index) == 1
             second = emit(c, pod, "Pulled")
-            await wait_until(c, lambda: len(index.events_for("Pod", "default", "web-1")) == 2)
+            await c.wait_for(
+                lambda: len(index.events_for("Pod", "default", "web-1")) == 2, timeout=TIMEOUT
+            )
             events = await reg.events_for("c", "Pod", "default", "web-1")
             assert events[0]["metadata"]["name"] == second["metadata"]["name"]
             assert await reg.events_for("c", "Pod", "default", "nope") == []
@@ -61,14 +58,14 @@ async def test_bucket_dropped_with_last_event_and_on_relist(tmp_path: Path) -> N
             assert len(index) == 20
             for ev in evs[:10]:  # deleted while watching
                 c.delete(EVENTS, "default", ev["metadata"]["name"])  # type: ignore[index]
-            await wait_until(c, lambda: len(index) == 10)
+            await c.wait_for(lambda: len(index) == 10, timeout=TIMEOUT)
             # deleted while the watch is down and the history is gone: found by the relist
-            await wait_until(c, lambda: c.open_watches == 1)
+            await c.wait_for(lambda: c.open_watches == 1, timeout=TIMEOUT)
             c.drop_watches()
             for ev in evs[10:15]:
                 c.delete(EVENTS, "default", ev["metadata"]["name"])  # type: ignore[index]
             c.compact()
-            await wait_until(c, lambda: len(index) == 5)
+            await c.wait_for(lambda: len(index) == 5, timeout=TIMEOUT)
             assert sorted(n for _, _, n in index.objects()) == [f"p-{i}" for i in range(15, 20)]
 
 
@@ -111,7 +108,9 @@ async def test_stop_watcher_during_heavy_event_traffic(tmp_path: Path) -> None:
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(traffic)
-                await wait_until(c, lambda: len(index.events_for("Pod", "default", "busy")) > 100)
+                await c.wait_for(
+                    lambda: len(index.events_for("Pod", "default", "busy")) > 100, timeout=TIMEOUT
+                )
                 assert await reg.stop_watcher("c") is True
                 stop_traffic.set()
             assert len(index) == 0  # the index was dropped with the context
@@ -123,7 +122,7 @@ async def test_stop_watcher_during_heavy_event_traffic(tmp_path: Path) -> None:
                 "slots": 0,
                 "locks": 0,
             }
-            await wait_until(c, lambda: c.open_watches == 0)
+            await c.wait_for(lambda: c.open_watches == 0, timeout=TIMEOUT)
             with anyio.fail_after(TIMEOUT):  # a new generation gets a new, full index
                 again = await reg.event_index("c")
             assert again is not index and len(again) == 1
@@ -152,7 +151,9 @@ async def test_events_are_cached_once(tmp_path: Path) -> None:
             with anyio.fail_after(TIMEOUT):
                 index = await reg.event_index("c")
             emit(c, pod, "Pulled")
-            await wait_until(c, lambda: len(index.events_for("Pod", "default", "web-1")) == 2)
+            await c.wait_for(
+                lambda: len(index.events_for("Pod", "default", "web-1")) == 2, timeout=TIMEOUT
+            )
             store = reg.store("c", EVENTS)
             assert store is not None
             cached = {id(e.raw) for e in store._entries(None)}  # the store keeps the bytes

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from kubemux._settings import Backoff, WatchSettings
 from kubemux._store import Store
 from kubemux.share import Redis, SlotStatus, informer_lead, share_key
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
-from share_support import RedisServer, Replica, require_redis_server
+from share_support import STARTUP, RedisServer, Replica, require_redis_server
 
 pytest.importorskip("redis")
 
@@ -73,6 +73,10 @@ async def converge(cluster: FakeCluster, reps: list[Replica], timeout: float = 5
             await anyio.sleep(0.1)
 
 
+def started(r: Replica) -> Callable[[], bool]:
+    return lambda: any(e["op"] == "started" for e in r.events)
+
+
 def start_args(redis: RedisServer, kubeconfig: Path, *extra: str) -> list[str]:
     return [redis.url, str(kubeconfig), "fake", "pods", *extra]
 
@@ -103,7 +107,7 @@ async def test_three_replicas_one_watch_and_failover_without_list(
             for r in reps:
                 await r.start(tg)
             for r in reps:
-                await r.wait(lambda r=r: any(e["op"] == "started" for e in r.events))
+                await r.wait(started(r), STARTUP)
             assert sorted(r.role() or "" for r in reps) == ["follower", "follower", "leader"]
             await cluster.wait_for(lambda: cluster.open_watches == 1)
             assert lists(cluster) == 1
@@ -244,7 +248,7 @@ async def test_secrets_stay_local_and_never_reach_redis(
         try:
             for r in (*sec, pods):
                 await r.start(tg)
-                await r.wait(lambda r=r: any(e["op"] == "started" for e in r.events))
+                await r.wait(started(r), STARTUP)
             assert [r.role() for r in sec] == ["local", "local"]
             assert [set((await r.dump())["objects"]) for r in sec] == [{"default/db"}] * 2
             client = aioredis.Redis.from_url(redis_server.url)
@@ -340,7 +344,7 @@ async def test_fenced_write_demotes_and_lease_is_released(
 
             lease_keys = [k async for k in raw.scan_iter(match="t:*:lease")]
             assert len(lease_keys) == 1
-            await raw.set(lease_keys[0], b"somebody-else", px=60_000)  # another leader
+            await raw.set(lease_keys[0], "5" * 32, px=60_000)  # another replica's token
             cluster.delete("pods", "default", "web-7")
             await cluster.wait_for(lambda: leader.slot_status(key).role == "follower")
             assert leader.slot_status(key).fenced_writes >= 1
@@ -500,6 +504,8 @@ async def test_redis_down_at_start_runs_locally_then_leads(
             server.start()
             await _status_is(session, key, role="leader", last_error=None)
             assert session.slot_status(key).epoch is not None  # its snapshot is written
+            # one watch (it opens a moment after the LIST, later still on a loaded machine)
+            await cluster.wait_for(lambda: cluster.open_watches == 1)
             assert lists(cluster) == 1 and cluster.open_watches == 1
             tg.cancel_scope.cancel()
     finally:
@@ -565,7 +571,7 @@ async def test_two_identities_one_watch_each(
             for r in reps:
                 await r.start(tg)
             for r in reps:
-                await r.wait(lambda r=r: any(e["op"] == "started" for e in r.events))
+                await r.wait(started(r), STARTUP)
             assert sorted(r.role() or "" for r in reps[:2]) == ["follower", "leader"]
             assert sorted(r.role() or "" for r in reps[2:]) == ["follower", "leader"]
             await cluster.wait_for(lambda: cluster.open_watches == 2)

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from kubemux import WatcherRegistry
@@ -23,6 +22,7 @@ from kubemux._store import Store
 from kubemux.share import Redis
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from share_support import RedisServer
+from support import wait_until
 
 pytest.importorskip("redis")
 pytest.importorskip("cryptography")
@@ -66,15 +66,6 @@ def informer(registry: WatcherRegistry, resource: str, view: str = "objects") ->
 
 def contents(store: Store) -> dict[tuple[str, str], tuple[str, bytes]]:
     return {(e.namespace, e.name): (e.resource_version, e.raw) for e in store._entries(None)}
-
-
-async def until(pred: Callable[[], bool], timeout: float = 10.0) -> None:  # noqa: ASYNC109
-    """Until ``pred()`` (share state moves without a status change), checked every 20 ms."""
-    with anyio.fail_after(timeout):
-        while True:
-            if pred():
-                return
-            await anyio.sleep(0.02)
 
 
 async def redis_dump(redis: RedisServer) -> bytes:
@@ -124,7 +115,7 @@ async def test_secrets_are_shared_encrypted_with_the_same_key(
         assert B64 in contents(fstore)[("default", "s1")][1]
         cluster.create("secrets", secret("s2", base64.b64encode(b"second-" + PLAIN)))
         cluster.update("secrets", secret("s1", base64.b64encode(b"changed-" + PLAIN)))
-        await until(lambda: contents(fstore) == contents(lstore) and len(fstore) == 2)
+        await wait_until(lambda: contents(fstore) == contents(lstore) and len(fstore) == 2)
         assert base64.b64encode(b"changed-" + PLAIN) in contents(fstore)[("default", "s1")][1]
         assert informer(follow, "secrets").last_error is None
         dump = await redis_dump(redis_server)
@@ -150,7 +141,7 @@ async def test_table_views_of_secrets_are_shared_encrypted(
         assert contents(ftable) == contents(ltable) and len(ftable) == 1
         assert [r.cells for r in ftable.rows()] == [r.cells for r in ltable.rows()]
         cluster.create("secrets", secret("s2"))
-        await until(lambda: contents(ftable) == contents(ltable) and len(ftable) == 2)
+        await wait_until(lambda: contents(ftable) == contents(ltable) and len(ftable) == 2)
         dump = await redis_dump(redis_server)
         assert b"Opaque" not in dump  # a row's cells are encrypted too
         assert B64 not in dump and PLAIN not in dump
@@ -169,12 +160,14 @@ async def test_replicas_with_other_keys_do_not_share(
         p2 = await two.watch("fake", "pods")
         assert informer(one, "secrets").share_role == "leader"
         assert informer(two, "secrets").share_role == "leader"  # its own slot: no sharing
-        assert informer(two, "pods").share_role == "follower"  # other kinds still shared
-        await cluster.wait_for(lambda: cluster.open_watches == 3)  # 2 secrets, 1 pods
+        # nor any other kind: values are authenticated under the key, so a replica with
+        # another key could not read what the first writes (nor the first trust its writes)
+        assert informer(two, "pods").share_role == "leader"
+        await cluster.wait_for(lambda: cluster.open_watches == 4)
         assert contents(s1) == contents(s2) and len(s2) == 1
         cluster.create("secrets", secret("s2"))
         cluster.create("pods", make_pod("p2"))
-        await until(lambda: len(s1) == len(s2) == 2 and len(p2) == len(p1) == 2)
+        await wait_until(lambda: len(s1) == len(s2) == 2 and len(p2) == len(p1) == 2)
         assert informer(one, "secrets").last_error is None
         assert informer(two, "secrets").last_error is None
         assert PLAIN not in await redis_dump(redis_server)
@@ -204,18 +197,22 @@ async def test_a_tampered_value_is_reported_and_never_cached(
             assert value is not None and B64 not in value
             tampered = value[:-1] + bytes([value[-1] ^ 1])  # one bit of the ciphertext
             await client.hset(objs, "default/s1", tampered)
-            meta = objs[: -len(b"objs")] + b"meta"
-            await client.hset(meta, "epoch", "forged")  # the follower reloads the hash
-        await until(lambda: informer(follow, "secrets").last_error is not None)
+            log = objs[: -len(b"objs")] + b"log"
+            await client.xadd(log, {"t": "RESET"})  # the follower reloads the hash
+        await wait_until(lambda: informer(follow, "secrets").last_error is not None)
         st = informer(follow, "secrets")
-        assert st.last_error is not None and st.last_error.startswith("cannot decrypt:")
-        assert "secret_key" in st.last_error
-        assert st.stale_since is not None and st.share_role == "follower"
-        assert contents(fstore) == before  # the store kept what it had, nothing garbled
+        assert st.last_error is not None
+        assert st.last_error.startswith("skipped the value of 'default/s1' in Redis: ")
+        assert st.last_error.endswith(
+            "cannot decrypt: the replicas do not share the same "
+            "secret_key (or a value in Redis was tampered with)"
+        )
+        assert st.skipped_lines == 1 and st.share_role == "follower"
+        assert contents(fstore) == before  # the object kept what it had, nothing garbled
         # the other slots of that replica are unaffected
         assert informer(follow, "pods").last_error is None
         cluster.create("pods", make_pod("p2"))
-        await until(lambda: fpods.get("default", "p2") is not None)
+        await wait_until(lambda: fpods.get("default", "p2") is not None)
         assert contents(fstore) == before
 
 

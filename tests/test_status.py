@@ -10,8 +10,7 @@ import pytest
 
 from kubemux import ContextState, KubemuxError, WatcherRegistry
 from kubemux.testing import FakeCluster, FakeContext, write_kubeconfig
-
-TIMEOUT = 10
+from support import TIMEOUT
 
 
 async def test_to_json_is_plain_json_with_states_as_strings(

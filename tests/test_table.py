@@ -19,8 +19,8 @@ from kubemux._informer import Informer, InformerKey
 from kubemux._table import FALLBACK_COLUMNS, TableColumn, TableStore
 from kubemux.testing import FakeCluster, kubeconfig_dict, make_pod
 from kubemux.testing._hostile import HostileServer
+from support import TIMEOUT
 
-TIMEOUT = 15
 PODS = Resource(group="", version="v1", plural="pods", kind="Pod")
 WIDGETS = Resource(group="example.com", version="v1", plural="widgets", kind="Widget")
 FAST = WatchSettings(
@@ -336,7 +336,7 @@ async def test_poisoned_rows_and_columns_are_skipped_alone() -> None:
             assert {r.name for r in store.rows()} == names | {"w-big", "w-after"}
             st = informer.status()
             assert st.skipped_lines == 5 and st.state == "watching"
-            assert st.last_skipped == (
+            assert st.last_skip == (
                 'malformed watch line of "default/w-utf8" (the object is not valid UTF-8)'
             )
             tg.cancel_scope.cancel()
@@ -361,7 +361,7 @@ async def test_skips_are_named_in_status() -> None:
             with anyio.fail_after(TIMEOUT):
                 await informer.initial_sync()
             st = informer.status()
-            assert (st.skipped_lines, st.last_skipped) == (1, message), poison
+            assert (st.skipped_lines, st.last_skip) == (1, message), poison
             assert {r.name for r in store.rows()} == {"p-0", "p-1", "p-2"}
 
 

@@ -15,6 +15,7 @@ from ._errors import ContextRemoved as ContextRemoved
 from ._errors import CredentialError as CredentialError
 from ._errors import Forbidden as Forbidden
 from ._errors import InternalError as InternalError
+from ._errors import InvalidContext as InvalidContext
 from ._errors import KubeconfigError as KubeconfigError
 from ._errors import KubemuxError as KubemuxError
 from ._errors import NotSynced as NotSynced
@@ -26,6 +27,7 @@ from ._errors import ResponseTooLarge as ResponseTooLarge
 from ._errors import ServerTimeout as ServerTimeout
 from ._errors import StartTimeout as StartTimeout
 from ._errors import SubscriberOverflow as SubscriberOverflow
+from ._errors import TooManyOpenFiles as TooManyOpenFiles
 from ._errors import Unauthorized as Unauthorized
 from ._errors import UnknownResource as UnknownResource
 from ._event_index import EventIndex as EventIndex
@@ -46,6 +48,7 @@ from ._registry import WatcherRegistry as WatcherRegistry
 from ._resources import Resource as Resource
 from ._resources import parse_resource as parse_resource
 from ._resources import register_resource as register_resource
+from ._runtime import raise_fd_limit as raise_fd_limit
 from ._settings import Backoff as Backoff
 from ._settings import WatchSettings as WatchSettings
 from ._status import ContextState as ContextState
@@ -92,6 +95,7 @@ __all__ = [
     "InformerState",
     "InformerStatus",
     "InternalError",
+    "InvalidContext",
     "KubeconfigError",
     "KubeconfigSnapshot",
     "KubeconfigSource",
@@ -118,6 +122,7 @@ __all__ = [
     "TableRow",
     "TableStore",
     "TableWriter",
+    "TooManyOpenFiles",
     "Transform",
     "Unauthorized",
     "UnknownResource",
@@ -129,5 +134,6 @@ __all__ = [
     "drop_managed_fields",
     "load_kubeconfig",
     "parse_resource",
+    "raise_fd_limit",
     "register_resource",
 ]

@@ -10,32 +10,49 @@ settings behave exactly as they do there), with three changes made here:
   (mode 0600) that lives only while the client is built, not to the shared temp folder
   for the life of the process;
 - a refreshing credential (exec plugin, token file, auth-provider) is removed from the
-  config it sees: :class:`~kubemux._client.ContextClient` sends those itself.
+  config it sees: :class:`~kubemux._client.ContextClient` sends those itself;
+- its HTTP session is replaced by ours: no ``trust_env`` (aiohttp would read ``~/.netrc``
+  for every request), the environment's proxies chosen by Go's rules
+  (:func:`environment_proxy`), and for a SOCKS5 ``proxy-url`` (which aiohttp cannot use, so
+  it is removed from the config kubernetes-asyncio sees) a connector that tunnels every
+  connection through the proxy (:class:`~kubemux._socks.SocksConnector`), TLS included.
+
+Running out of file descriptors while building (a CA file, an inline credential) is
+:class:`~kubemux.TooManyOpenFiles`, not a kubeconfig problem.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import collections
 import contextvars
 import functools
 import hashlib
+import ipaddress
 import os
 import shutil
 import ssl
 import tempfile
-from collections.abc import Mapping
+import urllib.parse
+import urllib.request
+import weakref
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import anyio
 
 from ._errors import KubeconfigError
 from ._redact import redact_text
+from ._socks import SOCKS_SCHEMES, SocksConnector, is_socks
+from ._transport import fd_exhaustion, too_many_open_files
 
 if TYPE_CHECKING:
     from ._kubeconfig import ContextConfig
 
-__all__ = ["build_api_client"]
+__all__ = ["build_api_client", "environment_proxy", "replacement_session"]
+
+_READ_BUFSIZE = 2**21  # kubernetes-asyncio's: a watch line can hold a 1.5 MiB object
 
 
 async def build_api_client(
@@ -54,6 +71,7 @@ async def build_api_client(
 
     Raises:
         KubeconfigError: the context's credentials, TLS files or proxy cannot be used.
+        TooManyOpenFiles: the process ran out of file descriptors meanwhile.
     """
     from kubernetes_asyncio.client import ApiClient, Configuration
     from kubernetes_asyncio.config.config_exception import ConfigException
@@ -65,13 +83,17 @@ async def build_api_client(
     # the shared temp folder and keep them there, and in a module-level cache, until the
     # process exits. We write them to a private folder that lives only while the client is
     # built: the TLS context has read them by the time ApiClient() returns.
-    folder = tempfile.mkdtemp(prefix="kubemux-")
+    # Most contexts have nothing to write: the folder (3 ms of blocking mkdir and rmdir on a
+    # busy disk) is made only for those that do.
+    folder: str | None = None
     try:
         client_config = config.client_config()
-        _check_proxy(config, client_config)
+        socks = _check_proxy(config, client_config)
         if refreshing:
             _strip_dynamic_credentials(client_config)
-        _materialise_inline_credentials(client_config, folder)
+        if _writes_files(client_config):
+            folder = tempfile.mkdtemp(prefix="kubemux-")
+            _materialise_inline_credentials(client_config, folder)
         loader = KubeConfigLoader(
             config_dict=client_config,
             config_base_path=base,
@@ -85,14 +107,26 @@ async def build_api_client(
             api = ApiClient(configuration=cfg)
         finally:
             _PREBUILT_SSL.reset(token)
+        # shielded: a cancellation between ApiClient() and our return would leak its session
+        # (closing a session that never connected is immediate)
+        with anyio.CancelScope(shield=True):
+            try:
+                await _own_session(api, ssl_context, socks or environment_proxy(config.server))
+            except BaseException:
+                await api.close()
+                raise
     except (ConfigException, OSError, ssl.SSLError, ValueError, KeyError) as exc:
+        code = fd_exhaustion(exc)
+        if code is not None:
+            raise too_many_open_files(config.display_server, "building its client", code) from exc
         raise KubeconfigError(
             f"context {config.name!r} (from {config.source}): cannot build a client: "
             f"{_shorten(str(exc))}",
             path=config.source,
         ) from exc
     finally:
-        _remove_private_folder(folder)
+        if folder is not None:
+            _remove_private_folder(folder)
     return api, ssl_context
 
 
@@ -107,6 +141,11 @@ _PREBUILT_SSL: contextvars.ContextVar[ssl.SSLContext | None] = contextvars.Conte
 )
 _shared_contexts: collections.OrderedDict[str | None, ssl.SSLContext] = collections.OrderedDict()
 _SHARED_MAX = 32  # distinct CA bundles kept; least recently used go first
+# contexts being built, by CA content, per event loop: an Event belongs to its loop, and a
+# loop that closed while one was being built (a test's) must not hold up the next loop
+_building: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str | None, anyio.Event]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class _SSLModule:
@@ -144,20 +183,39 @@ async def _ssl_context_for(cfg: Any, *, private: bool = False) -> ssl.SSLContext
         and cfg.verify_ssl
         and not cfg.disable_strict_ssl_verification
     )
-    if shareable:
-        key = await anyio.to_thread.run_sync(_ca_key, cafile)
+    if not shareable:
+        return await _build_ssl_context(cafile)
+    # (a thread hop even without a CA file: skipping it exposed a race in the dashboard's
+    # contexts panel, tests/test_dashboard.py::test_context_states_reach_the_page_...)
+    key = await anyio.to_thread.run_sync(_ca_key, cafile)
+    building_here = _building.setdefault(asyncio.get_running_loop(), {})
+    while True:
         cached = _shared_contexts.get(key)
         if cached is not None:
             _shared_contexts.move_to_end(key)
             return cached
-    context = await anyio.to_thread.run_sync(
-        functools.partial(ssl.create_default_context, cafile=cafile)
-    )
-    if shareable:
+        building = building_here.get(key)
+        if building is None:
+            break
+        # single flight: 300 contexts starting at once load the trust store once, not 300
+        # times (20-30 ms of CPU each)
+        await building.wait()
+    done = building_here[key] = anyio.Event()
+    try:
+        context = await _build_ssl_context(cafile)
         _shared_contexts[key] = context
         while len(_shared_contexts) > _SHARED_MAX:
             _shared_contexts.popitem(last=False)
+    finally:
+        del building_here[key]
+        done.set()
     return context
+
+
+async def _build_ssl_context(cafile: str | None) -> ssl.SSLContext:
+    return await anyio.to_thread.run_sync(
+        functools.partial(ssl.create_default_context, cafile=cafile)
+    )
 
 
 def _ca_key(cafile: str | None) -> str | None:
@@ -175,6 +233,21 @@ _INLINE_FIELDS = (
     ("clusters", "cluster", ("certificate-authority",)),
     ("users", "user", ("client-certificate", "client-key")),
 )
+
+
+def _writes_files(config: Any) -> bool:
+    """Whether kubernetes-asyncio would write a file for this config: inline data
+    (``*-data``, an auth provider's too) or an exec plugin (its certificates)."""
+    if isinstance(config, dict):
+        return any(
+            (isinstance(key, str) and key.endswith("-data") and bool(value))
+            or key == "exec"
+            or _writes_files(value)
+            for key, value in config.items()
+        )
+    if isinstance(config, list):
+        return any(_writes_files(item) for item in config)
+    return False
 
 
 def _materialise_inline_credentials(config: dict[str, Any], folder: str) -> None:
@@ -199,21 +272,92 @@ def _materialise_inline_credentials(config: dict[str, Any], folder: str) -> None
                 body[field] = path
 
 
-def _check_proxy(config: ContextConfig, client_config: Mapping[str, Any]) -> None:
-    """aiohttp speaks to HTTP(S) proxies only: refuse others clearly, not at connect time."""
+def _check_proxy(config: ContextConfig, client_config: dict[str, Any]) -> str | None:
+    """The SOCKS5 proxy URL to tunnel through (taken out of ``client_config``: aiohttp
+    speaks to HTTP(S) proxies only), or None. Other schemes than http, https and SOCKS5 are
+    refused clearly here (the kubeconfig loader refuses them first), not at connect time."""
+    socks: str | None = None
     for item in client_config.get("clusters") or ():
         body = item.get("cluster") if isinstance(item, dict) else None
         proxy = body.get("proxy-url") if isinstance(body, dict) else None
-        if not proxy:
+        if not proxy or not isinstance(body, dict):
             continue
         scheme = str(proxy).partition("://")[0].lower()
-        if scheme not in ("http", "https"):
+        if is_socks(str(proxy)):
+            socks = str(body.pop("proxy-url"))
+        elif scheme not in ("http", "https"):
             raise KubeconfigError(
-                f"context {config.name!r} (from {config.source}): proxy-url scheme "
-                f"{scheme!r} is not supported (kubemux connects through http:// and "
-                "https:// proxies only)",
+                f"context {config.name!r} (from {config.source}): proxy-url: unsupported "
+                f"scheme {scheme!r}, must be http, https or {' or '.join(SOCKS_SCHEMES)}",
                 path=config.source,
             )
+    return socks
+
+
+async def _own_session(api: Any, ssl_context: ssl.SSLContext, proxy: str | None) -> None:
+    """Give ``api`` our HTTP session: through ``proxy`` (the kubeconfig's or the
+    environment's; a SOCKS5 one tunnels every connection), never reading ``~/.netrc``.
+
+    kubernetes-asyncio's session has ``trust_env=True``: aiohttp then reads ``~/.netrc`` in
+    a worker thread for every request (a file opened per request: one more way to run out of
+    descriptors, and credentials kubectl never sends) and applies the environment's proxies
+    by its own rules. kubectl follows Go's (:func:`environment_proxy`)."""
+    rest = api.rest_client
+    unused: aiohttp.ClientSession = rest.pool_manager  # never connected: closes at once
+    limit = unused.connector.limit if unused.connector is not None else 100
+    socks = proxy if proxy is not None and is_socks(proxy) else None
+    rest.pool_manager = _session(ssl_context, limit, socks)
+    if rest.proxy is None and socks is None:
+        rest.proxy = proxy  # an HTTP(S) proxy from the environment
+    if socks is not None:
+        rest.proxy = None
+    await unused.close()
+
+
+def environment_proxy(server: str) -> str | None:
+    """The proxy Go's ``http.ProxyFromEnvironment`` (kubectl's default) uses for
+    ``server``: ``HTTPS_PROXY`` for https, ``HTTP_PROXY`` for http (lower case first), none
+    for a host ``NO_PROXY`` lists, and never one for localhost or a loopback address."""
+    try:
+        parts = urllib.parse.urlsplit(server)
+        host = parts.hostname
+    except ValueError:
+        return None
+    if not host or host == "localhost" or _is_loopback(host):
+        return None
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(parts.scheme.lower())
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]  # not in typeshed
+    if not proxy or bypass(host, proxies):
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"  # Go: no scheme means http
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def replacement_session(old: aiohttp.ClientSession, ssl_context: ssl.SSLContext) -> Any:
+    """A new session like ``old`` (the same proxy, connection limit and buffer), with
+    ``ssl_context``: new connections for a client certificate that changed."""
+    connector = old.connector
+    limit = connector.limit if connector is not None else 100
+    proxy = connector.proxy_url if isinstance(connector, SocksConnector) else None
+    return _session(ssl_context, limit, proxy)
+
+
+def _session(ssl_context: ssl.SSLContext, limit: int, socks: str | None) -> aiohttp.ClientSession:
+    """A session for one context: plain TCP, or tunnels through the SOCKS5 proxy ``socks``.
+    An HTTP(S) proxy is passed per request (kubernetes-asyncio's ``rest.proxy``)."""
+    connector = (
+        aiohttp.TCPConnector(limit=limit, ssl=ssl_context)
+        if socks is None
+        else SocksConnector(socks, limit=limit, ssl=ssl_context)
+    )
+    return aiohttp.ClientSession(connector=connector, trust_env=False, read_bufsize=_READ_BUFSIZE)
 
 
 def _strip_dynamic_credentials(config: dict[str, Any]) -> None:

@@ -15,10 +15,12 @@ from typing import Any, Final
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from ._auth_provider import Credential, CredentialProvider, note_interrupted
 from ._errors import CredentialError, KubeconfigError
 from ._redact import redact_text, terminal_safe
+from ._transport import fd_exhaustion, too_many_open_files
 
 __all__ = ["EXEC_TIMEOUT", "ExecProvider"]
 
@@ -108,6 +110,10 @@ class ExecProvider(CredentialProvider):
         except _PluginStopped as exc:
             raise CredentialError(f"{self.source} {exc}{_stderr_tail(run.err)}") from None
         except OSError as exc:
+            errno_ = fd_exhaustion(exc)
+            if errno_ is not None:  # no descriptor left for its pipes: say so, not "not found"
+                error = too_many_open_files(self.source, "could not be started", errno_)
+                raise CredentialError(str(error)) from exc
             hint = f"; {self.install_hint}" if self.install_hint else ""
             raise CredentialError(f"{self.source} could not be started: {exc}{hint}") from exc
         except anyio.get_cancelled_exc_class():
@@ -220,15 +226,21 @@ async def _run_plugin(
         _PluginStopped: it was killed for one of those reasons (the message says which).
         OSError: it could not be started.
     """
-    # its own process group, so that a wrapper's children (sh -c ..., a shim) die with it
-    process = await anyio.open_process(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        start_new_session=True,
-    )
+    await anyio.lowlevel.checkpoint_if_cancelled()
+    # Shielded: the process runs before open_process returns (asyncio still connects its
+    # pipes), and a cancellation landing then would leave it to asyncio, which kills the
+    # direct child only and does not wait. Bounded: connecting pipes waits for nothing but
+    # the event loop. The cancellation arrives at the next checkpoint, in the try below.
+    with anyio.CancelScope(shield=True):
+        # its own process group, so that a wrapper's children (sh -c ..., a shim) die with it
+        process = await anyio.open_process(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
     run.pid = process.pid
     out = bytearray()
     stopped: list[str] = []  # why the task group below was cancelled

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import anyio
 
-from ._api_client import build_api_client
+from ._api_client import build_api_client, replacement_session
 from ._auth import Credential, CredentialPool, CredentialProvider, CredentialStatus
 from ._codec import Block
 from ._errors import (
@@ -373,13 +373,7 @@ class _RequestAuth:
         # session end, and informers re-watch from their resourceVersion.
         rest = self.api.rest_client
         old: aiohttp.ClientSession = rest.pool_manager
-        rest.pool_manager = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(
-                limit=old.connector.limit if old.connector else 100, ssl=self.ssl_context
-            ),
-            trust_env=True,
-            read_bufsize=2**21,
-        )
+        rest.pool_manager = replacement_session(old, self.ssl_context)  # same proxy
         with anyio.move_on_after(5.0, shield=True):
             await old.close()
 

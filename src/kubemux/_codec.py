@@ -359,6 +359,8 @@ _raw_decoder = json.JSONDecoder()
 
 
 def _int64_or_float(text: str) -> int | float:
+    if len(text) > 21:  # beyond 64 bits (and int() refuses more than 4,300 digits)
+        return float(text)
     value = int(text)
     return value if -(2**63) <= value < 2**64 else float(text)  # orjson's range, else inf
 

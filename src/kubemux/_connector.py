@@ -27,6 +27,7 @@ from ._errors import KubemuxError, UnknownResource
 from ._informer import Informer, InformerKey, InformerStatus, OnChange
 from ._kubeconfig import ContextConfig
 from ._resources import Resource, known_resource, parse_resource
+from ._served import ServedWatch
 from ._settings import WatchSettings
 from ._store import Store
 
@@ -98,7 +99,7 @@ class Connector(Protocol):
 class HttpConnection:
     """Informers talking HTTP to the context's API server through one client."""
 
-    __slots__ = ("_discovery_failed", "client", "discovery", "settings")
+    __slots__ = ("_discovery_failed", "client", "discovery", "served", "settings")
 
     def __init__(self, client: ContextClient, settings: WatchSettings) -> None:
         self.client = client
@@ -107,6 +108,7 @@ class HttpConnection:
         # client's rate limiter bounds what a stream of unknown names can cost
         self.discovery = Discovery(client, min_refresh_interval=0.0)
         self._discovery_failed = False
+        self.served = ServedWatch(client, self.discovery, settings)  # a CRD that comes back
 
     async def resources(self) -> tuple[Resource, ...]:
         return await self.discovery.resources()
@@ -119,8 +121,9 @@ class HttpConnection:
         if known is not None:  # built-ins mean the same on every cluster: no request
             return known
         try:
-            return await self.discovery.resolve(name)
+            resource = await self.discovery.resolve(name)
         except UnknownResource:
+            self._discovery_works()
             raise
         except KubemuxError as exc:
             # a server whose discovery fails (or is missing) still serves the built-ins
@@ -136,6 +139,14 @@ class HttpConnection:
                     exc,
                 )
             return resource
+        self._discovery_works()
+        return resource
+
+    def _discovery_works(self) -> None:
+        """Discovery answered: a failure it had no longer holds (the next one is logged)."""
+        if self._discovery_failed:
+            self._discovery_failed = False
+            log.info("context %r: discovery works again", self.client.context)
 
     def resolve_cached(self, name: str) -> Resource | None:
         builtin = known_resource(name)
@@ -161,7 +172,7 @@ class HttpConnection:
         on_change: OnChange,
         on_state: Callable[[], None],
     ) -> SlotSource:
-        return Informer(  # the format of key.view: objects or the server's rows
+        informer = Informer(  # the format of key.view: objects or the server's rows
             self.client,
             resource,
             key,
@@ -170,6 +181,8 @@ class HttpConnection:
             on_change=on_change,
             on_state=on_state,
         )
+        informer.wait_served = self.served.wait
+        return informer
 
 
 class HttpConnector:

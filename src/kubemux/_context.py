@@ -24,7 +24,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 
 import anyio
 import anyio.abc
@@ -32,7 +32,7 @@ import anyio.abc
 from ._auth_provider import recording_interruptions
 from ._codec import Entry
 from ._connector import Connection, Connector, SlotSource
-from ._errors import ContextRemoved, StartTimeout, as_kubemux_error
+from ._errors import ContextRemoved, Forbidden, StartTimeout, as_kubemux_error
 from ._event_index import EventIndex
 from ._failure import Failure
 from ._informer import InformerKey, InformerStatus
@@ -42,7 +42,7 @@ from ._settings import Backoff
 from ._status import ContextState
 from ._store import Store
 
-__all__ = ["ContextGeneration", "GenerationSettings", "Hooks", "Slot", "iter_synced"]
+__all__ = ["ContextGeneration", "GenerationSettings", "Hooks", "Narrowed", "Slot", "iter_synced"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,31 @@ class GenerationSettings:
     event_keys: frozenset[InformerKey]
     event_cap: int | None
     event_max_age: float | None
+    namespaces: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
+    """context -> the namespaces its user may read (where a forbidden cluster-wide LIST
+    falls back to; else the context's namespace, else ``default``)."""
+
+
+@dataclasses.dataclass(slots=True)
+class Narrowed:
+    """A cluster-wide informer whose LIST was forbidden, replaced by one per namespace."""
+
+    scope: tuple[str, ...]
+    reason: str
+    store: Store | None = None  # the union view, once built (for ``store()``)
+
+
+def narrowed_scope(
+    config: ContextConfig, configured: Sequence[str] | None, error: Forbidden
+) -> Narrowed:
+    """Where a forbidden cluster-wide LIST falls back to, and the note that says so."""
+    scope = tuple(dict.fromkeys(configured or [config.namespace or "default"]))
+    origin = "configured for the context" if configured else "the context's namespace"
+    reason = (
+        f"listing across all namespaces is forbidden ({error.message or error.reason}); "
+        f"watching {', '.join(scope)} ({origin})"
+    )
+    return Narrowed(scope, reason)
 
 
 class Slot:
@@ -125,6 +150,7 @@ class ContextGeneration:
         self.reaped = False  # stopped for being idle: a later watch() starts it again
         self.pending = 0  # callers about to add a slot (resolving a name meanwhile)
         self.notes: dict[str, str] = {}  # resource -> why its scope is what it is
+        self.narrowed: dict[InformerKey, Narrowed] = {}  # cluster-wide keys it narrowed
         self.last_used = time.monotonic()
         self.reads_seen = 0
         self._scope = anyio.CancelScope()  # may be cancelled before run() enters it
@@ -332,6 +358,8 @@ class ContextGeneration:
                     self._hooks.state_changed()
             except Exception as exc:
                 exc = _unwrap(exc)
+                if not synced and self._narrow(slot, exc):
+                    return  # forbidden cluster-wide: its namespaces run instead (a note)
                 if not synced:  # the first sync failed
                     failure = self._slot_failure(slot, exc, failure, backoff)
                     if not slot.persistent:
@@ -359,6 +387,35 @@ class ContextGeneration:
         self._hooks.state_changed()
         log.warning("context %r: %s failed: %s", self.key, slot.key, error)
         return failure
+
+    def _narrow(self, slot: Slot, exc: Exception) -> bool:
+        """A cluster-wide LIST of a namespaced resource answered 403: run one informer per
+        namespace the user may read instead, and say so in a note; not a failure (nothing
+        backs off, status shows no error) and nothing tries the cluster-wide LIST again in
+        this generation. Callers waiting for the slot get the 403 and read :attr:`narrowed`.
+        """
+        key = slot.key
+        if not isinstance(exc, Forbidden) or key.namespace is not None:
+            return False
+        if not slot.resource.namespaced or self.is_stopping:
+            return False
+        configured = self._settings.namespaces.get(self.key)
+        narrowed = self.narrowed[key] = narrowed_scope(self.config, configured, exc)
+        self.notes[slot.resource.name] = narrowed.reason
+        log.info("context %r: %s: %s", self.key, key, narrowed.reason)
+        for namespace in narrowed.scope:
+            self.ensure_slot(
+                dataclasses.replace(key, namespace=namespace),
+                slot.resource,
+                persistent=slot.persistent,
+            )
+        # for callers waiting on it (they take the union); not kept as a failure record
+        slot.failure = Failure.record(exc, None, self._settings.start_backoff)
+        slot.ready.set()
+        self._hooks.slot_failed(self, key, None)  # no failure record: no backoff, no error
+        self._drop_slot(slot)
+        self._hooks.state_changed()
+        return True
 
     def _drop_slot(self, slot: Slot) -> None:
         if self.slots.get(slot.key) is slot:

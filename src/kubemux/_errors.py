@@ -4,11 +4,13 @@
 
     KubemuxError
     ├── KubeconfigError            a kubeconfig file is missing, unreadable or malformed
+    │   └── InvalidContext         a context the kubeconfig defines but kubemux cannot use
     ├── ContextNotFound            (also LookupError) no such context in the kubeconfig
     ├── ContextRemoved             the context was removed or reloaded while you used it
     ├── NotSynced                  a store was read before its first LIST completed
     ├── SubscriberOverflow         a subscriber fell behind and its buffer filled up
     ├── ClusterUnreachable         (also ConnectionError) the server could not be reached
+    │   └── TooManyOpenFiles       this process hit its open-file limit (EMFILE) connecting
     ├── CredentialError            a credential could not be obtained (exec plugin, token
     │                              file, OIDC refresh)
     ├── StartTimeout               (also TimeoutError) a context did not start in time
@@ -42,6 +44,7 @@ __all__ = [
     "CredentialError",
     "Forbidden",
     "InternalError",
+    "InvalidContext",
     "KubeconfigError",
     "KubemuxError",
     "NotSynced",
@@ -53,6 +56,7 @@ __all__ = [
     "ServerTimeout",
     "StartTimeout",
     "SubscriberOverflow",
+    "TooManyOpenFiles",
     "Unauthorized",
     "UnknownResource",
     "api_error_from_status",
@@ -88,6 +92,24 @@ class KubeconfigError(KubemuxError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+class InvalidContext(KubeconfigError):
+    """The kubeconfig defines the context, but it cannot be used: its cluster or user entry
+    is missing, it uses a removed ``auth-provider`` (azure, gcp), an unsupported field, or
+    a file it references cannot be read.
+
+    Attributes:
+        context: The context name.
+        path: The file that defines it (None when not known).
+        reason: Why it cannot be used, naming the entry (``user 'u': ...``).
+    """
+
+    def __init__(self, context: str, reason: str, path: str | None = None) -> None:
+        where = f" in {path}" if path else ""
+        super().__init__(f"context {context!r}{where} cannot be used: {reason}", path=path)
+        self.context = context
+        self.reason = reason
 
 
 class ContextNotFound(KubemuxError, LookupError):
@@ -162,6 +184,52 @@ class ClusterUnreachable(KubemuxError, ConnectionError):
         super().__init__(f"cannot reach {server}: {detail}")
         self.server = server
         self.detail = detail
+
+
+class TooManyOpenFiles(ClusterUnreachable):
+    """This process reached its limit of open files (``EMFILE``) while connecting to the
+    server (or opening a file it needs to): nothing is wrong with the cluster.
+
+    Each watch holds one connection, so the limit caps the number of watches. It is retried
+    with backoff like any unreachable server, and succeeds once descriptors are free again.
+    Raise the soft limit (``ulimit -n``, or :func:`kubemux.raise_fd_limit` at start-up).
+
+    Attributes:
+        limit: The process's soft ``RLIMIT_NOFILE`` when it happened; None when it was the
+            system-wide table that was full (``ENFILE``).
+        hard_limit: The hard limit then (None if unknown), up to which the soft one can be
+            raised without privileges.
+        open_watches: Watches this process had open at that moment.
+    """
+
+    def __init__(
+        self,
+        server: str,
+        detail: str,
+        *,
+        limit: int | None,
+        open_watches: int,
+        hard_limit: int | None = None,
+    ) -> None:
+        if limit is None:
+            what = "the system's table of open files is full"
+            fix = "close other programs, or raise fs.file-max"
+        elif hard_limit is not None and hard_limit <= limit:
+            what = f"this process may open {limit} files, and that is its hard limit too"
+            fix = "raise the hard limit (LimitNOFILE= in a systemd unit, ulimit -Hn as root)"
+        else:
+            what = f"this process may open {limit} files"
+            fix = "raise the limit (ulimit -n, or kubemux.raise_fd_limit())"
+        text = (
+            f"{detail}: too many open files ({what}; {open_watches} watches are open, one "
+            f"connection each): {fix}"
+        )
+        KubemuxError.__init__(self, f"{server}: {text}")  # not "cannot reach": it is us
+        self.server = server
+        self.detail = text
+        self.limit = limit
+        self.hard_limit = hard_limit
+        self.open_watches = open_watches
 
 
 class CredentialError(KubemuxError):

@@ -1,41 +1,49 @@
-"""The kubeconfig side of the registry: what it says now, syncs and state-change signals."""
+"""The kubeconfig side of the registry: what it says now, its syncs, and the status signal."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 
 import anyio
 
+from ._auth import in_cluster_config
 from ._generations import Generations
-from ._kubeconfig import ContextConfig
+from ._kubeconfig import ContextConfig, KubeconfigSnapshot
 from ._kubeconfig_watch import ContextDiff, KubeconfigSource
+from ._status import StatusSignal
 
-__all__ = ["KubeconfigFollower"]
+__all__ = ["KubeconfigFollower", "default_source"]
 
 log = logging.getLogger(__name__)
 
 
 class KubeconfigFollower:
     """Base of :class:`~kubemux.WatcherRegistry`: follows its :class:`KubeconfigSource`,
-    reconciles each diff through the generations table, and signals state changes."""
+    reconciles each diff through the generations, and exposes the status signal."""
 
     _source: KubeconfigSource
-    _table: Generations
+    _generations: Generations
 
     def __init__(self, source: KubeconfigSource) -> None:
         self._source = source
         self._reconcile_lock = anyio.Lock()
         self._syncs = 0
         self._sync_event = anyio.Event()
-        self._status_version = 0
-        self._status_event = anyio.Event()
+        self._signal = StatusSignal()
 
     # ------------------------------------------------------------------ kubeconfig
     @property
     def contexts(self) -> Mapping[str, ContextConfig]:
         """What the kubeconfig says now: context name -> :class:`ContextConfig`."""
         return self._source.contexts
+
+    @property
+    def kubeconfig_snapshot(self) -> KubeconfigSnapshot:
+        """The merged kubeconfig as of the latest sync (frozen): valid and invalid contexts,
+        the file that defined each invalid one, file errors."""
+        return self._source.snapshot
 
     @property
     def current_context(self) -> str | None:
@@ -68,19 +76,12 @@ class KubeconfigFollower:
         """A number that grows whenever what :meth:`status` shows may have changed state
         (context and informer states, errors recorded or cleared, kubeconfig syncs), not
         on every object."""
-        return self._status_version
+        return self._signal.version
 
     async def wait_status_change(self, after: int) -> int:
         """Wait until :attr:`status_version` exceeds ``after``; returns the new value.
         Cancelling only stops the wait."""
-        while self._status_version <= after:
-            await self._status_event.wait()
-        return self._status_version
-
-    def _status_changed(self) -> None:
-        self._status_version += 1
-        event, self._status_event = self._status_event, anyio.Event()
-        event.set()
+        return await self._signal.wait_change(after)
 
     async def _follow(self, source: KubeconfigSource) -> None:
         async for diff in source.diffs:
@@ -93,11 +94,26 @@ class KubeconfigFollower:
         async with self._reconcile_lock:
             if diff.removed:
                 log.info("kubeconfig: removing %s", ", ".join(diff.removed))
-            table = self._table
-            await table.for_each(diff.removed, table.remove)
-            await table.for_each([c.name for c in diff.changed], table.reload)
-            await table.for_each([c.name for c in diff.added], table.add)
+            gens = self._generations
+            await gens.for_each(diff.removed, gens.remove)
+            await gens.for_each([c.name for c in diff.changed], gens.reload)
+            await gens.for_each([c.name for c in diff.added], gens.add)
             self._syncs += 1
             event, self._sync_event = self._sync_event, anyio.Event()
             event.set()
-            self._status_changed()
+            self._signal.changed()
+
+
+def default_source(
+    paths: str | Sequence[str] | None, follow: bool, debounce_delay: float, in_cluster_root: str
+) -> KubeconfigSource:
+    """What :meth:`WatcherRegistry.from_kubeconfig` follows: ``paths``, else
+    ``$KUBECONFIG``, else ``~/.kube/config``; with none of them inside a pod, the one
+    ``in-cluster`` context."""
+    if paths is None and not os.environ.get("KUBECONFIG", "").strip(os.pathsep):
+        default = os.path.join(os.path.expanduser("~"), ".kube", "config")
+        if not os.path.exists(default):  # no kubeconfig at all: inside a pod?
+            in_cluster = in_cluster_config(in_cluster_root)
+            if in_cluster is not None:
+                return KubeconfigSource.static({in_cluster.name: in_cluster}, in_cluster.name)
+    return KubeconfigSource(paths, follow=follow, debounce_delay=debounce_delay)

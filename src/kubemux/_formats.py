@@ -116,6 +116,11 @@ class Format:
         """The hot path: a block of watch lines, decoded in one call where it can be."""
         raise NotImplementedError
 
+    def block_decoder(self, store: Store) -> Callable[[Block], Decoded]:
+        """:meth:`decode_block` for ``store``, with what it needs looked up once (a watch
+        takes one per stream: it is called for every block)."""
+        return lambda block: self.decode_block(block, store)
+
     def parse_line(self, line: bytes, store: Store, skip: Skip) -> tuple[str, bytes, Entry | None]:
         """The general path: (event type, object bytes, cache entry for object events) of
         one watch line.
@@ -164,10 +169,14 @@ class ObjectFormat(Format):
         return _ObjectReader(store)
 
     def decode_block(self, block: Block, store: Store) -> Decoded:
+        return self.block_decoder(store)(block)
+
+    def block_decoder(self, store: Store) -> Callable[[Block], Decoded]:
         writer = store.writer
-        if writer.transform is None:
-            return decode_block(*block, writer.drops_managed_fields)
-        return [("", line) for line in split_block(block)]  # a user transform decodes all
+        if writer.transform is not None:  # a user transform decodes every line
+            return lambda block: [("", line) for line in split_block(block)]
+        drop = writer.drops_managed_fields
+        return lambda block: decode_block(block[0], block[1], block[2], drop)
 
     def parse_line(self, line: bytes, store: Store, skip: Skip) -> tuple[str, bytes, Entry | None]:
         prepare = store.writer.prepare

@@ -21,7 +21,17 @@ import anyio
 import anyio.abc
 
 from ._context import ChangeSink, ContextGeneration, GenerationSettings, Hooks, Slot
-from ._errors import ContextNotFound, ContextRemoved, RegistryClosed
+from ._errors import (
+    ApiError,
+    ClusterUnreachable,
+    ContextNotFound,
+    ContextRemoved,
+    CredentialError,
+    InvalidContext,
+    RegistryClosed,
+    StartTimeout,
+    Unauthorized,
+)
 from ._failure import Failure
 from ._informer import InformerKey, InformerStatus
 from ._kubeconfig import ContextConfig
@@ -52,12 +62,17 @@ class Generations:
         status_changed: Callable[[], None],
         autowatch: Iterable[tuple[InformerKey, Resource]],
         stop_timeout: float,
+        idle_timeout: float | None = None,
+        named: Callable[[], set[str]] = set,
     ) -> None:
         self._source = source
         self._gen_settings = settings
         self._status_changed = status_changed
         self._autowatch = tuple(autowatch)
+        self._pinned = frozenset(key for key, _ in self._autowatch)
         self._stop_timeout = stop_timeout
+        self._idle_timeout = idle_timeout
+        self._named = named  # the contexts open subscriptions name (they are in use)
         self._hooks = Hooks(
             publisher=publisher,
             final=final,
@@ -66,8 +81,8 @@ class Generations:
             slot_failed=self._record_slot_failure,
             done=self._finished,
         )
-        self.state = "unopened"  # the registry's: generations start only while "open"
-        self.tg: anyio.abc.TaskGroup | None = None  # where generations run
+        self._state = "unopened"  # generations start only while "open"
+        self._tg: anyio.abc.TaskGroup | None = None  # where generations run
         self.gens: dict[str, ContextGeneration] = {}
         self.stragglers: set[ContextGeneration] = set()  # stops that overran stop_timeout
         self.failures: dict[str, Failure] = {}  # context -> failed start
@@ -81,11 +96,41 @@ class Generations:
             collections.OrderedDict()
         )
 
+    @property
+    def state(self) -> str:
+        """``unopened``, ``open`` (generations may start), ``closing`` or ``closed``."""
+        return self._state
+
+    @contextlib.asynccontextmanager
+    async def open(self) -> AsyncIterator[Generations]:
+        """Run generations (and the idle reaper) in a task group of our own until the block
+        ends; then stop every generation (shielded, each bounded by ``stop_timeout``).
+
+        Generations start only inside the block: before it, :meth:`current` raises
+        :class:`RegistryClosed`; while closing, :class:`ContextRemoved`.
+        """
+        if self._state != "unopened":
+            raise RuntimeError(f"generations can be opened once (they are {self._state})")
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg, self._state = tg, "open"
+                if self._idle_timeout is not None:
+                    tg.start_soon(self._reap_forever, self._idle_timeout, name="kubemux reaper")
+                try:
+                    yield self
+                finally:
+                    self._state = "closing"
+                    with anyio.CancelScope(shield=True):
+                        await self._close()
+                    tg.cancel_scope.cancel("registry closed")
+        finally:
+            self._state, self._tg = "closed", None
+
     def mark_stopped(self, name: str) -> None:
         """Calls in flight for ``name`` raise ContextRemoved from now on."""
         self.stops[name] = next(self._stop_serial)
 
-    async def close(self) -> None:
+    async def _close(self) -> None:
         """Stop every generation (the registry is closing)."""
         for name in self.gens:
             self.mark_stopped(name)
@@ -96,6 +141,18 @@ class Generations:
 
     async def _close_one(self, name: str) -> None:
         await self.stop(name, "stopped: the registry closed", "REMOVED")
+
+    def summary(self) -> str:
+        """``(2 running, 1 backing off); informers=12, synced=11``, for reprs."""
+        states: collections.Counter[str] = collections.Counter()
+        informers = synced = 0
+        for gen in self.gens.values():
+            states[str(gen.state)] += 1
+            for slot in gen.slots.values():
+                informers += 1
+                synced += slot.store.has_synced
+        running = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "0 running"
+        return f"({running}); informers={informers}, synced={synced}"
 
     def sizes(self) -> dict[str, int]:
         return {
@@ -132,7 +189,7 @@ class Generations:
                 del self._locks[key]
 
     def _spawn(self, name: str, *, persistent: bool) -> ContextGeneration:
-        assert self.tg is not None and self.state == "open"
+        assert self._tg is not None and self._state == "open"
         gen = ContextGeneration(
             name,
             next(self.numbers),
@@ -146,7 +203,7 @@ class Generations:
             self.stragglers.add(old)
         self.gens[name] = gen
         self._status_changed()
-        self.tg.start_soon(gen.run, name=f"kubemux context {name!r}")
+        self._tg.start_soon(gen.run, name=f"kubemux context {name!r}")
         return gen
 
     def _finished(self, gen: ContextGeneration) -> None:
@@ -163,8 +220,9 @@ class Generations:
             await gen.wait_done()
         if not gen.is_done:
             log.error("context %r did not stop within %.1fs", gen.key, self._stop_timeout)
+            if self.gens.get(gen.key) is gen:  # no longer current, still tracked
+                del self.gens[gen.key]
             self.stragglers.add(gen)
-            self._finished(gen)
 
     async def stop(
         self,
@@ -201,10 +259,10 @@ class Generations:
 
     async def current(self, context: str, stops_seen: int | None) -> ContextGeneration:
         """The live generation of ``context``, started if needed (caller holds the lock)."""
-        if self.state != "open":
-            if self.state == "closing":
+        if self._state != "open":
+            if self._state == "closing":
                 raise ContextRemoved(context, "stopped: the registry closed")
-            raise RegistryClosed(f"the registry is {self.state}: use `async with registry:`")
+            raise RegistryClosed(f"the registry is {self._state}: use `async with registry:`")
         if self.stops.get(context) != stops_seen:
             raise ContextRemoved(context, "stopped by stop_watcher()")
         gen = self.gens.get(context)
@@ -213,9 +271,14 @@ class Generations:
         if gen is not None:  # stopping on its own (idle after a failed start)
             with anyio.move_on_after(self._stop_timeout, shield=True):
                 await gen.wait_done()
-            self._finished(gen)
+            # one that overran stop_timeout stays tracked: _spawn keeps it as a straggler
+            # (closing waits for it), and its own end deletes nothing (compare-and-delete)
         if context not in self._source.contexts:
-            raise ContextNotFound(context, self._source.snapshot.invalid.get(context))
+            snapshot = self._source.snapshot
+            why = snapshot.invalid.get(context)
+            if why is not None:  # it was found; it cannot be used
+                raise InvalidContext(context, why, snapshot.invalid_sources.get(context))
+            raise ContextNotFound(context)
         failure = self.failures.get(context)
         if failure is not None and failure.pending:
             failure.reraise()
@@ -226,7 +289,7 @@ class Generations:
         or runs before any other task could)."""
         wanted = dict(self._autowatch)
         wanted.update(dict(specs))
-        if not wanted or self.state != "open" or name not in self._source.contexts:
+        if not wanted or self._state != "open" or name not in self._source.contexts:
             return
         gen = self.gens.get(name)
         if gen is None or gen.is_stopping:
@@ -285,11 +348,28 @@ class Generations:
             return
         if failure is None:
             self.forget_failures(gen.key, key)
+            self._forget_context_wide(gen.key)
             return
         failures = self.slot_failures.setdefault(gen.key, {})
         for k in [k for k, f in failures.items() if not f.pending]:
             del failures[k]  # expired records go: at most one per live backoff
         failures[key] = failure
+
+    def _forget_context_wide(self, context: str) -> None:
+        """An informer of ``context`` just synced: the failures of its other informers that
+        were about the credential or the server (401, unreachable, a timeout, 5xx, 429) no
+        longer hold, so they are not shown (nor backed off) any more. Those about one
+        resource (403, 404, a bad response) stay until that resource syncs."""
+        failures = self.slot_failures.get(context)
+        if not failures:
+            return
+        stale = [k for k, f in failures.items() if _context_wide(f.error)]
+        for k in stale:
+            del failures[k]
+        if not failures:
+            del self.slot_failures[context]
+        if stale:
+            self._status_changed()
 
     def forget_failures(self, context: str, key: InformerKey | None = None) -> None:
         """Drop the failure records of a context (or of one of its informers)."""
@@ -305,20 +385,11 @@ class Generations:
                 del self.slot_failures[context]
 
     # ------------------------------------------------------------------ idle reaping
-    async def reap_forever(
-        self,
-        idle_timeout: float,
-        named: Callable[[], set[str]],
-        pinned: frozenset[InformerKey],
-    ) -> None:
-        """Stop generations unused for ``idle_timeout`` seconds (looks every quarter of it).
-
-        ``named()`` gives the contexts open subscriptions name; a generation with a slot in
-        ``pinned`` (autowatched) is never reaped.
-        """
+    async def _reap_forever(self, idle_timeout: float) -> None:
+        """Stop generations unused for ``idle_timeout`` seconds (looks every quarter of it)."""
         while True:
             await anyio.sleep(idle_timeout / 4)
-            idle = {g.key: g for g in self.idle(time.monotonic(), idle_timeout, named(), pinned)}
+            idle = {g.key: g for g in self.idle(time.monotonic())}
             if idle:
                 log.info("stopping contexts unused for %gs: %s", idle_timeout, sorted(idle))
             for gen in idle.values():
@@ -329,11 +400,13 @@ class Generations:
     async def _reap(self, idle: Mapping[str, ContextGeneration], reason: str, key: str) -> None:
         await self.stop(key, reason, "REMOVED", only=idle[key])
 
-    def idle(
-        self, now: float, idle_timeout: float, named: set[str], pinned: frozenset[InformerKey]
-    ) -> list[ContextGeneration]:
+    def idle(self, now: float) -> list[ContextGeneration]:
         """Running generations nobody used for ``idle_timeout``: no store read, registry call
-        or subscription naming them, no slot still in its first sync, none pinned."""
+        or subscription naming them, no slot still in its first sync, none autowatched."""
+        idle_timeout = self._idle_timeout
+        if idle_timeout is None:
+            return []
+        named, pinned = self._named(), self._pinned
         idle = []
         for gen in self.gens.values():
             slots = gen.slots.values()
@@ -386,6 +459,13 @@ class Generations:
                 else None
             ),
         )
+
+
+def _context_wide(error: BaseException) -> bool:
+    """Whether a failure is about the context (credential, server) rather than a resource."""
+    if isinstance(error, Unauthorized | CredentialError | ClusterUnreachable | StartTimeout):
+        return True
+    return isinstance(error, ApiError) and (error.status >= 500 or error.status == 429)
 
 
 class _SharedStop:

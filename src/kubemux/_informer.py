@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
 import anyio
@@ -43,6 +43,7 @@ from ._informer_types import (
     OnChange,
     View,
     count_error,
+    skip_reason,
 )
 from ._listing import Lister, _status_error
 from ._resources import Resource
@@ -120,7 +121,7 @@ class Informer(Lister):
         self._progress = Progress(on_slow=on_state)
         self._skips_unlogged = 0  # skipped since the last log record
         self._last_skip = ""  # what the log says of the last skip
-        self._last_skipped: str | None = None  # what status says of it
+        self._latest_skip: tuple[str, float] | None = None  # (reason, wall clock), for status
         self._skip_logged_at = -math.inf
         self._relists = 0
         self._reconnects = 0
@@ -138,6 +139,10 @@ class Informer(Lister):
         self._watch_started: float | None = None  # wall clock; None while not watching
         self._last_event: float | None = None  # wall clock of the last event or bookmark
         self._pending: dict[str, dict[str, StoreChange]] = {}
+
+    wait_served: Callable[[Resource], Awaitable[None]] | None = None
+    """Set by the connection: returns once a resource the server stopped serving may be
+    served again (see :mod:`kubemux._served`); without it, ``gone_retry`` paces the looks."""
 
     def __repr__(self) -> str:
         noun = "rows" if self.format.view == View.TABLE else "objects"
@@ -181,8 +186,9 @@ class Informer(Lister):
             errors_by_type=dict(self._errors),
             watch_started=self._watch_started,
             last_event=self._last_event,
+            last_skip=self._latest_skip[0] if self._latest_skip else None,
+            last_skip_at=self._latest_skip[1] if self._latest_skip else None,
             view=self.key.view,
-            last_skipped=self._last_skipped,
         )
 
     async def run(
@@ -257,6 +263,7 @@ class Informer(Lister):
                 try:
                     self._rv = await self._sync()
                     relist = False
+                    self._set_state(WATCHING, None)  # listed: the last error no longer holds
                 except ResourceNotFound as exc:
                     await self._gone(exc)
                     continue
@@ -313,6 +320,7 @@ class Informer(Lister):
         if self._rv:
             params["resourceVersion"] = rv_str(self._rv)
         apply, on_change, handle = self.store.writer.apply, self._on_change, self._handle_line
+        decode = self.format.block_decoder(self.store)  # the hot path, looked up once
         clock = time.monotonic
         yield_at = clock() + _MAX_BUSY
         skipped_before = self._skipped
@@ -324,9 +332,11 @@ class Informer(Lister):
         try:
             async with self._open_watch(params) as blocks:
                 self._watch_started = time.time()
+                if self._last_error is not None:  # answered: the last error no longer holds
+                    self._set_state(WATCHING, None)
                 to_wall = self._watch_started - clock()
                 async for block in blocks:
-                    for etype, item in self._decode(block):
+                    for etype, item in decode(block):
                         if isinstance(item, bytes):  # not an object event as the server writes it
                             new_rv = handle(item)
                             if new_rv is not None:
@@ -407,7 +417,7 @@ class Informer(Lister):
         the first at once, then a summary at most once per ``skip_log_period`` (a server
         streaming junk must not flood the log)."""
         self._skipped += 1
-        self._last_skipped = why
+        self._latest_skip = (skip_reason(why, self.resource.name), time.time())
         if detail:
             why = f"{why}: {detail}"
         now = time.monotonic()
@@ -450,17 +460,26 @@ class Informer(Lister):
 
     async def _gone(self, exc: ResourceNotFound) -> None:
         """The server answers 404 for the resource itself (its CRD was deleted): say so, and
-        look again only every ``gone_retry`` seconds, not in a backoff loop. The cache is kept
-        until a LIST succeeds again."""
+        look again when :attr:`wait_served` says it may be back (at the latest after
+        ``gone_retry`` seconds), not in a backoff loop. The cache is kept until a LIST
+        succeeds again."""
         period = self.settings.gone_retry
-        error = (
-            f"the server no longer serves {self.resource.name} (looking again every {period:g} s)"
-        )
+        waiter = self.wait_served
+        how = "watching for it to come back" if waiter else f"looking again every {period:g} s"
+        error = f"the server no longer serves {self.resource.name} ({how})"
         count_error(self._errors, exc)
         if self._last_error != error:
             log.warning("%s/%s: %s: %s", self.client.context, self.key, error, exc)
         self._set_state(ERROR, error)
-        await anyio.sleep(period)
+        with anyio.move_on_after(period):
+            try:
+                if waiter is not None:
+                    await waiter(self.resource)
+                else:
+                    await anyio.sleep_forever()
+            except Exception:
+                log.exception("%s: waiting for %s to come back failed", self, self.resource.name)
+                await anyio.sleep_forever()
 
     async def _backoff(self) -> None:
         await anyio.sleep(self.settings.backoff.delay(max(1, self._failures)))

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from collections.abc import Callable, Mapping
 
 from ._codec import Entry
+from ._redact import redact_text
 
 __all__ = [
     "MAX_ERROR_TYPES",
+    "MAX_SKIP_REASON",
     "InformerKey",
     "InformerState",
     "InformerStatus",
     "OnChange",
     "View",
+    "skip_reason",
 ]
 
 MAX_ERROR_TYPES = 16
@@ -56,6 +60,22 @@ class View(enum.StrEnum):
 
 OnChange = Callable[[str, Entry, Entry | None], None]
 """Called synchronously for every change applied to the store: (type, entry, old entry)."""
+
+
+MAX_SKIP_REASON = 300
+"""The longest skip reason an informer's status shows (characters)."""
+
+_RAISED = re.compile(r"(raised [\w.]+): .*", re.DOTALL)
+
+
+def skip_reason(why: str, resource: str) -> str:
+    """What status shows of why an object was skipped: bounded, URL passwords redacted,
+    and for Secrets without the message of the exception a transform raised (it may
+    quote the data)."""
+    if resource == "secrets":
+        why = _RAISED.sub(r"\1 (message withheld: a Secret)", why)
+    why = redact_text(why)
+    return why if len(why) <= MAX_SKIP_REASON else why[: MAX_SKIP_REASON - 3] + "..."
 
 
 def count_error(errors: dict[str, int], exc: BaseException) -> None:
@@ -130,14 +150,17 @@ class InformerStatus:
     last_event: float | None = None
     """Wall-clock time of the last watch event or bookmark (read once per block of lines
     received, so it can lag by the time one block takes to apply); None before the first."""
+    last_skip: str | None = None
+    """What was skipped last and why (counted in ``skipped_lines``): the line, object,
+    Table row or Table column definition, named when it can be read (``LIST item
+    "default/web-1" (nested too deep)``), never a preview of its data; at most 300
+    characters, redacted; None if nothing was skipped."""
+    last_skip_at: float | None = None
+    """Wall-clock time of that skip."""
     view: View | str = View.OBJECTS
     """``"objects"`` (full objects, :meth:`~kubemux.WatcherRegistry.watch`) or ``"table"``
     (the server's rows, :meth:`~kubemux.WatcherRegistry.table`): a :class:`View` once built,
     which compares equal to those strings."""
-    last_skipped: str | None = None
-    """What was skipped last and why (counted in ``skipped_lines``): the line, object,
-    Table row or Table column definition, named when it can be read (``LIST item
-    "default/web-1" (nested too deep)``); never a preview of its data."""
     # shared watches (kubemux.share): None when the registry shares nothing
     share_role: str | None = None  # "leader", "follower", "local" or "starting"
     share_lag: float | None = None  # seconds behind the leader (followers)

@@ -27,7 +27,7 @@ serverless client):
 Field types follow kubectl exactly (:mod:`kubemux._kubeconfig_schema`): a wrong-typed field
 or illegal base64 anywhere in a file refuses the whole file, as kubectl does (its last good
 contexts are kept). What kubectl accepts in the file but fails on when a context is used (a
-token with a line break, a NUL in a path, ``auth-provider: azure``/``gcp``, a socks proxy, a
+token with a line break, a NUL in a path, ``auth-provider: azure``/``gcp``, a socks4 proxy, a
 CA file that is a FIFO) makes the contexts using that entry invalid instead.
 
 Each valid context gets a **fingerprint**: a sha256 over the canonical JSON (sorted keys) of
@@ -193,6 +193,7 @@ class KubeconfigSnapshot:
         files: The kubeconfig files, in merge order (absolute paths).
         referenced_files: CA, client cert/key and token files that valid contexts reference.
         missing: The files of :attr:`files` that do not exist.
+        invalid_sources: Invalid context name -> the file that defined it.
     """
 
     contexts: Mapping[str, ContextConfig]
@@ -202,6 +203,9 @@ class KubeconfigSnapshot:
     files: tuple[str, ...]
     referenced_files: frozenset[str]
     missing: tuple[str, ...] = ()
+    invalid_sources: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: types.MappingProxyType({})
+    )
 
     def __repr__(self) -> str:
         return (
@@ -398,10 +402,12 @@ def _merge(
             current = pf.current_context
 
     file_hashes: dict[str, bytes | RefProblem] = {}
+    defined_in: dict[str, str] = {}
     valid: dict[str, ContextConfig] = {}
     invalid: dict[str, str] = {}
     referenced: set[str] = set()
     for name, (ctx, source) in contexts.items():
+        defined_in[name] = source
         cluster_name = ctx.get("cluster") or ""
         user_name = ctx.get("user") or ""
         cluster = clusters.get(cluster_name)
@@ -446,6 +452,7 @@ def _merge(
     return KubeconfigSnapshot(
         contexts=types.MappingProxyType(valid),
         invalid=types.MappingProxyType(invalid),
+        invalid_sources=types.MappingProxyType({n: defined_in[n] for n in invalid}),
         current_context=current,
         errors=types.MappingProxyType(dict(errors)),
         files=tuple(files),

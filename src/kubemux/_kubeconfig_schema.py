@@ -13,7 +13,7 @@ are skipped (Go's ``base64.StdEncoding``, which accepts non-zero trailing bits b
 :func:`check_entry` raises :class:`SchemaError` for those file-level faults.
 :func:`cluster_problem` and :func:`user_problem` find what kubectl accepts in the file but
 fails on when the context is used (a token with a line break, a NUL in a path, a removed
-auth provider, a socks proxy): those make only the contexts using that entry invalid.
+auth provider, a socks4 proxy): those make only the contexts using that entry invalid.
 """
 
 from __future__ import annotations
@@ -223,7 +223,10 @@ _REMOVED_PROVIDERS: Final = {
     "azure": "use the kubelogin exec plugin (https://azure.github.io/kubelogin/)",
     "gcp": "use the gke-gcloud-auth-plugin exec plugin",
 }
-_SOCKS: Final = ("socks4", "socks4a", "socks5", "socks5h")
+_SOCKS4: Final = ("socks4", "socks4a")
+# kubectl: http, https, socks5; kubemux also takes curl's socks5h (the same: Go's socks5
+# already lets the proxy resolve the host name)
+_PROXY_SCHEMES: Final = ("http", "https", "socks5", "socks5h")
 
 
 def cluster_problem(body: Mapping[str, Any]) -> str | None:
@@ -239,10 +242,17 @@ def cluster_problem(body: Mapping[str, Any]) -> str | None:
         if _URL_UNSAFE.search(proxy):
             return "proxy-url contains a space or a control character"
         scheme = urllib.parse.urlsplit(proxy).scheme.lower()
-        if scheme in _SOCKS:
-            return f"proxy-url: {scheme} (socks) proxies are not supported; use an HTTP proxy"
-        if scheme not in ("http", "https"):
-            return "proxy-url must be an http:// or https:// URL"
+        if scheme in _SOCKS4:
+            return (
+                f"proxy-url: {scheme} proxies are not supported (kubectl speaks SOCKS5 only): "
+                "use socks5://"
+            )
+        if scheme not in _PROXY_SCHEMES:
+            # kubectl's words (clientcmd's parseProxyURL); the scheme is not secret
+            return (
+                f"proxy-url: unsupported scheme {scheme[:20]!r}, must be http, "
+                "https, socks5 or socks5h"
+            )
     return None
 
 

@@ -1,41 +1,33 @@
 """The WatcherRegistry: context key -> one live generation, every change of a key serialised.
 
 Each kubeconfig context has at most one live :class:`~kubemux._context.ContextGeneration`
-(an active object owning its cancel scope, connection, task group and informers; it runs as
-one task of the registry's task group). Every start, stop and reload of one key happens
-under that key's lock, so an entry cannot be overwritten, a slot cannot be started on a
-generation being stopped, and no generation exists that the registry cannot stop. A
+(an active object owning its cancel scope, connection, task group and informers). The
+generations live in :class:`~kubemux._generations.Generations`, which owns the task group
+they run in and the one serialised path per key: every start, stop and reload of one key
+happens under that key's lock, so an entry cannot be overwritten, a slot cannot be started
+on a generation being stopped, and no generation exists that the registry cannot stop. A
 generation removes itself from the map when it ends only if it is still the current one for
-its key (compare-and-delete).
+its key (compare-and-delete). The loops that start things for callers (``watch()``,
+``table()``, ``resources()``, ``event_index()``) live in :class:`~kubemux._slots.Starter`.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
-import os
 import time
-from collections.abc import (
-    AsyncGenerator,
-    Container,
-    Iterable,
-    Mapping,
-    Sequence,
-)
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.abc
 
-from ._auth import IN_CLUSTER_ROOT, CredentialPool, in_cluster_config
+from ._auth import IN_CLUSTER_ROOT, CredentialPool
 from ._changes import Publisher, ResourceNames
 from ._connector import Connector, HttpConnector
 from ._context import ContextGeneration, GenerationSettings
-from ._errors import ContextRemoved, ResourceNotFound
 from ._event_index import EventIndex
 from ._fanout import Change, Fanout, Subscription
-from ._following import KubeconfigFollower
+from ._following import KubeconfigFollower, default_source
 from ._generations import Generations
 from ._informer import InformerKey
 from ._kubeconfig import ContextConfig
@@ -44,7 +36,7 @@ from ._multistore import MultiTableStore
 from ._resources import Resource, parse_resource
 from ._runtime import require_asyncio
 from ._settings import Backoff, WatchSettings
-from ._slots import ResourceSpec, Starter, informer_key
+from ._slots import EVENT_KEYS, ResourceSpec, Starter, StoreFactory
 from ._status import ContextStatus, RegistryStatus
 from ._store import Indexer, Store, Transform, drop_managed_fields
 from ._table import TableStore
@@ -57,8 +49,6 @@ if TYPE_CHECKING:
 __all__ = ["WatcherRegistry"]
 
 log = logging.getLogger(__name__)
-
-Specs = list[tuple[InformerKey, Resource]]
 
 
 class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
@@ -134,16 +124,9 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         self.settings = settings or WatchSettings()
         if autowatch_view not in ("objects", "table"):
             raise ValueError(f"autowatch_view must be 'objects' or 'table', not {autowatch_view!r}")
-        self._autowatch = tuple(parse_resource(r) for r in autowatch)
-        self._autowatch_keys = frozenset(
-            InformerKey(r.name, view=autowatch_view) for r in self._autowatch
-        )
-        self._stop_timeout = stop_timeout
+        autowatched = [parse_resource(r) for r in autowatch]
         self._subscriber_buffer = subscriber_buffer
-        self._transform = transform
-        self._transforms = {_full_name(k): v for k, v in (transforms or {}).items()}
         self._idle_timeout = idle_timeout
-        self._namespaces = {k: tuple(v) for k, v in (namespaces or {}).items()}
         self._share = share
         connector = connector or HttpConnector(self.settings, CredentialPool())
         self._share_connector: ShareConnector | None = None
@@ -159,33 +142,32 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             connector=connector,
             start_backoff=start_backoff or Backoff(initial_delay=1.0, max_delay=60.0),
             start_timeout=start_timeout,
-            make_store=self._make_store,
-            event_keys=_EVENT_KEYS,
+            make_store=StoreFactory(transform, transforms or {}),
+            event_keys=EVENT_KEYS,
             event_cap=event_cap,
             event_max_age=event_max_age,
+            namespaces={k: tuple(v) for k, v in (namespaces or {}).items()},
         )
         self._fanout = Fanout()
-        self._names = ResourceNames()
-        publisher = Publisher(self._fanout, _EVENT_KEYS)
-        self._table = Generations(
+        publisher = Publisher(self._fanout, EVENT_KEYS)
+        self._generations = Generations(
             source,
             settings=settings_,
             publisher=publisher.for_slot,
             final=publisher.final,
-            status_changed=self._status_changed,
-            autowatch=[(InformerKey(r.name, view=autowatch_view), r) for r in self._autowatch],
+            status_changed=self._signal.changed,
+            autowatch=[(InformerKey(r.name, view=autowatch_view), r) for r in autowatched],
             stop_timeout=stop_timeout,
+            idle_timeout=idle_timeout,
+            named=self._fanout.named_contexts,
         )
         self._starter = Starter(
-            self._table,
-            contexts=lambda: self.contexts,
-            namespaces=self._namespaces,
+            self._generations,
             stop_timeout=stop_timeout,
-            learn_names=self._names.learn,
-            status_changed=self._status_changed,
+            names=ResourceNames(),
+            status_changed=self._signal.changed,
         )
-        self._tg: anyio.abc.TaskGroup | None = None
-        self._state = "unopened"
+        self._entered = False
 
     @classmethod
     def from_kubeconfig(
@@ -210,50 +192,29 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             debounce_delay: Quiet time after the last file event before a sync.
             **kwargs: Passed to the constructor.
         """
-        source: KubeconfigSource | None = None
-        if paths is None and not os.environ.get("KUBECONFIG", "").strip(os.pathsep):
-            default = os.path.join(os.path.expanduser("~"), ".kube", "config")
-            if not os.path.exists(default):  # no kubeconfig at all: inside a pod?
-                in_cluster = in_cluster_config(in_cluster_root)
-                if in_cluster is not None:
-                    source = KubeconfigSource.static({in_cluster.name: in_cluster}, in_cluster.name)
-        if source is None:
-            source = KubeconfigSource(paths, follow=follow, debounce_delay=debounce_delay)
-        return cls(source, **kwargs)
+        return cls(default_source(paths, follow, debounce_delay, in_cluster_root), **kwargs)
 
     # ------------------------------------------------------------------ lifecycle
     @contextlib.asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncGenerator[WatcherRegistry]:
-        if self._state != "unopened":
+        if self._entered:
             raise RuntimeError(f"a WatcherRegistry can be entered once (it is {self._state})")
         require_asyncio("WatcherRegistry")
-        self._state = "opening"
+        self._entered = True
         try:
-            async with (
-                self._source as source,
+            async with (  # left in reverse: the follower ends, then every generation,
+                self._source as source,  # then subscriptions (after each one's last change)
                 self._share_session(),
+                self._subscriptions(),
+                self._generations.open() as generations,
                 anyio.create_task_group() as tg,
             ):
-                self._tg = self._table.tg = tg
-                self._state = self._table.state = "open"
                 tg.start_soon(self._follow, source, name="kubemux kubeconfig follower")
-                if self._idle_timeout is not None:
-                    tg.start_soon(
-                        self._table.reap_forever,
-                        self._idle_timeout,
-                        self._fanout.named_contexts,
-                        self._autowatch_keys,
-                        name="kubemux reaper",
-                    )
                 for name in self.contexts:
-                    self._table.autostart(name, [])
+                    generations.autostart(name, [])
                 try:
                     yield self
                 finally:
-                    self._state = self._table.state = "closing"
-                    with anyio.CancelScope(shield=True):
-                        await self._table.close()
-                    self._fanout.close_all()
                     tg.cancel_scope.cancel("registry closed")
         except BaseExceptionGroup as group:
             # Our tasks contain their own failures, so a group here carries the caller's
@@ -262,9 +223,19 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             if inner is None:
                 raise
             raise inner from inner.__cause__
+
+    @property
+    def _state(self) -> str:
+        state = self._generations.state
+        return "opening" if state == "unopened" and self._entered else state
+
+    @contextlib.asynccontextmanager
+    async def _subscriptions(self) -> AsyncGenerator[None]:
+        """Every subscription ends when the block does."""
+        try:
+            yield
         finally:
-            self._state = self._table.state = "closed"
-            self._tg = self._table.tg = None
+            self._fanout.close_all()
 
     @contextlib.asynccontextmanager
     async def _share_session(self) -> AsyncGenerator[None]:
@@ -296,12 +267,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         Cancellation: the stop itself is shielded; cancelling the caller does not leave a
         half-stopped context.
         """
-        return await self._table.stop_watcher(context)
-
-    def _make_store(self, resource: Resource, view: str) -> Store:
-        if view == "table":
-            return TableStore(resource)
-        return Store(resource, transform=self._transforms.get(resource.name, self._transform))
+        return await self._generations.stop_watcher(context)
 
     # ------------------------------------------------------------------ public API
     async def watch(
@@ -323,7 +289,10 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         it is stopped or removed, :class:`ContextRemoved` is raised.
 
         Raises:
-            ContextNotFound: no such (valid) context in the kubeconfig.
+            ContextNotFound: no such context in the kubeconfig.
+            InvalidContext: the kubeconfig defines the context but it cannot be used (a
+                missing cluster or user entry, a removed auth provider, ...): names the
+                file, the entry and why; also listed in ``status().invalid_contexts``.
             ContextRemoved: the context was stopped or removed while starting.
             Unauthorized, Forbidden, ResourceNotFound, ApiError: the first LIST failed.
             ClusterUnreachable: the server could not be reached.
@@ -381,22 +350,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         Starts the context if needed (without starting any informer). Raises what
         :meth:`watch` raises when the context cannot be started or discovery fails.
         """
-        stops_seen = self._table.stops.get(context)
-        while True:
-            async with self._table.lock(context):
-                gen = await self._table.current(context, stops_seen)
-                gen.pending += 1
-            try:
-                connection = await gen.connection()
-                return await connection.resources()
-            except ContextRemoved:
-                if self._table.stops.get(context) != stops_seen or not gen.is_stopping:
-                    raise
-            finally:
-                gen.pending -= 1
-                if gen.stop_if_unused():
-                    with anyio.move_on_after(self._stop_timeout, shield=True):
-                        await gen.wait_done()
+        return await self._starter.resources(context)
 
     @contextlib.asynccontextmanager
     async def upstream(self, context: str) -> AsyncGenerator[Upstream]:
@@ -415,27 +369,8 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
 
         Cancellation: leaving the block (by cancellation too) releases the generation.
         """
-        stops_seen = self._table.stops.get(context)
-        while True:
-            async with self._table.lock(context):
-                gen = await self._table.current(context, stops_seen)
-                gen.pending += 1
-            try:
-                try:
-                    connection = await gen.connection()
-                except ContextRemoved:
-                    if self._table.stops.get(context) != stops_seen or not gen.is_stopping:
-                        raise
-                    continue  # reloaded meanwhile: the new generation
-                client = getattr(connection, "client", None)
-                if client is None:
-                    raise RuntimeError(f"context {context!r}: its connector has no HTTP client")
-                gen.last_used = time.monotonic()
-                yield Upstream(client, gen.number, gen.wait_done)
-                return
-            finally:
-                gen.pending -= 1
-                gen.last_used = time.monotonic()
+        async with self._starter.upstream(context) as upstream:
+            yield upstream
 
     async def event_index(self, context: str) -> EventIndex:
         """The live :class:`EventIndex` of ``context``, starting its event informer if needed.
@@ -447,18 +382,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         It raises the same errors as :meth:`watch`. Cancelling the caller does not cancel
         the shared start.
         """
-        while True:
-            try:
-                store = await self.watch(context, _EVENTS_V1)
-            except ResourceNotFound:
-                store = await self.watch(context, _EVENTS_CORE)
-            gen = self._table.gens.get(context)
-            if gen is None or not gen.is_running:
-                continue  # stopped or reloaded in between: watch() decides what to raise
-            try:
-                return gen.open_event_index(store)
-            except ContextRemoved:
-                continue
+        return await self._starter.event_index(context)
 
     async def events_for(
         self, context: str, kind: str, namespace: str | None, name: str
@@ -487,21 +411,9 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         """
         if view not in ("objects", "table"):
             raise ValueError(f"view must be 'objects' or 'table', not {view!r}")
-        gen = self._table.gens.get(context)
-        if gen is None or not gen.is_running:
-            return None
-        if isinstance(resource, Resource):
-            res: Resource | None = resource
-        else:
-            connection = gen.cached_connection()
-            res = connection.resolve_cached(resource) if connection is not None else None
-        if res is None:
-            return None
-        slot = gen.slots.get(informer_key(res, namespace, label_selector, field_selector, view))
-        if slot is None or not slot.store.has_synced:
-            return None
-        gen.last_used = time.monotonic()
-        return slot.store
+        return self._starter.running_store(
+            context, resource, namespace, label_selector, field_selector, view
+        )
 
     def subscribe(
         self,
@@ -536,11 +448,11 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             if namespace is not None or isinstance(namespaces, str):
                 raise ValueError("give namespace or a list of namespaces, not both")
             scope = frozenset(namespaces)
-        names = self._subscription_names(resource) if resource is not None else None
+        names = self._starter.subscription_names(resource) if resource is not None else None
         wanted = frozenset(contexts) if contexts is not None else None
 
         def take_snapshot() -> list[Change]:
-            gens = [g for g in self._table.gens.values() if wanted is None or g.key in wanted]
+            gens = [g for g in self._generations.gens.values() if wanted is None or g.key in wanted]
             return Publisher.snapshot(gens, names, scope, view)
 
         return self._fanout.subscribe(
@@ -552,25 +464,12 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             view=view,
         )
 
-    def _subscription_names(self, resource: ResourceSpec) -> Container[str]:
-        """The full resource names ``resource`` means (see :class:`ResourceNames`)."""
-        if isinstance(resource, Resource):
-            return frozenset((resource.name,))
-        resolved = set()
-        for gen in self._table.gens.values():
-            connection = gen.cached_connection()
-            if connection is not None and (res := connection.resolve_cached(resource)):
-                resolved.add(res.name)
-        with contextlib.suppress(ValueError):
-            resolved.add(parse_resource(resource).name)
-        return self._names.matcher(resource, resolved)
-
     def status(self) -> RegistryStatus:
         """A frozen snapshot of every context's state for a UI. Never holds a secret."""
         now = time.monotonic()
         out: dict[str, ContextStatus] = {}
         for name, cfg in self.contexts.items():
-            out[name] = self._table.context_status(cfg, now)
+            out[name] = self._generations.context_status(cfg, now)
         snap = self._source.snapshot
         return RegistryStatus(
             contexts=out,
@@ -583,51 +482,27 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         )
 
     def __repr__(self) -> str:
-        states: collections.Counter[str] = collections.Counter()
-        informers = synced = 0
-        for gen in self._table.gens.values():
-            states[str(gen.state)] += 1
-            for slot in gen.slots.values():
-                informers += 1
-                synced += slot.store.has_synced
-        running = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "0 running"
         return (
-            f"<WatcherRegistry {self._state} contexts={len(self.contexts)} ({running}); "
-            f"informers={informers}, synced={synced}; subscribers={len(self._fanout)}>"
+            f"<WatcherRegistry {self._state} contexts={len(self.contexts)} "
+            f"{self._generations.summary()}; subscribers={len(self._fanout)}>"
         )
 
     # ------------------------------------------------------------------ introspection
     @property
     def live_contexts(self) -> list[str]:
         """Contexts that currently have a generation (starting, running or stopping)."""
-        return sorted(self._table.gens)
+        return sorted(self._generations.gens)
 
     def _structure_sizes(self) -> dict[str, int]:
-        return {**self._table.sizes(), "subscribers": len(self._fanout)}
+        return {**self._generations.sizes(), "subscribers": len(self._fanout)}
 
     def _idle_generations(self, now: float) -> list[ContextGeneration]:  # for tests
         assert self._idle_timeout is not None
-        return self._table.idle(
-            now, self._idle_timeout, self._fanout.named_contexts(), self._autowatch_keys
-        )
+        return self._generations.idle(now)
 
     @property
     def _gens(self) -> Mapping[str, ContextGeneration]:  # for tests
-        return self._table.gens
-
-
-def _full_name(name: str) -> str:
-    """A built-in's full name (``po`` -> ``pods``), else the name as given (a CRD's
-    ``plural.group``)."""
-    try:
-        return parse_resource(name).name
-    except ValueError:
-        return name
-
-
-_EVENTS_V1 = parse_resource("events.events.k8s.io")
-_EVENTS_CORE = parse_resource("events")
-_EVENT_KEYS = frozenset({InformerKey(_EVENTS_V1.name), InformerKey(_EVENTS_CORE.name)})
+        return self._generations.gens
 
 
 def _single(group: BaseExceptionGroup[BaseException]) -> BaseException | None:

@@ -8,7 +8,10 @@ that into an immediate programming error.
 Each watch is one HTTP/1.1 connection, and a server (the proxy, the dashboard) holds one
 per client: :func:`raise_fd_limit` lifts the soft file-descriptor limit to the hard one,
 as Go's runtime does at start-up, so a few thousand watches do not run into the usual soft
-limit of 1,024.
+limit of 1,024. It stops at 2**20 (:data:`FD_LIMIT_CAP`): containers often have a hard limit
+near 2**30, and child processes (exec plugins) inherit the soft one; some programs close or
+scan every possible descriptor at start. On macOS the kernel refuses more than OPEN_MAX
+(10,240) whatever the hard limit says, so that is the target there.
 """
 
 from __future__ import annotations
@@ -18,22 +21,33 @@ import sys
 
 import sniffio
 
-__all__ = ["raise_fd_limit", "require_asyncio"]
+__all__ = ["FD_LIMIT_CAP", "raise_fd_limit", "require_asyncio"]
 
 log = logging.getLogger(__name__)
 
 _DARWIN_OPEN_MAX = 10240  # macOS refuses a soft limit above OPEN_MAX, whatever the hard one
+FD_LIMIT_CAP = 1 << 20
+"""The highest soft limit :func:`raise_fd_limit` sets (Linux's default ``nr_open``)."""
 
 
 def raise_fd_limit() -> tuple[int, int] | None:
-    """Raise the soft limit on open files to the hard limit (what Go does at start-up).
+    """Raise the soft limit on open files to the hard limit (what Go does at start-up),
+    at most to :data:`FD_LIMIT_CAP` (10,240 on macOS).
+
+    Each watch holds one connection, so the soft limit (often 1,024) caps how many resources
+    of how many contexts one process can watch. The ``kubemux`` commands call this at
+    start; an application embedding kubemux calls it once, early (it changes the whole
+    process, so the library never does it on its own)::
+
+        import kubemux
+        kubemux.raise_fd_limit()
 
     Returns:
         (soft limit before, soft limit now), or None where there is no such limit
         (Windows) or it could not be read.
 
-    Never raises: a limit that cannot be changed is logged and left as it is. Meant for
-    commands (``kubemux proxy``), not for a library embedded in someone else's process.
+    Never raises: a limit that cannot be changed is logged and left as it is. A soft limit
+    already at or above the target is never lowered.
     """
     try:
         import resource
@@ -43,7 +57,7 @@ def raise_fd_limit() -> tuple[int, int] | None:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     except (OSError, ValueError):  # pragma: no cover
         return None
-    target = hard
+    target = FD_LIMIT_CAP if hard == resource.RLIM_INFINITY else min(hard, FD_LIMIT_CAP)
     if sys.platform == "darwin":  # pragma: no cover - macOS
         target = min(hard, _DARWIN_OPEN_MAX) if hard != resource.RLIM_INFINITY else _DARWIN_OPEN_MAX
     if target != resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY and soft >= target:

@@ -67,9 +67,13 @@ class WatchSettings:
         relist_slice: objects applied per slice of a relist before yielding to the event loop.
         min_healthy_watch: a watch that ends sooner than this counts as a failure (backoff),
             however many events it delivered, so a broken server cannot make the client spin.
-        gone_retry: seconds between two looks at a resource the server stopped serving
-            (404 on its LIST or WATCH: a custom resource whose CRD was deleted); meanwhile
-            the informer's state is "error" and its cache is kept.
+        gone_retry: the longest wait before looking again at a resource the server stopped
+            serving (404 on its LIST or WATCH: a custom resource whose CRD was deleted);
+            meanwhile the informer's state is "error" and its cache is kept. Its return is
+            noticed sooner: a watch of its CRD where the user may read CRDs, else a look at
+            discovery every ``gone_poll`` seconds.
+        gone_poll: how often discovery is looked at while a resource is gone and its CRD
+            cannot be watched (one fetch per context, however many resources are gone).
     """
 
     page_size: int = 500
@@ -91,6 +95,7 @@ class WatchSettings:
     burst: int = 10
     skip_log_period: float = 60.0
     gone_retry: float = 60.0
+    gone_poll: float = 5.0
 
     def watch_timeout(self) -> int:
         """A random ``timeoutSeconds`` for the next WATCH."""

@@ -12,11 +12,42 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import anyio
+
 from ._auth_provider import CredentialStatus
 from ._informer import InformerStatus
 from ._redact import redact_text, redact_url
 
-__all__ = ["ContextState", "ContextStatus", "RegistryStatus"]
+__all__ = ["ContextState", "ContextStatus", "RegistryStatus", "StatusSignal"]
+
+
+class StatusSignal:
+    """A version number that grows whenever what ``status()`` shows may have changed state,
+    and a wait for the next change (many waiters, one event: a change wakes them all).
+
+    Bumped on state changes (contexts, informers, errors recorded or cleared, kubeconfig
+    syncs), not on every object: counts and resourceVersions change all the time and a UI
+    polls them.
+    """
+
+    __slots__ = ("_event", "version")
+
+    def __init__(self) -> None:
+        self.version = 0
+        self._event = anyio.Event()
+
+    def changed(self) -> None:
+        """Something :meth:`status` shows changed state (synchronous, never raises)."""
+        self.version += 1
+        event, self._event = self._event, anyio.Event()
+        event.set()
+
+    async def wait_change(self, after: int) -> int:
+        """Wait until :attr:`version` exceeds ``after``; returns the new value.
+        Cancelling only stops the wait."""
+        while self.version <= after:
+            await self._event.wait()
+        return self.version
 
 
 class ContextState(enum.StrEnum):

@@ -589,6 +589,10 @@ class StoreWriter:
         """Every object held (of one namespace, if given), sorted, as entries. Not a read."""
         return self._store._entries(namespace)
 
+    def entry(self, namespace: str | None, name: str) -> Entry | None:
+        """The entry of one object held, or None. Not a read (idle reaping does not count it)."""
+        return self._store._get(namespace, name)
+
     def sizes(self) -> StoreSizes:
         """Objects held and their bytes (kept up to date by the writer: nothing scanned)."""
         store = self._store

@@ -7,13 +7,17 @@ complete lines by :func:`_blocks`, a line that stalls failed by :class:`_LineWat
 Every foreign exception a request raises is converted in one place, :func:`map_exceptions`:
 connection problems into :class:`ClusterUnreachable` naming the server, a slow server into
 :class:`ServerTimeout`, a malformed or oversized response into :class:`ProtocolError` /
-:class:`ResponseTooLarge`.
+:class:`ResponseTooLarge`, and running out of file descriptors (``EMFILE``, wherever it
+happens: connecting, a TLS file, a SOCKS tunnel) into :class:`TooManyOpenFiles`, which names
+the limit and the number of watches open (:func:`open_watches`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import resource  # imported now: an import needs a file descriptor, which EMFILE lacks
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -29,14 +33,19 @@ from ._errors import (
     ProtocolError,
     ResponseTooLarge,
     ServerTimeout,
+    TooManyOpenFiles,
 )
 from ._settings import WatchSettings
+from ._socks import SocksFailure
 
 __all__ = [
     "SLOW_AFTER",
     "Progress",
     "RateLimiter",
+    "fd_exhaustion",
     "map_exceptions",
+    "open_watches",
+    "too_many_open_files",
 ]
 
 
@@ -117,6 +126,43 @@ class RateLimiter:
             await anyio.sleep(-self._tokens / self._qps)
 
 
+_open_watches = 0  # watch streams open in this process (one connection each)
+
+
+def open_watches() -> int:
+    """How many watch streams this process has open (each holds one connection)."""
+    return _open_watches
+
+
+def fd_exhaustion(exc: BaseException) -> int | None:
+    """``EMFILE`` or ``ENFILE`` if ``exc`` or an exception it chains is an ``OSError`` for
+    running out of file descriptors (aiohttp wraps it: ``ClientConnectorError.os_error``)."""
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [exc]
+    while stack:
+        link = stack.pop()
+        if link is None or id(link) in seen:
+            continue
+        seen.add(id(link))
+        if isinstance(link, OSError) and link.errno in (errno.EMFILE, errno.ENFILE):
+            return link.errno
+        stack.extend((link.__cause__, link.__context__, getattr(link, "os_error", None)))
+    return None
+
+
+def too_many_open_files(server: str, what: str, code: int) -> TooManyOpenFiles:
+    """The :class:`TooManyOpenFiles` for ``EMFILE`` (this process) or ``ENFILE`` (the
+    system), naming the soft limit and the watches open now."""
+    limit: int | None = None
+    hard: int | None = None
+    if code == errno.EMFILE:
+        try:
+            limit, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        except (OSError, ValueError):  # pragma: no cover
+            limit = -1
+    return TooManyOpenFiles(server, what, limit=limit, hard_limit=hard, open_watches=_open_watches)
+
+
 class _LineWatchdog:
     """Fails a watch whose current line is overdue (see ``WatchSettings.read_timeout``).
 
@@ -125,7 +171,7 @@ class _LineWatchdog:
     on the response stream, which the pending read raises.
     """
 
-    __slots__ = ("_content", "_handle", "_period", "_progress", "_server", "_settings")
+    __slots__ = ("_content", "_counted", "_handle", "_period", "_progress", "_server", "_settings")
 
     def __init__(
         self,
@@ -134,6 +180,9 @@ class _LineWatchdog:
         settings: WatchSettings,
         progress: Progress,
     ) -> None:
+        global _open_watches
+        _open_watches += 1  # one per open watch stream: it lives as long as the stream
+        self._counted = True
         self._content = content
         self._server = server
         self._settings = settings
@@ -158,7 +207,11 @@ class _LineWatchdog:
         self._handle = asyncio.get_running_loop().call_later(self._period, self._check)
 
     def cancel(self) -> None:
+        global _open_watches
         self._handle.cancel()
+        if self._counted:
+            self._counted = False
+            _open_watches -= 1
 
 
 _ERROR_BODY_MAX = 1024 * 1024  # an error Status is small; read no more of a hostile one
@@ -170,25 +223,36 @@ def map_exceptions(server: str, what: str) -> Iterator[None]:
 
     Connecting fails or times out, the connection drops, TLS fails: :class:`ClusterUnreachable`.
     The server is reached but too slow: :class:`ServerTimeout`. The HTTP response is
-    malformed: :class:`ProtocolError`. Anything else (a bug in a library): :class:`InternalError`.
-    kubemux's own errors and cancellation pass through.
+    malformed: :class:`ProtocolError`. No file descriptor left (``EMFILE``/``ENFILE``, however
+    deep it is chained): :class:`TooManyOpenFiles`. A SOCKS proxy that cannot be reached or
+    refuses: :class:`ClusterUnreachable` naming the proxy (its password redacted). Anything
+    else (a bug in a library): :class:`InternalError`. kubemux's own errors and cancellation
+    pass through.
     """
     try:
         yield
     except KubemuxError:
         raise
-    except aiohttp.ConnectionTimeoutError as exc:
-        raise ClusterUnreachable(server, f"{what}: connecting timed out") from exc
-    except TimeoutError as exc:  # aiohttp's read and total timeouts
-        raise ServerTimeout(server, f"{what}: timed out") from exc
-    except aiohttp.ClientResponseError as exc:  # aiohttp could not parse the response
-        raise ProtocolError(server, f"{what}: malformed HTTP response: {exc.message}") from exc
-    except (aiohttp.ClientError, OSError, ssl.SSLError) as exc:
-        raise ClusterUnreachable(server, f"{what}: {str(exc) or type(exc).__name__}") from exc
     except Exception as exc:
-        raise InternalError(
-            f"{what} {server}: unexpected {type(exc).__name__}: {str(exc)[:300]}"
-        ) from exc
+        raise _converted(exc, server, what) from exc
+
+
+def _converted(exc: Exception, server: str, what: str) -> KubemuxError:
+    """The kubemux error for a foreign exception (see :func:`map_exceptions`)."""
+    code = fd_exhaustion(exc)
+    if code is not None:
+        return too_many_open_files(server, what, code)
+    if isinstance(exc, SocksFailure):
+        return ClusterUnreachable(server, f"{what}: {exc}")
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return ClusterUnreachable(server, f"{what}: connecting timed out")
+    if isinstance(exc, TimeoutError):  # aiohttp's read and total timeouts
+        return ServerTimeout(server, f"{what}: timed out")
+    if isinstance(exc, aiohttp.ClientResponseError):  # aiohttp could not parse the response
+        return ProtocolError(server, f"{what}: malformed HTTP response: {exc.message}")
+    if isinstance(exc, aiohttp.ClientError | OSError | ssl.SSLError):
+        return ClusterUnreachable(server, f"{what}: {str(exc) or type(exc).__name__}")
+    return InternalError(f"{what} {server}: unexpected {type(exc).__name__}: {str(exc)[:300]}")
 
 
 def _deadline(began: float, received: int, settings: WatchSettings) -> float:

@@ -29,6 +29,7 @@ from .. import __version__
 from .._redact import terminal_safe
 from . import _get, _proxy, _watch
 from ._dashboard import _dashboard, _demo
+from ._limits import open_file_limits
 from ._output import (
     _OUTCOME,
     _PIPE_CLOSED,
@@ -225,6 +226,11 @@ async def _run_parsed(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
 
 
 async def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    with open_file_limits():  # each watch holds a connection: raise the soft limit first
+        return await _command(args, out, err)
+
+
+async def _command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.command == "relay":
         return await _relay(args, out)
     if args.command == "proxy":

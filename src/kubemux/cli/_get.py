@@ -25,7 +25,8 @@ import orjson
 import yaml
 
 from .._discovery import preferred, resolve
-from .._errors import ContextNotFound, KubemuxError, UnknownResource
+from .._errors import ContextNotFound, InvalidContext, KubemuxError, UnknownResource
+from .._redact import redact_text, terminal_safe
 from .._registry import WatcherRegistry
 from .._resources import Resource
 from .._settings import WatchSettings
@@ -191,10 +192,25 @@ def _contexts(registry: WatcherRegistry, args: argparse.Namespace) -> list[str]:
             "(current)",
             "the kubeconfig sets no current-context; use --context or --all-contexts",
         )
+    snapshot = registry.kubeconfig_snapshot
     for name in contexts:
+        if name in snapshot.invalid:  # found, but it cannot be used
+            raise InvalidContext(name, snapshot.invalid[name], snapshot.invalid_sources.get(name))
         if name not in registry.contexts:
             raise ContextNotFound(name)
     return list(dict.fromkeys(contexts))
+
+
+def say_skipped(registry: WatcherRegistry, err: TextIO | None) -> None:
+    """With --all-contexts: name each context the kubeconfig defines but that cannot be
+    used, and why, once on stderr (they are skipped)."""
+    if err is None:
+        return
+    snapshot = registry.kubeconfig_snapshot
+    for name, why in snapshot.invalid.items():
+        where = snapshot.invalid_sources.get(name)
+        text = f"kubemux: skipping context {name!r}{f' ({where})' if where else ''}: {why}"
+        err.write(terminal_safe(redact_text(text)) + "\n")
 
 
 def _namespace(registry: WatcherRegistry, args: argparse.Namespace, context: str) -> str | None:
@@ -345,15 +361,18 @@ async def get(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     settings = WatchSettings(burst=GET_BURST)
     registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=False, settings=settings)
     async with registry:
-        contexts, sources = await open_views(registry, args)
+        contexts, sources = await open_views(registry, args, err)
         return print_once(sources, args, is_multi(args, contexts), out, err)
 
 
 async def open_views(
-    registry: WatcherRegistry, args: argparse.Namespace
+    registry: WatcherRegistry, args: argparse.Namespace, err: TextIO | None = None
 ) -> tuple[list[str], list[Source]]:
-    """The contexts asked for and each one's views (opened, synced)."""
+    """The contexts asked for and each one's views (opened, synced); with
+    ``--all-contexts`` the ones that cannot be used are named on ``err``, once."""
     contexts = _contexts(registry, args)
+    if args.all_contexts:
+        say_skipped(registry, err)
     with startup(getattr(args, "verbose", 0)):
         sources = await _open_all(registry, args, contexts, args.output in ("json", "yaml"))
     return contexts, sources

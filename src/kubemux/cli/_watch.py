@@ -43,7 +43,7 @@ async def watch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise CommandError(SINGLE_TYPE)
     registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=True)
     async with registry:
-        contexts, sources = await open_views(registry, args)
+        contexts, sources = await open_views(registry, args, err)
         view = View(is_multi(args, contexts), args.all_namespaces, args.output == "wide")
         with anyio.move_on_after(args.duration):
             await _follow(registry, args, contexts, sources, view, out, err)

@@ -234,6 +234,7 @@ def status_payload(
         syncs = [i.last_sync for i in ctx.informers if i.last_sync is not None]
         for informer in item["informers"]:
             informer["last_error"] = _safe(informer.get("last_error"))
+            informer["last_skip"] = _safe(informer.get("last_skip"))
         item.update(
             server=safe_server(ctx.server),
             last_error=_safe(ctx.last_error or watch_errors.get(ctx.name)),

@@ -79,6 +79,10 @@ class SlotStatus:
         following_since: Wall-clock time a follower's store was loaded and it began tailing
             the stream (an informer's ``watch_started``); None when not following.
         last_event: Wall-clock time a follower last applied a change; None before the first.
+        skipped_values: Values found in the engine that were not cached (malformed, too
+            large, not authentic: written by something other than a kubemux leader).
+        last_skipped: The latest of them, named (its field, escaped and cut, and why);
+            None once a load found none.
     """
 
     role: str
@@ -93,6 +97,8 @@ class SlotStatus:
     errors_by_type: Mapping[str, int] = dataclasses.field(default_factory=dict)
     following_since: float | None = None
     last_event: float | None = None
+    skipped_values: int = 0
+    last_skipped: str | None = None
 
 
 class ShareSession(Protocol):
@@ -141,6 +147,13 @@ class ShareSession(Protocol):
 class ShareEngine(Protocol):
     """A share engine (``kubemux.share.Redis``): a value that opens sessions."""
 
+    @property
+    def identity_salt(self) -> bytes:
+        """The HMAC key of credential digests (the identity where a server has no
+        SelfSubjectReview API): the same in every replica that shares, so that the same
+        credential gives the same key. See ``docs/sharing.md``."""
+        ...
+
     def open(self) -> contextlib.AbstractAsyncContextManager[ShareSession]:
         """Connect; the session closes its connections and tasks on exit."""
         ...
@@ -161,9 +174,10 @@ def share_key(
     """The key under which replicas share one watch: a sha256 hex digest.
 
     Two replicas share when the API server would show them the same objects: same server and
-    CA, same identity as the server sees it (user and groups from a SelfSubjectReview, never
-    a token), same resource, scope, selectors and store transform. Context names do not
-    count. The parts are hashed, so neither servers nor identities reach the engine.
+    CA, same identity as the server sees it (user and groups from a SelfSubjectReview; where
+    a server has none, a salted digest of the credential sent, never the credential), same
+    resource, scope, selectors and store transform. Context names do not count. The parts
+    are hashed, so neither servers nor identities reach the engine.
     """
     res = resource if isinstance(resource, str) else resource.path(None)
     parts: Mapping[str, object] = {

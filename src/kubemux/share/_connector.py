@@ -7,6 +7,13 @@ share key (server, CA, that identity, resource, scope, selectors, store transfor
 :class:`SharedSource` that runs :meth:`ShareSession.run_slot` with a real informer as
 ``lead``. Context names and credentials never enter the key, so replicas whose kubeconfigs
 name a context differently, or hold a rotated token for the same user, share one watch.
+
+Where no version of the review API answers (Kubernetes before 1.26, or the API turned off),
+the identity is a salted digest (HMAC-SHA256 under the engine's ``identity_salt``) of what
+actually authenticates the requests: the ``Authorization`` header sent and the client
+certificate presented. Never a kubeconfig entry, a token-file path or an exec command line:
+those name where a credential comes from, not whose it is (every pod's ``in-cluster``
+context reads the same path). A context that sends neither is not shared (role ``local``).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import base64
 import contextlib
 import dataclasses
 import hashlib
+import hmac
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -37,8 +45,7 @@ __all__ = ["ShareConnection", "ShareConnector", "SharedSource"]
 
 log = logging.getLogger(__name__)
 
-_SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
-_REVIEW = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+_REVIEW_VERSIONS = ("v1", "v1beta1", "v1alpha1")  # GA in 1.28, beta in 1.27, alpha in 1.26
 
 
 class ShareConnector:
@@ -63,13 +70,15 @@ class ShareConnector:
             raise RuntimeError("ShareConnector used outside its registry's lifespan")
         async with self.http.connect(config) as conn:
             assert isinstance(conn, HttpConnection)
-            yield ShareConnection(conn, config, session, can_lead=self.can_lead)
+            yield ShareConnection(
+                conn, config, session, can_lead=self.can_lead, salt=self.engine.identity_salt
+            )
 
 
 class ShareConnection(HttpConnection):
     """An HTTP connection whose slots (object and table views) are shared."""
 
-    __slots__ = ("_cluster", "_identity", "_lock", "can_lead", "config", "session")
+    __slots__ = ("_cluster", "_identity", "_lock", "_salt", "can_lead", "config", "session")
 
     def __init__(
         self,
@@ -78,25 +87,28 @@ class ShareConnection(HttpConnection):
         session: ShareSession,
         *,
         can_lead: bool,
+        salt: bytes = b"",
     ) -> None:
         super().__init__(http.client, http.settings)
         self.discovery = http.discovery
         self.config = config
         self.session = session
         self.can_lead = can_lead
-        self._identity: tuple[str, bytes | None] | None = None
+        self._salt = salt
+        self._identity: tuple[str | None, bytes | None] | None = None
         self._lock = anyio.Lock()
 
-    async def cluster_identity(self) -> tuple[str, bytes | None]:
-        """(identity as the API server sees it, CA bytes): asked once per generation.
+    async def cluster_identity(self) -> tuple[str | None, bytes | None]:
+        """(identity as the API server sees it, CA bytes): asked once per generation. The
+        identity is None when nothing tells who the credentials are (not shared).
 
         Raises:
-            ApiError, ClusterUnreachable: the review failed (other than a 404).
+            ApiError, ClusterUnreachable: the review failed (other than a 404 or 403).
             KubeconfigError: the CA file cannot be read.
         """
         async with self._lock:
             if self._identity is None:
-                identity = await _identity(self.client, self.config)
+                identity = await _identity(self.client, self.config, self._salt)
                 self._identity = (identity, await _ca_bytes(self.config))
             return self._identity
 
@@ -135,10 +147,11 @@ class SharedSource:
         self.on_state = on_state
         self.share_key: str | None = None
         self.informer: Informer | None = None
+        self.local = False  # nothing identifies the credentials: not shared
 
     def __repr__(self) -> str:
         st = self.conn.session.slot_status(self.share_key) if self.share_key else None
-        role = st.role if st is not None else "starting"
+        role = "local" if self.local else st.role if st is not None else "starting"
         return f"<SharedSource {self.conn.client.context!r} {self.key} {role}>"
 
     @property
@@ -150,17 +163,6 @@ class SharedSource:
         store is synced in either role. Cancelling releases the lease (bounded)."""
         identity, ca = await self.conn.cluster_identity()
         key = self.key
-        self.share_key = share_key(
-            server=self.conn.config.display_server,
-            ca=ca,
-            identity=identity,
-            resource=self.resource,
-            namespace=key.namespace,
-            label_selector=key.label_selector,
-            field_selector=key.field_selector,
-            transform=_transform_name(self.store),
-            view=key.view,
-        )
 
         def on_informer(informer: Informer) -> None:
             self.informer = informer
@@ -176,6 +178,21 @@ class SharedSource:
             on_state=self.on_state,
             on_informer=on_informer,
         )
+        if identity is None:  # nobody can tell whose data this is: watch alone
+            self.local = True
+            await lead(None, _no_publish, task_status)
+            return
+        self.share_key = share_key(
+            server=self.conn.config.display_server,
+            ca=ca,
+            identity=identity,
+            resource=self.resource,
+            namespace=key.namespace,
+            label_selector=key.label_selector,
+            field_selector=key.field_selector,
+            transform=_transform_name(self.store),
+            view=key.view,
+        )
         await self.conn.session.run_slot(
             key=self.share_key,
             store=self.store,
@@ -190,10 +207,14 @@ class SharedSource:
         )
 
     def _leading(self) -> bool:
+        if self.local:
+            return self.informer is not None
         st = self.conn.session.slot_status(self.share_key) if self.share_key else None
         return self.informer is not None and st is not None and st.role in ("leader", "local")
 
     def status(self) -> InformerStatus:
+        if self.local and self.informer is not None:
+            return dataclasses.replace(self.informer.status(), share_role="local")
         st = self.conn.session.slot_status(self.share_key) if self.share_key else None
         if self._leading():
             assert self.informer is not None
@@ -229,7 +250,9 @@ class SharedSource:
             share_role=st.role,
             share_lag=st.lag if st.role == "follower" else None,
             stale_since=st.stale_since,
-            last_error=base.last_error or st.last_error,
+            # values found in Redis and not cached count as skipped lines, the last named
+            skipped_lines=base.skipped_lines + st.skipped_values,
+            last_error=base.last_error or st.last_error or st.last_skipped,
             # changes applied while following count on after a promotion
             events_applied=base.events_applied + st.events,
             errors_by_type=errors,
@@ -253,32 +276,98 @@ def _transform_name(store: Store) -> str:
     return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-async def _identity(client: ContextClient, config: ContextConfig) -> str:
+def _no_publish(etype: str, entry: Entry, resource_version: str) -> None:
+    """A local slot's ``publish``: nothing is shared."""
+
+
+async def _identity(client: ContextClient, config: ContextConfig, salt: bytes) -> str | None:
     """Who the API server says the context's credentials are: user and groups from a
-    ``SelfSubjectReview``; where that API is missing (404, before Kubernetes 1.28), a hash
-    of the resolved cluster and user entries (never the context's name)."""
-    try:
-        body = await client.post_json(_SELF_SUBJECT_REVIEWS, _REVIEW)
-    except ApiError as exc:
-        if exc.status != 404:
+    ``SelfSubjectReview`` (``authentication.k8s.io`` v1, else v1beta1, else v1alpha1, as
+    kubectl's ``auth whoami`` falls back). Where none answers (404 or 403), a salted digest of
+    the credential the requests send; None when they send none (not shared)."""
+    for version in _REVIEW_VERSIONS:
+        path = f"/apis/authentication.k8s.io/{version}/selfsubjectreviews"
+        review = {"apiVersion": f"authentication.k8s.io/{version}", "kind": "SelfSubjectReview"}
+        try:
+            body = await client.post_json(path, review)
+        except ApiError as exc:
+            if exc.status in (403, 404):  # not served (or not allowed): the next version
+                continue
             raise
-        log.info("context %r: no SelfSubjectReview API; sharing by credentials", config.name)
-        return "entries:" + _entries_digest(config)
+        try:
+            info = orjson.loads(body)["status"]["userInfo"]
+            user = info["username"]
+            groups = sorted(info.get("groups") or ())
+            if not isinstance(user, str) or not user or not all(isinstance(g, str) for g in groups):
+                raise TypeError("username and groups must be strings")
+        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            log.warning("context %r: unreadable SelfSubjectReview (%s)", config.name, exc)
+            break  # a server that answers but cannot be read: trust only the credential
+        return "user:" + orjson.dumps({"user": user, "groups": groups}).decode()
+    digest = await _credential_digest(client, config, salt)
+    if digest is None:
+        log.warning(
+            "context %r: the server has no SelfSubjectReview API and the context sends no "
+            "credential of its own: its watches are not shared",
+            config.name,
+        )
+        return None
+    log.info("context %r: no SelfSubjectReview API; sharing by the credential sent", config.name)
+    return "credential:" + digest
+
+
+async def _credential_digest(
+    client: ContextClient, config: ContextConfig, salt: bytes
+) -> str | None:
+    """HMAC-SHA256 under ``salt`` of what authenticates the context's requests: the
+    ``Authorization`` header they send (a refreshing credential's current token, else the
+    static token or basic auth) and the client certificate they present; None for neither.
+
+    A token file or an exec plugin counts by what it returned, never by its path or command
+    line. Taken once per generation: a token rotated later keeps this generation's key.
+    """
+    authorization: str | None = None
+    cert: bytes | None = await _static_cert(config)
+    auth = client._auth
+    if auth is not None:  # exec plugin, token file, OIDC: what the next request sends
+        credential = await auth.prepare()
+        if credential.token:
+            authorization = f"Bearer {credential.token}"
+        if credential.cert_pem is not None:
+            cert = credential.cert_pem
+    else:
+        api_key: Any = client._api.configuration.api_key
+        header = api_key.get("BearerToken") if api_key else None
+        authorization = header if isinstance(header, str) and header else None
+    if authorization is None and cert is None:
+        return None
+    document = {
+        "authorization": authorization or "",
+        "cert": hashlib.sha256(cert).hexdigest() if cert is not None else "",
+    }
+    message = orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
+    return hmac.new(salt, message, hashlib.sha256).hexdigest()
+
+
+async def _static_cert(config: ContextConfig) -> bytes | None:
+    """The client certificate of the context's user entry (inline or its file), or None."""
+    user: Any = config.config["users"][0]["user"]
+    data = user.get("client-certificate-data")
+    if data:
+        try:
+            return base64.b64decode(data)
+        except ValueError:
+            return str(data).encode()
+    path = user.get("client-certificate")
+    if not path:
+        return None
     try:
-        info = orjson.loads(body)["status"]["userInfo"]
-        user = info["username"]
-        groups = sorted(info.get("groups") or ())
-    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-        log.warning("context %r: unreadable SelfSubjectReview (%s)", config.name, exc)
-        return "entries:" + _entries_digest(config)
-    return "user:" + orjson.dumps({"user": user, "groups": groups}).decode()
-
-
-def _entries_digest(config: ContextConfig) -> str:
-    """sha256 of the resolved cluster and user entries without their names."""
-    cfg: Any = config.config
-    document = {"cluster": cfg["clusters"][0]["cluster"], "user": cfg["users"][0]["user"]}
-    return hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        return await anyio.Path(path).read_bytes()
+    except OSError as exc:
+        raise KubeconfigError(
+            f"context {config.name!r}: cannot read its client certificate: {exc.strerror}",
+            path=config.source,
+        ) from exc
 
 
 async def _ca_bytes(config: ContextConfig) -> bytes | None:

@@ -5,9 +5,11 @@ every key of a slot land on one Redis Cluster node)::
 
     {prefix}:{H}:lease          string  owner token, SET NX PX, renewed every lease_ttl/3
     {prefix}:{H}:meta           hash    epoch (random hex), seq (changes in this epoch), rv,
-                                        columns (table views: JSON column definitions)
+                                        rvmac, columns (table views: JSON column
+                                        definitions), columnsmac (MACs: with a secret_key)
     {prefix}:{H}:objs           hash    "namespace/name" -> b"<resourceVersion>\\n<JSON>"
-    {prefix}:{H}:log            stream  t, f, v (as objs), n (seq), e (epoch), ts; capped
+    {prefix}:{H}:log            stream  t, f, v (as objs), n (seq), e (epoch), ts, m (MAC);
+                                        capped
     {prefix}:{H}:stage:<epoch>  hash    a snapshot being written; renamed to objs on commit
 
 Every write is a Lua script that first checks the lease still holds the writer's token
@@ -21,6 +23,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import hashlib
+import hmac
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
@@ -30,11 +35,28 @@ import anyio.abc
 from .._codec import Entry
 from .._informer import OnChange
 from .._redact import redact_text, redact_url
+from .._settings import WatchSettings
 from .._store import Store
 from ._base import Lead, ShareError, SlotStatus
-from ._redis_crypt import Sealer, SecretDecryptError, fingerprint, parse_secret_key
-from ._redis_keys import _COMMIT_SNAPSHOT, _PUBLISH, _RELEASE, _RENEW, _digest
+from ._redis_crypt import (
+    SealedValues,
+    SignedValues,
+    fingerprint,
+    identity_salt,
+    parse_secret_key,
+)
+from ._redis_keys import (
+    _ACQUIRE,
+    _COMMIT_SNAPSHOT,
+    _PUBLISH,
+    _RELEASE,
+    _RENEW,
+    BadSlotData,
+    _digest,
+)
 from ._redis_lead import _Slot
+
+_LIMITS = WatchSettings()  # the informer's caps, which the engine's default to
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -58,11 +80,21 @@ class Redis:
             behind than this rehydrates from the object hash.
         share_secrets: Share objects of kind Secret too, in plaintext (off: each replica
             watches its own). Prefer ``secret_key``.
-        secret_key: Share objects of kind Secret encrypted (AES-256-GCM) under this key: 32
-            bytes, or base64 text of 32 bytes (``base64.b64encode(os.urandom(32))``). Every
-            replica that shares them needs the same key; replicas with another key do not
-            share those slots with it. Never in ``repr`` or logs. See ``docs/sharing.md``.
+        secret_key: Authenticate every value (HMAC-SHA256) and share objects of kind Secret
+            encrypted (AES-256-GCM) under this key: 32 bytes, or base64 text of 32 bytes
+            (``base64.b64encode(os.urandom(32))``). A Redis writer without it cannot make a
+            follower cache anything. Every replica that shares needs the same key; replicas
+            with another key (or none) share no slot with it. Never in ``repr`` or logs.
+            See ``docs/sharing.md``.
         command_timeout: Seconds one Redis command may take before Redis counts as down.
+        identity_salt: The key of the credential digests that identify a context whose
+            server has no SelfSubjectReview API (every replica that shares needs the same
+            one). Default: derived from ``secret_key`` if set, else from ``prefix`` and the
+            Redis host, port and database (known to anyone who can read Redis).
+        max_value_size: A value in Redis larger than this is skipped (the informer's
+            ``max_line_size``: a watch line carries one object).
+        max_objects: A slot holding more objects than this is not loaded (the most a
+            LIST may bring: ``max_list_pages`` pages of ``page_size``).
     """
 
     def __init__(
@@ -76,9 +108,16 @@ class Redis:
         share_secrets: bool = False,
         secret_key: bytes | str | None = None,
         command_timeout: float = 5.0,
+        identity_salt: bytes | str | None = None,
+        max_value_size: int = _LIMITS.max_line_size,
+        max_objects: int = _LIMITS.max_list_pages * _LIMITS.page_size,
     ) -> None:
         if lease_ttl <= 0 or acquire_period <= 0 or stream_maxlen < 1:
             raise ValueError("lease_ttl, acquire_period and stream_maxlen must be positive")
+        if max_value_size < 1 or max_objects < 1:
+            raise ValueError("max_value_size and max_objects must be positive")
+        self.max_value_size = max_value_size
+        self.max_objects = max_objects
         self.url = url
         self.prefix = prefix
         self.lease_ttl = lease_ttl
@@ -86,17 +125,23 @@ class Redis:
         self.stream_maxlen = stream_maxlen
         self.share_secrets = share_secrets
         self._secret_key = None if secret_key is None else parse_secret_key(secret_key)
-        # in the share key of Secret slots: replicas with other keys share nothing of them
+        # in every slot's digest: replicas with another key (or none) share no slot with it
         self._key_tag = (
             None
             if self._secret_key is None
-            else b"\0secret_key:" + fingerprint(self._secret_key).encode()
+            else b"\0secret_key:v2:" + fingerprint(self._secret_key).encode()
         )
         self.command_timeout = command_timeout
+        self._salt = _salt(identity_salt, self._secret_key, prefix, url)
 
     def __repr__(self) -> str:
         secrets = " secret_key=<set>" if self._secret_key is not None else ""
         return f"<kubemux.share.Redis {redact_url(self.url)} prefix={self.prefix!r}{secrets}>"
+
+    @property
+    def identity_salt(self) -> bytes:
+        """See :attr:`kubemux.share.ShareEngine.identity_salt` (never shown)."""
+        return self._salt
 
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator[RedisSession]:
@@ -142,22 +187,23 @@ class RedisSession:
             RedisError,
             OSError,
             TimeoutError,
-            SecretDecryptError,  # a Secret slot's value from another key: retried, reported
+            BadSlotData,  # a slot's meta no leader wrote: reported, retried
         )
         self._slots: dict[str, _Slot] = {}
         self._publish = client.register_script(_PUBLISH)
         self._commit = client.register_script(_COMMIT_SNAPSHOT)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
+        self._acquire = client.register_script(_ACQUIRE)
 
     def __repr__(self) -> str:
         roles = collections.Counter(s.role for s in self._slots.values())
         return f"<RedisSession {redact_url(self.engine.url)} slots={dict(sorted(roles.items()))}>"
 
-    def _digest(self, key: bytes | str, kind: str) -> str:
-        """The slot's hash; a Secret slot's (with a secret_key) includes the key's fingerprint."""
+    def _digest(self, key: bytes | str) -> str:
+        """The slot's hash; with a secret_key it includes the key's fingerprint."""
         tag = self.engine._key_tag
-        if kind != "Secret" or tag is None:
+        if tag is None:
             return _digest(key)
         return _digest((key.encode() if isinstance(key, str) else key) + tag)
 
@@ -175,19 +221,18 @@ class RedisSession:
     ) -> None:
         """See :meth:`kubemux.share.ShareSession.run_slot`."""
         engine = self.engine
-        sealed = kind == "Secret" and engine._secret_key is not None
-        digest = self._digest(key, kind)
+        secret = engine._secret_key
+        digest = self._digest(key)
         if digest in self._slots:
             raise ShareError("kubemux.share: this share key is already running in this session")
         slot = _Slot(self, digest, store, on_change, lead, task_status, can_lead)
         slot.on_status = on_status
-        if sealed:
-            assert engine._secret_key is not None
-            sealer = Sealer(engine._secret_key, digest)
-            slot.encode_value, slot.decode_entry = sealer.value, sealer.entry
+        if secret is not None:
+            kind_of = SealedValues if kind == "Secret" else SignedValues
+            slot.values = kind_of(secret, digest, engine.max_value_size)
         self._slots[digest] = slot
         try:
-            if kind == "Secret" and not (sealed or engine.share_secrets):
+            if kind == "Secret" and not (secret is not None or engine.share_secrets):
                 await slot.run_local()
             else:
                 await slot.run()
@@ -203,14 +248,28 @@ class RedisSession:
     def snapshot_entries(self, key: bytes | str, namespace: str | None = None) -> list[Entry]:
         """The slot's objects as announced to ``on_change`` so far (for a subscriber joining
         while a rehydration is being announced in slices); [] for a slot not running."""
-        slot = self._slots.get(self._digest(key, "")) or self._slots.get(
-            self._digest(key, "Secret")
-        )
+        slot = self._slots.get(self._digest(key))
         return [] if slot is None else slot.snapshot_entries(namespace)
 
     def slot_status(self, key: bytes | str) -> SlotStatus | None:
         """See :meth:`kubemux.share.ShareSession.slot_status`."""
-        slot = self._slots.get(self._digest(key, "")) or self._slots.get(
-            self._digest(key, "Secret")
-        )
+        slot = self._slots.get(self._digest(key))
         return None if slot is None else slot.status()
+
+
+def _salt(explicit: bytes | str | None, secret_key: bytes | None, prefix: str, url: str) -> bytes:
+    """The identity salt (see ``Redis(identity_salt=)``)."""
+    info = b"kubemux.share identity salt v1"
+    if explicit is not None:
+        raw = explicit.encode() if isinstance(explicit, str) else bytes(explicit)
+        if not raw:
+            raise ValueError("identity_salt: must not be empty")
+        return hmac.new(raw, info, hashlib.sha256).digest()
+    if secret_key is not None:
+        return identity_salt(secret_key)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        where = f"{(parts.hostname or '').lower()}:{parts.port or 6379}{parts.path or '/0'}"
+    except ValueError:
+        where = redact_url(url)
+    return hashlib.sha256(info + b"\0" + prefix.encode() + b"\0" + where.encode()).digest()

@@ -1,9 +1,13 @@
 """A Redis share slot's follower role: hydrate from the object hash, tail the stream,
-rehydrate on a gap, and try to take a free lease."""
+rehydrate on a gap, and try to take a free lease.
+
+Everything read is checked before it reaches the store (``_redis_keys``): a value that fails
+is skipped alone (counted, named in status; in a load, the object keeps what the store had),
+a meta hash no leader wrote is reported and retried, never a crash or a stuck slot."""
 
 from __future__ import annotations
 
-import contextlib
+import math
 import time
 from typing import Any
 
@@ -11,8 +15,19 @@ import anyio
 import anyio.lowlevel
 
 from .._codec import Entry, StoreChange
-from .._store import announced_entries
-from ._redis_keys import _SLICE, _unwrap, log
+from .._store import Replacement, announced_entries
+from ._redis_keys import (
+    _SLICE,
+    BadSlotData,
+    Meta,
+    SkippedValue,
+    _unwrap,
+    checked_type,
+    field_key,
+    log,
+    meta_of,
+    seq_of,
+)
 from ._redis_slot import _SlotBase
 from ._redis_table import parse_columns, set_columns
 
@@ -86,7 +101,7 @@ class _Follower(_SlotBase):
                 if not resp:
                     with anyio.fail_after(timeout):
                         epoch: Any = await self.client.hget(self.k_meta, "epoch")
-                    hydrate = epoch is None or epoch.decode() != self.epoch
+                    hydrate = self.epoch is None or epoch != self.epoch.encode()
                     continue
                 for eid, fields in resp[0][1]:
                     if not self._apply_logged(eid, fields):
@@ -102,45 +117,92 @@ class _Follower(_SlotBase):
                 await anyio.sleep(min(2.0, 0.05 * 2**failures))
 
     def _apply_logged(self, eid: bytes, fields: dict[bytes, bytes]) -> bool:
-        """Apply one stream entry; False on a gap (other epoch, missing seq, a reset)."""
-        etype = fields.get(b"t", b"").decode(errors="replace")
+        """Apply one stream entry; False on a gap (other epoch, missing seq, a reset). An
+        entry whose value may not be cached is skipped alone: counted and named, its
+        sequence number left for the leader's own entry (else the next one is a gap)."""
+        epoch = self.epoch
+        if epoch is None or fields.get(b"e") != epoch.encode() or fields.get(b"t") == b"RESET":
+            return False
+        seq = seq_of(fields.get(b"n"))
+        if seq is None or seq != self.seq + 1:
+            return False
+        self.last_id = eid  # read past it, whatever it holds
+        values = self.values
         try:
-            seq = int(fields.get(b"n", b"0"))
-        except ValueError:
-            return False
-        if fields.get(b"e", b"").decode() != self.epoch or etype == "RESET":
-            return False
-        if seq != self.seq + 1:
-            return False
-        try:
-            entry = self.decode_entry(fields[b"f"], fields[b"v"])
-        except (KeyError, ValueError):  # not written by a kubemux leader: reload the hash
-            log.warning("share slot %s: malformed stream entry %r", self.k_lease, eid)
-            return False
-        self.seq, self.last_id = seq, eid
+            etype = checked_type(fields)
+            values.check_log(epoch, seq, fields)
+            entry = values.entry(fields.get(b"f", b""), fields.get(b"v", b""), epoch)
+        except SkippedValue as exc:
+            self._skip(exc)
+            return True
+        self.seq = seq
         now = self.last_event = time.time()
-        with contextlib.suppress(ValueError):
-            self.lag = max(0.0, now - float(fields.get(b"ts", b"")))
+        try:
+            sent = float(fields.get(b"ts", b""))
+        except ValueError:
+            sent = math.nan
+        if math.isfinite(sent):
+            self.lag = min(max(0.0, now - sent), 86400.0)
         change = self.store.writer.apply(etype, entry)
         self.events += 1
         if change is not None:
             self._emit(change.type, change.entry, change.old)
         return True
 
-    async def _hydrate(self) -> bool:
-        """Replace the store with the hash (changes reported as after a relist); False if
-        there is no data yet."""
+    async def _load(self) -> tuple[Any, Any, dict[bytes, bytes]] | None:
+        """The slot's meta fields, its stream's last entry and its objects, read in one
+        ``MULTI``; None when there is no data. The object count is looked at first, so a
+        slot holding more than ``max_objects`` is never read.
+
+        Raises:
+            BadSlotData: the meta is not what a leader writes, or too many objects.
+        """
+        fields = ["epoch", "seq", "rv", "rvmac", "columns", "columnsmac"]
+        with anyio.fail_after(self.engine.command_timeout):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hmget(self.k_meta, fields[:4])
+            pipe.hlen(self.k_objs)
+            meta, count = await pipe.execute()
+        self._check_load(meta, count)
         with anyio.fail_after(self.engine.command_timeout * 4):
             pipe = self.client.pipeline(transaction=True)
-            pipe.hmget(self.k_meta, ["epoch", "seq", "rv", "columns"])
+            pipe.hmget(self.k_meta, fields)
             pipe.xrevrange(self.k_log, count=1)
             pipe.hgetall(self.k_objs)
-            (epoch, seq, rv, cols), last, objs = await pipe.execute()
-        if epoch is None or seq is None or not seq.isdigit():
-            return False  # no data (or not a kubemux leader's): wait for a snapshot
+            meta, last, objs = await pipe.execute()
+        self._check_load(meta[:4], len(objs))  # what moved meanwhile
+        return None if meta[0] is None and meta[1] is None else (meta, last, objs)
+
+    def _check_load(self, meta: list[bytes | None], count: int) -> None:
+        checked = meta_of(self.values, *meta)
+        if isinstance(checked, str):
+            raise BadSlotData(checked)
+        if count > self.engine.max_objects:
+            raise BadSlotData(f"it holds {count} objects, more than max_objects")
+
+    async def _hydrate(self) -> bool:
+        """Replace the store with the hash (changes reported as after a relist); False if
+        there is no data yet.
+
+        Raises:
+            BadSlotData: the slot's meta is not what a leader writes, or it holds more than
+                ``max_objects`` objects.
+        """
+        loaded = await self._load()
+        if loaded is None:
+            return False  # no data: wait for a snapshot
+        (epoch, seq, rv, rvmac, cols, colsmac), last, objs = loaded
+        meta = meta_of(self.values, epoch, seq, rv, rvmac)
+        assert isinstance(meta, Meta)  # checked by _load
         columns = None
         if self.table is not None:  # a table view syncs with its columns or not at all
             try:
+                if cols is not None and len(cols) > self.engine.max_value_size:
+                    raise ValueError(f"{len(cols)} bytes, more than max_value_size")
+                if cols is not None and not self.values.check_meta(
+                    meta.epoch, "columns", cols, colsmac
+                ):
+                    raise ValueError("they fail authentication under secret_key (forged?)")
                 columns = parse_columns(cols) if cols is not None else None
             except ValueError as exc:
                 log.warning("share slot %s: malformed columns (%s)", self.k_lease, exc)
@@ -148,22 +210,28 @@ class _Follower(_SlotBase):
                 return False
         store = self.store
         replacement = store.writer.replacement()
-        decode = self.decode_entry  # SecretDecryptError: nothing of this reload is kept
+        entry_of = self.values.entry
+        skipped = 0
         for i, (field, value) in enumerate(objs.items()):
             try:
-                replacement.add(decode(field, value))
-            except ValueError:  # never cache what no reader can decode
-                log.warning("share slot %s: skipped a malformed object", self.k_lease)
+                replacement.add(entry_of(field, value, meta.epoch))
+            except SkippedValue as exc:  # never cache what no reader could trust
+                skipped += 1
+                self._skip(exc)
+                self._keep(replacement, field)
             if i % _SLICE == _SLICE - 1:
                 await anyio.lowlevel.checkpoint()
         del objs
+        if not skipped:
+            self.last_skipped = None  # a clean load: nothing forged left
+            self.tainted = False
         for _ in replacement.find_deleted(_SLICE):
             await anyio.lowlevel.checkpoint()
         if self.table is not None and columns is not None:
             set_columns(self.table, columns)  # before the rows are announced
             self.sent_columns = columns
-        changes = replacement.commit((rv or b"").decode(errors="replace"))
-        self.epoch, self.seq = epoch.decode(), int(seq)
+        changes = replacement.commit(meta.rv)
+        self.epoch, self.seq = meta.epoch, meta.seq
         self.last_id = last[0][0] if last else b"0-0"
         self.rehydrations += 1
         if self.rehydrations > 1:
@@ -188,6 +256,16 @@ class _Follower(_SlotBase):
         finally:
             self.pending = {}
         return True
+
+    def _keep(self, replacement: Replacement, field: bytes) -> None:
+        """A skipped value's object keeps what the store had (stale, never forged)."""
+        try:
+            ns, name = field_key(field)
+        except SkippedValue:
+            return
+        old = self.store.writer.entry(ns, name)
+        if old is not None:
+            replacement.add(old)
 
     def snapshot_entries(self, namespace: str | None) -> list[Entry]:
         return announced_entries(self.store, self.pending, namespace)

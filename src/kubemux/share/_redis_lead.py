@@ -12,7 +12,17 @@ import anyio.abc
 
 from .._codec import Entry
 from ._redis_follow import _Follower
-from ._redis_keys import _BATCH, _MAX_QUEUE, _STAGE_CHUNK, _unwrap, log
+from ._redis_keys import (
+    _BATCH,
+    _CATCH_UP,
+    _MAX_QUEUE,
+    _STAGE_CHUNK,
+    BadSlotData,
+    Meta,
+    _unwrap,
+    log,
+    meta_of,
+)
 from ._redis_table import columns_value
 
 
@@ -54,21 +64,26 @@ class _Slot(_Follower):
     # ------------------------------------------------------------------ leader
     async def _catch_up(self) -> str | None:
         """Bring the store to the end of the stream; the resourceVersion to watch from, or
-        None to LIST (no data, or Redis unreachable)."""
+        None to LIST (no data, Redis unreachable, or data that could not all be trusted:
+        the LIST's snapshot replaces it)."""
         try:
             with anyio.fail_after(self.engine.command_timeout):
                 pipe = self.client.pipeline(transaction=True)
-                pipe.hmget(self.k_meta, ["epoch", "seq", "rv"])
-                pipe.xrange(self.k_log, min=b"(" + self.last_id, max="+")
-                (epoch, seq, rv), entries = await pipe.execute()
-            if epoch is None or seq is None or not seq.isdigit():
+                pipe.hmget(self.k_meta, ["epoch", "seq", "rv", "rvmac"])
+                # bounded: a longer tail (or a stream filled by someone else) is a reload
+                pipe.xrange(self.k_log, min=b"(" + self.last_id, max="+", count=_CATCH_UP)
+                (epoch, seq, rv, rvmac), entries = await pipe.execute()
+            meta = meta_of(self.values, epoch, seq, rv, rvmac)
+            if not isinstance(meta, Meta):
+                if meta is not None:
+                    self._note(BadSlotData(meta))
                 self.needs_snapshot = True
                 return None
-            if epoch.decode() == self.epoch and self.store.has_synced:
+            if meta.epoch == self.epoch and self.store.has_synced and len(entries) < _CATCH_UP:
                 ok = all(self._apply_logged(eid, fields) for eid, fields in entries)
             else:
                 ok = False
-            if (not ok or self.seq != int(seq)) and not await self._hydrate():
+            if (not ok or self.seq != meta.seq) and not await self._hydrate():
                 self.needs_snapshot = True
                 return None
         except self.s._errors as exc:
@@ -76,11 +91,14 @@ class _Slot(_Follower):
             self.needs_snapshot = True
             return None
         self._fresh()
-        if not rv:  # nothing to resume from: LIST (and write a snapshot)
+        if self.tainted:  # what was skipped is missing or old here: LIST
+            self.needs_snapshot = True
+            return None
+        if not meta.rv:  # nothing to resume from: LIST (and write a snapshot)
             self.needs_snapshot = True
             return None
         self.needs_snapshot = False
-        return str(rv.decode())
+        return meta.rv
 
     async def _lead_phase(self, resume_rv: str | None) -> None:
         self.role = "leader" if self.token is not None else "local"
@@ -161,9 +179,14 @@ class _Slot(_Follower):
                         self._demote()  # somebody else leads now: follow them
                     continue
                 with anyio.fail_after(self.engine.command_timeout):
-                    ok = await self.s._renew(keys=[self.k_lease], args=[self.token, ttl_ms])
+                    ok = await self.s._renew(
+                        keys=[self.k_lease, self.k_meta], args=[self.token, ttl_ms]
+                    )
                 if not ok:
                     await self._lost_lease()
+                elif not self._meta_intact(ok):
+                    self.needs_snapshot = True  # forged or gone: a snapshot replaces it
+                    self.wake.set()
                 elif self.needs_snapshot:
                     self.wake.set()  # Redis is back: the writer republishes
                 elif self.lead_synced and self._columns_moved():
@@ -171,6 +194,21 @@ class _Slot(_Follower):
                     self.wake.set()
             except self.s._errors as exc:
                 self._down(exc)
+
+    def _meta_intact(self, renewed: Any) -> bool:
+        """Whether the meta a renewal read back is the one this leader wrote last (or a
+        write is under way that moves it): checked once per renewal, so a forged meta is
+        replaced within a third of the lease even when no change is published."""
+        if self.snapshotting or self.needs_snapshot or not self.lead_synced or self.epoch is None:
+            return True
+        if len(renewed) < 2:
+            return False  # the meta hash is gone (or not a hash)
+        meta = meta_of(self.values, *renewed[1])
+        if not isinstance(meta, Meta) or meta.epoch != self.epoch:
+            if isinstance(meta, str):
+                self._note(BadSlotData(meta))
+            return False
+        return True
 
     async def _writer_loop(self) -> None:
         while True:
@@ -195,14 +233,17 @@ class _Slot(_Follower):
         columns = self.table.columns if self.table is not None else None
         self.queue.clear()
         self.needs_snapshot = False
+        self.snapshotting = True
         epoch = secrets.token_hex(8)
         stage = f"{self.k_stage}:{epoch}"
-        value = self.encode_value
+        values = self.values
+        value = values.value
         timeout = self.engine.command_timeout
+        cols = b"" if columns is None else columns_value(columns)
         try:
             for i in range(0, len(entries), _STAGE_CHUNK):
                 chunk = entries[i : i + _STAGE_CHUNK]
-                mapping = {f"{e.namespace}/{e.name}": value(e) for e in chunk}
+                mapping = {f"{e.namespace}/{e.name}": value(e, epoch) for e in chunk}
                 with anyio.fail_after(timeout):
                     pipe = self.client.pipeline(transaction=False)
                     pipe.hset(stage, mapping=mapping)  # type: ignore[arg-type]
@@ -218,12 +259,16 @@ class _Slot(_Follower):
                         epoch,
                         rv,
                         f"{time.time():.6f}",
-                        b"" if columns is None else columns_value(columns),
+                        cols,
+                        values.meta_mac(epoch, "rv", rv.encode()),
+                        values.meta_mac(epoch, "columns", cols) if cols else b"",
                     ],
                 )
         except BaseException:
             self.needs_snapshot = True
             raise
+        finally:
+            self.snapshotting = False
         if res == -1:
             self.fenced += len(entries)
             await self._lost_lease()
@@ -235,15 +280,22 @@ class _Slot(_Follower):
     async def _flush(self) -> None:
         queue = self.queue
         timeout = self.engine.command_timeout
-        value = self.encode_value
+        values = self.values
         while queue and self.token is not None and not self.needs_snapshot:
+            epoch = self.epoch
+            assert epoch is not None
             n = min(len(queue), _BATCH)
-            args: list[Any] = [self.token, self.epoch, self.engine.stream_maxlen, "", n]
+            args: list[Any] = [self.token, epoch, self.engine.stream_maxlen, "", n, self.seq, ""]
             rv = ""
+            seq = self.seq
             for _ in range(n):
                 etype, entry, rv, ts = queue.popleft()
-                args += (etype, f"{entry.namespace}/{entry.name}", value(entry), f"{ts:.6f}")
+                field = f"{entry.namespace}/{entry.name}"
+                v = values.value(entry, epoch)
+                seq += 1
+                args += (etype, field, v, f"{ts:.6f}", values.log_mac(epoch, seq, etype, field, v))
             args[3] = rv
+            args[6] = values.meta_mac(epoch, "rv", rv.encode())
             self.inflight = n
             try:
                 with anyio.fail_after(timeout):
@@ -258,7 +310,7 @@ class _Slot(_Follower):
                 await self._lost_lease()
                 return
             self.inflight = 0
-            if res == -2:  # the data moved under us (Redis restarted): republish all
+            if res in (-2, -3):  # the data moved under us (Redis restarted, or forged): all
                 self.needs_snapshot = True
                 self.queue.clear()
                 self.wake.set()

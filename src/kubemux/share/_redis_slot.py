@@ -19,12 +19,13 @@ from .._redact import redact_text
 from .._store import Store
 from .._table import TableColumn
 from ._base import Lead, SlotStatus
-from ._redis_crypt import SecretDecryptError
-from ._redis_keys import _entry, _value, log
+from ._redis_keys import BadSlotData, ForgedLease, PlainValues, SkippedValue, log
 from ._redis_table import table_of
 
 if TYPE_CHECKING:
     from ._redis import RedisSession
+
+_SKIP_LOG_PERIOD = 60.0  # seconds between two log records of skipped values (as informers)
 
 
 class _SlotBase:
@@ -47,9 +48,12 @@ class _SlotBase:
         self.k_lease, self.k_meta = base + ":lease", base + ":meta"
         self.k_objs, self.k_log, self.k_stage = base + ":objs", base + ":log", base + ":stage"
         self.store = store
-        # how values are written and read: a Secret slot with a secret_key swaps in a Sealer's
-        self.encode_value = _value
-        self.decode_entry = _entry
+        # how values are written and read: with a secret_key, signed (or sealed) ones
+        self.values: PlainValues = PlainValues(self.engine.max_value_size)
+        self.skipped = 0  # values in Redis skipped (malformed, forged): never cached
+        self.last_skipped: str | None = None  # the latest, named (cleared by a clean load)
+        self._skip_logged_at = -math.inf
+        self._skips_unlogged = 0
         self.table = table_of(store)  # a table view's store: its columns are shared too
         self.sent_columns: tuple[TableColumn, ...] | None = None  # in Redis, as known
         self.on_change = on_change
@@ -81,6 +85,8 @@ class _SlotBase:
         self.lead_synced = False
         self.scope: anyio.CancelScope | None = None
         self.pending: dict[str, dict[str, StoreChange]] = {}  # rehydration changes not announced
+        self.snapshotting = False  # a snapshot is being written: meta moves under us
+        self.tainted = False  # skipped values since the last clean load: a leader LISTs
 
     @property
     def role(self) -> str:
@@ -118,6 +124,8 @@ class _SlotBase:
             errors_by_type=dict(self.errors),
             following_since=self.following_since,
             last_event=self.last_event,
+            skipped_values=self.skipped,
+            last_skipped=self.last_skipped,
         )
 
     # ------------------------------------------------------------------ helpers
@@ -126,8 +134,35 @@ class _SlotBase:
             self.started = True
             self.task_status.started()
 
+    def _skip(self, exc: SkippedValue) -> None:
+        """Count a value skipped; log the first at once, then a summary at most once a
+        minute (forged values must not flood the log)."""
+        self.skipped += 1
+        self.tainted = True
+        self.last_skipped = str(exc)  # names the field (escaped, cut) and why, never a value
+        now = time.monotonic()
+        if now - self._skip_logged_at < _SKIP_LOG_PERIOD:
+            self._skips_unlogged += 1
+            return
+        if self._skips_unlogged:
+            log.warning(
+                "share slot %s: skipped %d more values in the last %.0f s",
+                self.k_lease,
+                self._skips_unlogged,
+                now - self._skip_logged_at,
+            )
+            self._skips_unlogged = 0
+        self._skip_logged_at = now
+        log.warning("share slot %s: %s", self.k_lease, self.last_skipped)
+
+    def _note(self, exc: BaseException) -> None:
+        """An error that is not an outage (a forged meta a leader replaces): counted, shown."""
+        count_error(self.errors, exc)
+        self.last_error = str(exc)
+        log.warning("share slot %s: %s", self.k_lease, exc)
+
     def _down(self, exc: BaseException) -> None:
-        if isinstance(exc, SecretDecryptError):
+        if isinstance(exc, BadSlotData):
             self.last_error = str(exc)  # names the cause, never a value
         else:
             self.last_error = redact_text(f"redis: {type(exc).__name__}: {exc}")
@@ -159,11 +194,13 @@ class _SlotBase:
     async def _try_acquire(self) -> bool:
         token = secrets.token_hex(16)
         with anyio.fail_after(self.engine.command_timeout):
-            ok = await self.client.set(
-                self.k_lease, token, nx=True, px=int(self.engine.lease_ttl * 1000)
+            ok = await self.s._acquire(
+                keys=[self.k_lease], args=[token, int(self.engine.lease_ttl * 1000)]
             )
         if ok:
             self.token = token
             self.promotions += 1
             log.info("share slot %s: took the lease", self.k_lease)
+        if ok == 2:  # a lease no replica writes would keep every replica following forever
+            self._note(ForgedLease())
         return bool(ok)

@@ -7,12 +7,19 @@ at runtime, the Table format (kubectl's columns) and per-token RBAC by namespace
 ``write_kubeconfig`` points kubeconfig contexts at running clusters; ``make_pod`` builds
 realistic pod bodies; ``simulate_workload`` keeps a cluster busy the way ``kubemux demo``
 does (pods through their lifecycle, with Events: ``make_event``, ``set_pod_state``).
+
+``FakeConnector`` is the other fake: no HTTP at all. It plugs in where a context generation
+gets its data (``WatcherRegistry(contexts, connector=FakeConnector())``), serves objects held
+in memory, and scripts connects and first syncs that fail or hang (``Gate``), so code built
+on the registry, and the registry's lifecycle itself, can be tested without a server.
 """
 
 from __future__ import annotations
 
 from ._auth import sign_token as sign_token
+from ._connector import FakeConnector as FakeConnector
 from ._fake_cluster import FakeCluster as FakeCluster
+from ._fake_source import Gate as Gate
 from ._http import RecordedRequest as RecordedRequest
 from ._kubeconfig_writer import FakeContext as FakeContext
 from ._kubeconfig_writer import kubeconfig_dict as kubeconfig_dict
@@ -25,7 +32,9 @@ from ._workload import simulate_workload as simulate_workload
 
 __all__ = [
     "FakeCluster",
+    "FakeConnector",
     "FakeContext",
+    "Gate",
     "RecordedRequest",
     "kubeconfig_dict",
     "make_event",

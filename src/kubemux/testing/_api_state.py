@@ -106,7 +106,8 @@ class ApiState:
         self.aggregated_discovery = aggregated_discovery
         self.table_format = table_format
         self.access: dict[str, Access] = {}  # token -> its limits (absent: everything)
-        self.self_subject_review = True  # serve POST .../selfsubjectreviews (else 404)
+        # versions of POST /apis/authentication.k8s.io/<v>/selfsubjectreviews served (else 404)
+        self.self_subject_review: frozenset[str] = frozenset(("v1", "v1beta1"))
         # (path, aggregated) -> a discovery document served as given (serve_discovery)
         self.discovery_overrides: dict[tuple[str, bool], Mapping[str, Any]] = {}
         self.requests: list[RecordedRequest] = []

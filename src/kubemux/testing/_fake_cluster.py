@@ -119,6 +119,7 @@ from ._cluster_faults import FaultControls
 from ._cluster_observe import ObservationControls
 from ._cluster_pods import PodControls
 from ._http import ApiServer, RecordedRequest, StreamingList, TrackingServer
+from ._rbac import review_versions
 from ._state import ObjectStore
 
 __all__ = ["FakeCluster", "RecordedRequest"]
@@ -158,10 +159,13 @@ class FakeCluster(AuthControls, FaultControls, ObservationControls, PodControls)
         signing_key: Also accept signed tokens (:meth:`sign_token`, or minted out of process
             with :func:`kubemux.testing.sign_token`), each until its expiry.
         newest_only: Refuse a signed token once a newer one for the same user was used.
-        self_subject_review: Answer ``POST /apis/authentication.k8s.io/v1/
-            selfsubjectreviews`` with the token's user (its :meth:`restrict` user, else
-            ``token-<first 8 hex digits of its sha256>``); False: 404, like a server older
-            than Kubernetes 1.28.
+        self_subject_review: Which versions of ``POST /apis/authentication.k8s.io/<version>/
+            selfsubjectreviews`` are served, answered per credential as kube-apiserver does
+            (a :meth:`restrict` token's user, a signed token's user, a client certificate's
+            common name, else ``token-<first 8 hex digits of its sha256>``). True: ``v1``
+            and ``v1beta1`` (Kubernetes 1.28 and later); False: none, every version a 404
+            (before 1.26, or the API turned off); or the versions to serve, e.g.
+            ``("v1beta1",)`` for 1.27, ``("v1alpha1",)`` for 1.26 with the alpha API on.
     """
 
     def __init__(
@@ -180,7 +184,7 @@ class FakeCluster(AuthControls, FaultControls, ObservationControls, PodControls)
         name: str = "fake",
         signing_key: str | None = None,
         newest_only: bool = False,
-        self_subject_review: bool = True,
+        self_subject_review: bool | Iterable[str] = True,
     ) -> None:
         self.name = name
         self._auth = AuthState(
@@ -201,7 +205,7 @@ class FakeCluster(AuthControls, FaultControls, ObservationControls, PodControls)
             aggregated_discovery=aggregated_discovery,
             table_format=table_format,
         )
-        self._api.self_subject_review = self_subject_review
+        self._api.self_subject_review = review_versions(self_subject_review)
         self._runner: web.ServerRunner | None = None
         self._server: TrackingServer | None = None
         self._ssl: ssl.SSLContext | None = None

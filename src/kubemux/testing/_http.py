@@ -53,7 +53,6 @@ from ._writes import delete_collection, delete_one, evict, patch_object, replace
 __all__ = ["Access", "ApiServer", "Fault", "RecordedRequest", "StreamingList", "TrackingServer"]
 
 _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
-_SELF_SUBJECT_REVIEWS = ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]
 
 
 class ApiServer(ApiState):
@@ -96,8 +95,16 @@ class ApiServer(ApiState):
                     f"fault injected by FakeCluster.fail_next ({fault.reason})",
                     headers=headers,
                 )
-            if self.auth.required and self.auth.authenticate(token, peercert(request)) is None:
-                return status_response(401, "Unauthorized", "Unauthorized")
+            user = None
+            if self.auth.required:
+                user = self.auth.authenticate(token, peercert(request))
+                if user is None:
+                    return status_response(401, "Unauthorized", "Unauthorized")
+            if request.method == "POST" and self._is_review(path):
+                access = self.access.get(token) if token is not None else None
+                version = path.split("/")[3]
+                review = self_subject_review(access, token, user, version)
+                return json_response(review, status=201)
             if request.method not in _METHODS:
                 return method_not_allowed()
             return await self._route(request, info, path, query, is_watch, token)
@@ -105,6 +112,16 @@ class ApiServer(ApiState):
             return too_large(exc) or status_response(400, "BadRequest", str(exc))
         finally:
             self.notify()
+
+    def _is_review(self, path: str) -> bool:
+        """``/apis/authentication.k8s.io/<served version>/selfsubjectreviews``?"""
+        parts = path.split("/")
+        return (
+            len(parts) == 5
+            and parts[:3] == ["", "apis", "authentication.k8s.io"]
+            and parts[3] in self.self_subject_review
+            and parts[4] == "selfsubjectreviews"
+        )
 
     async def _route(
         self,
@@ -121,9 +138,6 @@ class ApiServer(ApiState):
             return method_not_allowed()
         if not parts:
             return json_response({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/version"]})
-        if method == "POST" and parts == _SELF_SUBJECT_REVIEWS and self.self_subject_review:
-            access = self.access.get(token) if token is not None else None
-            return json_response(self_subject_review(access, token), status=201)
         head = parts[0]
         if len(parts) == 1 and head in ("healthz", "livez", "readyz"):
             return web.Response(text="ok")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Iterable
 from typing import Any
 
 from aiohttp import web
@@ -11,7 +12,18 @@ from aiohttp import web
 from .._resources import Resource
 from ._responses import status_response
 
-__all__ = ["Access", "bearer", "forbidden", "peercert", "self_subject_review"]
+__all__ = [
+    "REVIEW_VERSIONS",
+    "Access",
+    "bearer",
+    "forbidden",
+    "peercert",
+    "review_versions",
+    "self_subject_review",
+]
+
+REVIEW_VERSIONS = ("v1", "v1beta1", "v1alpha1")
+"""The versions of ``authentication.k8s.io`` that have ``selfsubjectreviews``."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,19 +92,45 @@ def forbidden(
     )
 
 
-def self_subject_review(access: Access | None, token: str | None) -> dict[str, Any]:
-    """Who the token is: its :meth:`FakeCluster.restrict` user, else ``token-<sha8>``
-    (``system:anonymous`` without a token)."""
+def review_versions(served: bool | Iterable[str]) -> frozenset[str]:
+    """The ``selfsubjectreviews`` versions a FakeCluster serves (see its ``self_subject_review``).
+
+    Raises:
+        ValueError: a version ``authentication.k8s.io`` never had.
+    """
+    if served is True:
+        return frozenset(("v1", "v1beta1"))  # what Kubernetes 1.28 and later serve by default
+    if served is False:
+        return frozenset()
+    versions = frozenset(served)
+    unknown = sorted(versions - set(REVIEW_VERSIONS))
+    if unknown:
+        raise ValueError(f"self_subject_review: unknown versions {unknown}; {REVIEW_VERSIONS}")
+    return versions
+
+
+def self_subject_review(
+    access: Access | None,
+    token: str | None,
+    user: str | None = None,
+    version: str = "v1",
+) -> dict[str, Any]:
+    """Who the request's credential is, as kube-apiserver answers it: its :meth:`restrict`
+    user, else the user it authenticated as (a signed token's, a client certificate's common
+    name), else ``token-<sha8>`` for a static token (``system:anonymous`` without any)."""
     if access is not None:
-        user = access.user
+        name = access.user
+    elif user is not None and user != "static":
+        name = user
     elif token is not None:
-        user = "token-" + hashlib.sha256(token.encode()).hexdigest()[:8]
+        name = "token-" + hashlib.sha256(token.encode()).hexdigest()[:8]
     else:
-        user = "system:anonymous"
-    groups = ["system:unauthenticated"] if token is None else ["system:authenticated"]
+        name = "system:anonymous"
+    anonymous = name == "system:anonymous"
+    groups = ["system:unauthenticated"] if anonymous else ["system:authenticated"]
     return {
         "kind": "SelfSubjectReview",
-        "apiVersion": "authentication.k8s.io/v1",
+        "apiVersion": f"authentication.k8s.io/{version}",
         "metadata": {"creationTimestamp": None},
-        "status": {"userInfo": {"username": user, "groups": groups}},
+        "status": {"userInfo": {"username": name, "groups": groups}},
     }

@@ -292,6 +292,13 @@
       a === resource ? -1 : b === resource ? 1 : a.localeCompare(b),
     );
     for (const res of names) parts.push(c.objects[res] + " " + res);
+    // objects skipped (malformed, or refused by a transform): how many, and the latest why
+    const skipped = (c.informers || []).filter((i) => i.last_skip);
+    if (skipped.length) {
+      const latest = skipped.reduce((a, b) => ((b.last_skip_at || 0) > (a.last_skip_at || 0) ? b : a));
+      const count = skipped.reduce((n, i) => n + (i.skipped_lines || 0), 0);
+      parts.push(count + " skipped (latest: " + latest.last_skip + ")");
+    }
     text(p.counts, parts.join(" · ") || "no watchers yet");
     card.dataset.lastSync = c.last_sync ? String(c.last_sync) : "";
     renderSync(card);
