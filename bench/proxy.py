@@ -33,7 +33,6 @@ from _common import table
 
 from kubemux import WatcherRegistry
 from kubemux.proxy import ProxyServer, ProxySettings
-from kubemux.proxy._watch import WatchSettings
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 
 HERE = Path(__file__).resolve().parent
@@ -338,10 +337,7 @@ async def watches(
     rows: list[list[str]] = []
     count, rate, seconds = args.watchers, args.rate, args.seconds
     events = int(rate * seconds)
-    watch = (
-        WatchSettings() if args.flush_delay is None else WatchSettings(flush_delay=args.flush_delay)
-    )
-    settings = ProxySettings(max_watches_per_credential=count + 10, watch=watch)
+    settings = ProxySettings(max_watches_per_credential=count + 10)
     async with proxy(source, home, settings) as (server, ca):
         base = f"{server.url}/clusters/bench/api/v1/namespaces/bench/pods"
         await curl(base, token=server.token, ca=ca)
@@ -457,7 +453,6 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--kubectl-runs", type=int, default=1000)
-    parser.add_argument("--flush-delay", type=float, default=None)
     args = parser.parse_args()
     args.sizes = [int(s) for s in args.sizes.split(",")]
     if not shutil.which("curl"):

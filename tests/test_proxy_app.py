@@ -13,6 +13,7 @@ import pytest
 
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 from proxy_support import TinyUpstream, running_proxy
+from support import wait_until
 
 TOKEN = "upstream-token"
 AGGREGATED = (
@@ -137,6 +138,8 @@ async def test_watch_from_the_cache(cluster: FakeCluster, kubeconfig: Path) -> N
     async with running_proxy(kubeconfig) as (_, client):
         with anyio.fail_after(20):
             await client.get_json("prod", "/api/v1/pods")
+            # the LIST is answered once the informer has listed; its watch opens just after
+            await wait_until(lambda: cluster.open_watches == 1, poll=0.01)
             watches = cluster.open_watches
             url = client.url("prod", "/api/v1/namespaces/default/pods?watch=true")
             async with client.session.get(url, headers=client.auth, ssl=client.ssl) as resp:

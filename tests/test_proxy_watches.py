@@ -294,7 +294,7 @@ async def test_watches_per_credential_are_capped(cluster: FakeCluster, kubeconfi
 async def test_a_slow_watcher_is_cut_off_and_slows_nobody(
     cluster: FakeCluster, kubeconfig: Path
 ) -> None:
-    settings = ProxySettings(watch_write_timeout=0.5, watch=WatchSettings(max_buffered_events=100))
+    settings = ProxySettings(watch_write_timeout=0.5, watch=WatchSettings(max_buffered_events=20))
     async with running_proxy(kubeconfig, settings=settings) as (server, client):
         with anyio.fail_after(60):
             rv = await list_rv(client)

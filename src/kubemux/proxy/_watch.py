@@ -32,7 +32,6 @@ async ``send`` callable.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import enum
 import logging
@@ -230,18 +229,12 @@ class WatchSettings:
         chunk_bytes: A write gathers buffered lines up to about this many bytes.
         wait_timeout: How long ``sendInitialEvents`` from a version ahead of the cache
             waits for it (then a 504 ERROR event).
-        flush_delay: Seconds a view gathers events before it wakes its watchers (0: at
-            once). Each watcher then writes what gathered in one write: with many watchers
-            of a busy resource, writes (each a TLS record and a system call) cost more than
-            the bytes, and this bounds them to one per watcher per delay, for at most that
-            much more latency.
     """
 
     max_buffered_events: int = 1000
     bookmark_period: float = 60.0
     chunk_bytes: int = 256 * 1024
     wait_timeout: float = 3.0
-    flush_delay: float = 0.02
 
 
 class WatchEnd(enum.Enum):
@@ -302,7 +295,7 @@ class _Watcher:
 class _View:
     """The watchers sharing one format and filter, and the history listener feeding them."""
 
-    __slots__ = ("_flush", "broadcaster", "filter", "fmt", "key", "remove", "rv", "watchers")
+    __slots__ = ("broadcaster", "filter", "fmt", "key", "remove", "rv", "watchers")
 
     def __init__(self, broadcaster: WatchBroadcaster, fmt: WatchFormat, filt: ObjectFilter):
         self.broadcaster = broadcaster
@@ -311,7 +304,6 @@ class _View:
         self.key = (fmt.key, filt.key)
         self.watchers: set[_Watcher] = set()
         self.rv = broadcaster.current_rv()
-        self._flush: asyncio.TimerHandle | None = None
         self.remove = broadcaster.history.add_listener(self.on_event)
 
     def add(self, watcher: _Watcher) -> None:
@@ -324,17 +316,7 @@ class _View:
 
     def close(self) -> None:
         self.remove()
-        if self._flush is not None:
-            self._flush.cancel()
-            self._flush = None
         self.broadcaster.drop_view(self)
-
-    def _wake(self) -> None:
-        """The flush timer: wake every watcher with something to write."""
-        self._flush = None
-        for watcher in self.watchers:
-            if watcher.buffer:
-                watcher.wake.set()
 
     def render(self, event: HistoryEventLike) -> Item | None:
         """What this view's watchers see of ``event`` (None: nothing), encoded."""
@@ -369,15 +351,7 @@ class _View:
             item = None
         if item is None:
             return
-        settings = self.broadcaster.settings
-        limit = settings.max_buffered_events
-        delay = settings.flush_delay
-        soon = max(1, limit // 4)  # a watcher this far behind writes without waiting
-        if delay > 0 and self._flush is None:
-            try:
-                self._flush = asyncio.get_running_loop().call_later(delay, self._wake)
-            except RuntimeError:  # no asyncio loop: wake at once
-                delay = 0.0
+        limit = self.broadcaster.settings.max_buffered_events
         rv = event.rv
         cut: list[_Watcher] = []
         for watcher in self.watchers:
@@ -388,8 +362,7 @@ class _View:
                 cut.append(watcher)
                 continue
             buffer.append(item)
-            if delay <= 0 or len(buffer) >= soon:
-                watcher.wake.set()
+            watcher.wake.set()
         for watcher in cut:
             watcher.end(WatchEnd.CUT_OFF)
             self.watchers.discard(watcher)
