@@ -14,6 +14,7 @@ import aiohttp
 import anyio
 import pytest
 
+from kubemux._raw import ByteQueue
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from kubemux.testing._spdy import (
     DICTIONARY,
@@ -394,3 +395,19 @@ async def test_kubectl_exec_over_plain_spdy_matches_websocket(
     assert methods.count("POST") == len(EXECS) + 1  # the SPDY upgrades
     assert methods.count("GET") == len(EXECS)  # the WebSockets
     await cluster.wait_for(lambda: cluster.open_upgrades == 0, timeout=TIMEOUT)
+
+
+async def test_a_byte_queue_stops_reading_past_its_limit() -> None:
+    calls: list[str] = []
+    queue = ByteQueue(lambda: calls.append("pause"), lambda: calls.append("resume"), limit=10)
+    queue.feed_data(b"12345")
+    assert calls == []
+    queue.feed_data(b"678901")  # 11 bytes buffered: the transport stops reading
+    queue.feed_data(b"more")
+    assert calls == ["pause"]
+    assert await queue.read() == b"12345678901more"
+    assert calls == ["pause", "resume"]
+    queue.feed_eof()
+    queue.feed_data(b"after the end")  # dropped
+    assert await queue.read() == b""
+    assert queue.is_eof()

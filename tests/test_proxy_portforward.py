@@ -5,13 +5,18 @@ not installed)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import pytest
 
+from kubemux.proxy import ProxyServer
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from kubemux.testing._spdy import GOAWAY, PING, FrameReader, encode_ping
 from portforward_support import echo_server, port_forward, round_trip
 from proxy_support import kubectl_binary, running_proxy
 from support import TIMEOUT
@@ -99,7 +104,7 @@ async def _kubectl(kubeconfig: Path, *args: str, env: dict[str, str]) -> tuple[i
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env={**__import__("os").environ, **env},
+        env={**os.environ, **env},
     )
     try:
         with anyio.fail_after(TIMEOUT):
@@ -110,3 +115,113 @@ async def _kubectl(kubeconfig: Path, *args: str, env: dict[str, str]) -> tuple[i
             await proc.wait()
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+async def test_port_forward_over_plain_spdy_through_the_proxy(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    stderr = await _forward_through_proxy(cluster, tmp_path, env=SPDY)
+    upgrade = [r for r in cluster.requests if r.subresource == "portforward"]
+    assert [r.method for r in upgrade] == ["POST"]  # kubectl's SPDY upgrade, bridged as is
+    assert all(r.token == TOKEN for r in upgrade)
+    assert "error" not in stderr.lower()
+
+
+EXECS = [
+    (("web-1", "--", "echo", "hi", "there"), (0, "hi there\n", "")),
+    (("-i", "web-1", "--", "cat"), (0, "from stdin\n", "")),
+    (("web-1", "--", "sh", "-c", "exit 3"), (3, "", "command terminated with exit code 3\n")),
+]
+
+
+@pytest.mark.parametrize("env", [SPDY, {}], ids=["spdy", "websocket"])
+async def test_exec_through_the_proxy_prints_what_the_server_prints(
+    cluster: FakeCluster, tmp_path: Path, env: dict[str, str]
+) -> None:
+    source = write_kubeconfig(tmp_path / "direct" / "config", {"prod": cluster})
+    out = tmp_path / "proxied" / "config"
+    async with running_proxy(source) as (server, _):
+        server.write_kubeconfig(out)
+        for args, expected in EXECS:
+            assert await _kubectl(out, "exec", *args, env=env) == expected, args
+            assert await _kubectl(source, "exec", *args, env=env) == expected, args
+        await cluster.wait_for(lambda: cluster.open_upgrades == 0, timeout=TIMEOUT)
+    method = "POST" if env else "GET"
+    assert {r.method for r in cluster.requests if r.subresource == "exec"} == {method}
+
+
+async def _upgrade_via_proxy(
+    server: ProxyServer, path: str, protocol: str, *, token: str | None = None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+    assert server.url is not None
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", server.port, ssl=server.certificates.client_context()
+    )
+    writer.write(
+        f"POST /clusters/prod{path} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+        f"Authorization: Bearer {token or server.token}\r\nConnection: Upgrade\r\n"
+        f"Upgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: {protocol}\r\n"
+        "Content-Length: 0\r\n\r\n".encode()
+    )
+    with anyio.fail_after(TIMEOUT):
+        head = await reader.readuntil(b"\r\n\r\n")
+    return reader, writer, head
+
+
+async def _read_to_end(reader: asyncio.StreamReader) -> bytes:
+    with anyio.fail_after(TIMEOUT):
+        return await reader.read()
+
+
+async def test_spdy_upgrades_refused_upstream_or_here_are_answered_and_closed(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    source = write_kubeconfig(tmp_path / "config", {"prod": cluster})
+    async with running_proxy(source) as (server, _):
+        forward = "/api/v1/namespaces/default/pods/web-1/portforward"
+        # upstream refusals come back as they are, then the connection ends
+        missing = "/api/v1/namespaces/default/pods/nope/exec?command=true"
+        reader, writer, head = await _upgrade_via_proxy(server, missing, "v4.channel.k8s.io")
+        assert head.startswith(b"HTTP/1.1 404 Not Found\r\n")
+        body = await _read_to_end(reader)
+        assert json.loads(body)["message"] == 'pods "nope" not found'
+        writer.close()
+        reader, writer, head = await _upgrade_via_proxy(server, forward, "v9.channel.k8s.io")
+        assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+        assert b"X-Accepted-Stream-Protocol-Versions: portforward.k8s.io" in head
+        assert b"unable to negotiate protocol" in await _read_to_end(reader)
+        writer.close()
+        # the proxy's own token is checked first; nothing goes upstream
+        before = len(cluster.requests)
+        reader, writer, head = await _upgrade_via_proxy(server, forward, "x", token="wrong")
+        assert head.startswith(b"HTTP/1.1 401 ")
+        await _read_to_end(reader)  # closed after the answer
+        writer.close()
+        assert len(cluster.requests) == before
+        # a path that is no pod's exec, attach or portforward: refused, not piped
+        reader, writer, head = await _upgrade_via_proxy(server, "/api/v1/pods", "x")
+        assert head.startswith(b"HTTP/1.1 400 ")
+        assert b"SPDY upgrades are not supported" in await _read_to_end(reader)
+        writer.close()
+        assert len(cluster.requests) == before
+
+
+async def test_hostile_bytes_on_a_bridged_spdy_connection_end_it(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    source = write_kubeconfig(tmp_path / "config", {"prod": cluster})
+    async with running_proxy(source) as (server, _):
+        forward = "/api/v1/namespaces/default/pods/web-1/portforward"
+        reader, writer, head = await _upgrade_via_proxy(server, forward, "portforward.k8s.io")
+        assert head.startswith(b"HTTP/1.1 101 Switching Protocols\r\n")
+        assert b"X-Stream-Protocol-Version: portforward.k8s.io\r\n" in head
+        writer.write(encode_ping(11) + struct.pack("!II", 5, 0xFFFFFF) + b"junk")
+        frames = FrameReader().feed(await _read_to_end(reader))  # the fake's answer, then EOF
+        assert [(f.kind, f.value) for f in frames] == [(PING, 11), (GOAWAY, 0)]
+        writer.close()
+        # the client leaving mid-stream closes the upstream side too
+        reader, writer, head = await _upgrade_via_proxy(server, forward, "portforward.k8s.io")
+        assert head.startswith(b"HTTP/1.1 101 ")
+        await cluster.wait_for(lambda: cluster.open_upgrades == 1, timeout=TIMEOUT)
+        writer.close()
+        await cluster.wait_for(lambda: cluster.open_upgrades == 0, timeout=TIMEOUT)
