@@ -4,7 +4,9 @@ Every request is routed by its raw path: the context segment (see :mod:`._paths`
 the API path below it. Then, in this order:
 
 1. WebSocket requests (exec, attach, port-forward) are bridged upstream (:mod:`._upgrade`);
-   SPDY upgrades get the refusal of the WebSocket attempt before them, or a 400;
+   SPDY upgrades are piped upstream when the server hands over the connection
+   (:mod:`._raw_upgrade`; ``ProxyServer`` does), else get the refusal of the WebSocket
+   attempt before them, or a 400;
 2. discovery and OpenAPI GETs are answered from the per-context :class:`DiscoveryCache`;
 3. LIST, GET and WATCH that :func:`plan_read` accepts are answered from the informers'
    stores (:mod:`._reads`);
