@@ -22,6 +22,8 @@ __all__ = [
     "echo_server",
     "port_forward",
     "round_trip",
+    "round_trips_at_once",
+    "run_kubectl",
 ]
 
 
@@ -122,6 +124,50 @@ async def round_trip(port: int, payload: bytes) -> bytes:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+
+async def round_trips_at_once(port: int, count: int, size: int) -> None:
+    """``count`` connections to 127.0.0.1:``port`` at once, each echoing its own bytes."""
+    got: dict[int, bytes] = {}
+
+    async def one(i: int) -> None:
+        got[i] = await round_trip(port, b"%d," % i * size)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(count):
+            tg.start_soon(one, i)
+    assert got == {i: b"%d," % i * size for i in range(count)}
+
+
+async def run_kubectl(
+    kubectl: str,
+    kubeconfig: Path,
+    *args: str,
+    stdin: bytes = b"",
+    env: Mapping[str, str] | None = None,
+) -> tuple[int, str, str]:
+    """``kubectl ARGS`` with ``stdin``, bounded in time: (exit code, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        kubectl,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--cache-dir",
+        str(kubeconfig.parent / "cache"),
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        with anyio.fail_after(TIMEOUT):
+            out, err = await proc.communicate(stdin)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
 
 
 class SpdyClient:

@@ -4,7 +4,6 @@ real kubectl 1.32 forwarding bytes through it (skipped where kubectl is not inst
 from __future__ import annotations
 
 import asyncio
-import os
 import struct
 import zlib
 from collections.abc import AsyncIterator
@@ -31,7 +30,14 @@ from kubemux.testing._spdy import (
     encode_ping,
     encode_syn_stream,
 )
-from portforward_support import SpdyClient, echo_server, port_forward, round_trip
+from portforward_support import (
+    SpdyClient,
+    echo_server,
+    port_forward,
+    round_trip,
+    round_trips_at_once,
+    run_kubectl,
+)
 from proxy_support import kubectl_binary
 from support import TIMEOUT
 
@@ -255,15 +261,7 @@ async def test_kubectl_port_forward_round_trips_bytes(cluster: FakeCluster, tmp_
             for size in (1, 5, 200_000):  # one after another on one tunnel
                 payload = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
                 assert await round_trip(forward.port, payload) == payload
-            async with anyio.create_task_group() as tg:  # and at once
-                results: list[bytes] = []
-
-                async def one(i: int) -> None:
-                    results.append(await round_trip(forward.port, b"%d" % i * 1000))
-
-                for i in range(5):
-                    tg.start_soon(one, i)
-            assert sorted(results) == sorted(b"%d" % i * 1000 for i in range(5))
+            await round_trips_at_once(forward.port, 5, 1000)  # and at once
             assert forward.stdout.startswith("Forwarding from 127.0.0.1:")
             assert cluster.open_upgrades == 1
         assert forward.proc.returncode is not None  # kubectl ended; so did the tunnel
@@ -348,28 +346,7 @@ async def kubectl_exec(
     kubeconfig: Path, *args: str, stdin: bytes = b"", env: dict[str, str] | None = None
 ) -> tuple[int, str, str]:
     assert KUBECTL is not None
-    proc = await asyncio.create_subprocess_exec(
-        KUBECTL,
-        "--kubeconfig",
-        str(kubeconfig),
-        "--cache-dir",
-        str(kubeconfig.parent / "cache"),
-        "exec",
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, **(env or {})},
-    )
-    try:
-        with anyio.fail_after(TIMEOUT):
-            out, err = await proc.communicate(stdin)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await run_kubectl(KUBECTL, kubeconfig, "exec", *args, stdin=stdin, env=env)
 
 
 EXECS = [

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +16,13 @@ import pytest
 from kubemux.proxy import ProxyServer
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from kubemux.testing._spdy import GOAWAY, PING, FrameReader, encode_ping
-from portforward_support import echo_server, port_forward, round_trip
+from portforward_support import (
+    echo_server,
+    port_forward,
+    round_trip,
+    round_trips_at_once,
+    run_kubectl,
+)
 from proxy_support import kubectl_binary, running_proxy
 from support import TIMEOUT
 
@@ -51,15 +56,7 @@ async def _forward_through_proxy(
             for size in (1, 100_000):
                 payload = b"%d" % size * size
                 assert await round_trip(forward.port, payload) == payload
-            async with anyio.create_task_group() as tg:
-                got: list[bytes] = []
-
-                async def one(i: int) -> None:
-                    got.append(await round_trip(forward.port, b"c%d" % i * 5000))
-
-                for i in range(4):
-                    tg.start_soon(one, i)
-            assert sorted(got) == sorted(b"c%d" % i * 5000 for i in range(4))
+            await round_trips_at_once(forward.port, 4, 5000)
             assert _tunnels(cluster) == 1  # one upgraded connection for every local one
             assert cluster.open_upgrades == 1
         # kubectl gone: the proxy closed its upstream side too
@@ -94,27 +91,7 @@ async def test_port_forward_through_the_proxy_reports_a_refused_port(
 
 async def _kubectl(kubeconfig: Path, *args: str, env: dict[str, str]) -> tuple[int, str, str]:
     assert KUBECTL is not None
-    proc = await asyncio.create_subprocess_exec(
-        KUBECTL,
-        "--kubeconfig",
-        str(kubeconfig),
-        "--cache-dir",
-        str(kubeconfig.parent / "cache"),
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, **env},
-    )
-    try:
-        with anyio.fail_after(TIMEOUT):
-            out, err = await proc.communicate(b"from stdin\n")
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await run_kubectl(KUBECTL, kubeconfig, *args, stdin=b"from stdin\n", env=env)
 
 
 async def test_port_forward_over_plain_spdy_through_the_proxy(
