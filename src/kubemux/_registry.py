@@ -44,7 +44,6 @@ from ._upstream import Upstream
 
 if TYPE_CHECKING:
     from .share import ShareEngine
-    from .share._connector import ShareConnector
 
 __all__ = ["WatcherRegistry"]
 
@@ -127,17 +126,12 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         autowatched = [parse_resource(r) for r in autowatch]
         self._subscriber_buffer = subscriber_buffer
         self._idle_timeout = idle_timeout
-        self._share = share
         connector = connector or HttpConnector(self.settings, CredentialPool())
-        self._share_connector: ShareConnector | None = None
-        if share is not None:
-            if not isinstance(connector, HttpConnector):
-                raise ValueError("share= works with the built-in HTTP connector only")
-            from .share._connector import ShareConnector
+        if share is not None:  # the engine wraps the connector: it opens its own session
+            from .share import ShareConnector
 
-            connector = self._share_connector = ShareConnector(
-                connector, share, can_lead=share_lead
-            )
+            connector = ShareConnector(connector, share, can_lead=share_lead)
+        self._connector = connector
         settings_ = GenerationSettings(
             connector=connector,
             start_backoff=start_backoff or Backoff(initial_delay=1.0, max_delay=60.0),
@@ -204,7 +198,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         try:
             async with (  # left in reverse: the follower ends, then every generation,
                 self._source as source,  # then subscriptions (after each one's last change)
-                self._share_session(),
+                self._connector.open(),  # a share engine's session, for every generation
                 self._subscriptions(),
                 self._generations.open() as generations,
                 anyio.create_task_group() as tg,
@@ -236,19 +230,6 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             yield
         finally:
             self._fanout.close_all()
-
-    @contextlib.asynccontextmanager
-    async def _share_session(self) -> AsyncGenerator[None]:
-        """The share engine's session for the registry's lifetime (nothing without one)."""
-        if self._share is None or self._share_connector is None:
-            yield
-            return
-        async with self._share.open() as session:
-            self._share_connector.session = session
-            try:
-                yield
-            finally:
-                self._share_connector.session = None
 
     # ------------------------------------------------------------------ generations
     async def stop_watcher(self, context: str) -> bool:

@@ -17,6 +17,7 @@ from ._base import ShareSession as ShareSession
 from ._base import SlotStatus as SlotStatus
 from ._base import informer_lead as informer_lead
 from ._base import share_key as share_key
+from ._connector import ShareConnector as ShareConnector
 from ._redis import Redis as Redis
 from ._redis import RedisSession as RedisSession
 
@@ -27,6 +28,7 @@ __all__ = [
     "Publish",
     "Redis",
     "RedisSession",
+    "ShareConnector",
     "ShareEngine",
     "ShareError",
     "ShareSession",
