@@ -41,7 +41,7 @@ log = logging.getLogger("kubemux.share._redis")
 
 # ARGV: token, epoch, maxlen, rv, n, expected seq, rv's MAC, then n x (t, f, v, ts, m).
 # -3: meta.seq is not the one this leader wrote last (forged, or not a number): a snapshot.
-_PUBLISH = """
+PUBLISH = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 if redis.call('HGET', KEYS[2], 'epoch') ~= ARGV[2] then return -2 end
 if redis.call('HGET', KEYS[2], 'seq') ~= ARGV[6] then return -3 end
@@ -63,7 +63,7 @@ redis.call('HSET', KEYS[2], 'seq', seq, 'rv', ARGV[4], 'rvmac', ARGV[7])
 return seq
 """
 
-_COMMIT_SNAPSHOT = """
+COMMIT_SNAPSHOT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   redis.call('DEL', KEYS[5])
   return -1
@@ -82,7 +82,7 @@ return 0
 """
 
 # Renewal also hands back the slot's meta, for the leader to check (forged, or gone).
-_RENEW = """
+RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if redis.call('TYPE', KEYS[2])['ok'] ~= 'hash' then return {1} end
@@ -93,7 +93,7 @@ return 0
 
 # SET NX; a lease no kubemux replica could have written (not a string, not 32 hex digits,
 # or without an expiry) is forged: replaced, and 2 returned so the slot can say so.
-_ACQUIRE = """
+ACQUIRE = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 local forged = redis.call('TYPE', KEYS[1])['ok'] ~= 'string'
 if not forged then
@@ -109,20 +109,20 @@ end
 return 0
 """
 
-_RELEASE = """
+RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
 
-_STAGE_CHUNK = 2000
-_BATCH = 256
-_MAX_QUEUE = 100_000
-_SLICE = 1000
-_CATCH_UP = 20_000  # stream entries a promoted leader applies; a longer tail is a reload
+STAGE_CHUNK = 2000
+BATCH = 256
+MAX_QUEUE = 100_000
+SLICE = 1000
+CATCH_UP = 20_000  # stream entries a promoted leader applies; a longer tail is a reload
 
 
 @contextlib.contextmanager
-def _unwrap() -> Iterator[None]:
+def unwrap() -> Iterator[None]:
     """Raise a task group's single error as itself (the caller sees ``Unauthorized``, not an
     ExceptionGroup around it)."""
     try:
@@ -133,11 +133,12 @@ def _unwrap() -> Iterator[None]:
         raise
 
 
-def _digest(key: bytes | str) -> str:
+def slot_digest(key: bytes | str) -> str:
     data = key.encode() if isinstance(key, str) else key
     return hashlib.sha256(data).hexdigest()[:32]
 
 
+_digest = slot_digest  # the name tests read keys with
 _TYPES = frozenset((b"ADDED", b"MODIFIED", b"DELETED"))
 _SHOWN = 120  # characters of a forged field or name shown in status and logs
 
