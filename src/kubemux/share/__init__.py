@@ -21,8 +21,6 @@ from ._connector import ShareConnector as ShareConnector
 from ._redis import Redis as Redis
 from ._redis import RedisSession as RedisSession
 
-_informer_lead = informer_lead  # the name the registry seam was sketched with
-
 __all__ = [
     "Lead",
     "Publish",

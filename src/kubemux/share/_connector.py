@@ -375,19 +375,10 @@ async def _credential_digest(
     A token file or an exec plugin counts by what it returned, never by its path or command
     line. Taken once per generation: a token rotated later keeps this generation's key.
     """
-    authorization: str | None = None
     cert: bytes | None = await _static_cert(config)
-    auth = client._auth
-    if auth is not None:  # exec plugin, token file, OIDC: what the next request sends
-        credential = await auth.prepare()
-        if credential.token:
-            authorization = f"Bearer {credential.token}"
-        if credential.cert_pem is not None:
-            cert = credential.cert_pem
-    else:
-        api_key: Any = client._api.configuration.api_key
-        header = api_key.get("BearerToken") if api_key else None
-        authorization = header if isinstance(header, str) and header else None
+    authorization, sent_cert = await client.sent_credentials()
+    if sent_cert is not None:  # a refreshing credential's certificate is the one presented
+        cert = sent_cert
     if authorization is None and cert is None:
         return None
     document = {
