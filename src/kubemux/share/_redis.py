@@ -38,7 +38,8 @@ from .._informer import OnChange
 from .._redact import redact_text, redact_url
 from .._settings import WatchSettings
 from .._store import Store
-from ._base import Lead, ShareError, SlotStatus
+from ._base import Lead, PlacementStatus, ShareError, SlotStatus
+from ._placement import Membership
 from ._redis_crypt import (
     SealedValues,
     SignedValues,
@@ -57,6 +58,7 @@ from ._redis_keys import (
     slot_digest,
 )
 from ._redis_lead import Leader
+from ._redis_place import Placer
 from ._redis_slot import SlotEnv, SlotState
 
 _LIMITS = WatchSettings()  # the informer's caps, which the engine's default to
@@ -98,6 +100,13 @@ class Redis:
             ``max_line_size``: a watch line carries one object).
         max_objects: A slot holding more objects than this is not loaded (the most a
             LIST may bring: ``max_list_pages`` pages of ``page_size``).
+        placement: Spread the leaders over the replicas (issue 22): each replica that may
+            lead keeps a membership record in Redis and takes first the slots that
+            rendezvous hashing prefers it for; a replica joining or leaving moves about
+            1/N of them (handed over without a LIST). False: this replica is not in the
+            hash (``kubemux relay``): it leads what no live member is preferred for, and
+            what a preferred member leaves untaken past the grace period. See
+            ``docs/sharing.md``.
     """
 
     def __init__(
@@ -114,6 +123,7 @@ class Redis:
         identity_salt: bytes | str | None = None,
         max_value_size: int = _LIMITS.max_line_size,
         max_objects: int = _LIMITS.max_list_pages * _LIMITS.page_size,
+        placement: bool = True,
     ) -> None:
         if lease_ttl <= 0 or acquire_period <= 0 or stream_maxlen < 1:
             raise ValueError("lease_ttl, acquire_period and stream_maxlen must be positive")
@@ -121,6 +131,7 @@ class Redis:
             raise ValueError("max_value_size and max_objects must be positive")
         self.max_value_size = max_value_size
         self.max_objects = max_objects
+        self.placement = placement
         self.url = url
         self.prefix = prefix
         self.lease_ttl = lease_ttl
@@ -170,9 +181,14 @@ class Redis:
             raise ShareError(
                 f"kubemux.share.Redis: bad URL {redact_url(self.url)}: {redact_text(str(exc))}"
             ) from exc
-        session = RedisSession(self, client)
         try:
-            yield session
+            async with anyio.create_task_group() as tg:
+                session = RedisSession(self, client)
+                tg.start_soon(session.placer.run, name="kubemux share placement")
+                try:
+                    yield session
+                finally:
+                    tg.cancel_scope.cancel("share session closed")
         finally:
             with anyio.move_on_after(2.0, shield=True):
                 await client.aclose()
@@ -208,6 +224,23 @@ class RedisSession:
             acquire=client.register_script(ACQUIRE),
         )
         self._slots: dict[str, tuple[SlotState, Follower]] = {}
+        membership = (
+            Membership(
+                client,
+                prefix=engine.prefix,
+                ttl=engine.lease_ttl,
+                command_timeout=engine.command_timeout,
+            )
+            if engine.placement
+            else None
+        )
+        self.placer = Placer(
+            membership,
+            lambda: {d: s for d, (s, _) in self._slots.items()},
+            lease_ttl=engine.lease_ttl,
+            acquire_period=engine.acquire_period,
+            errors=self.env.errors,
+        )
 
     def __repr__(self) -> str:
         roles = collections.Counter(s.role for s, _ in self._slots.values())
@@ -240,6 +273,8 @@ class RedisSession:
             raise ShareError("kubemux.share: this share key is already running in this session")
         slot = SlotState(self.env, digest, store, on_change, lead, task_status, can_lead)
         slot.on_status = on_status
+        slot.choice = self.placer.choice
+        slot.grace = self.placer.grace
         follower = Follower(slot)
         leader = Leader(slot, follower)
         if secret is not None:
@@ -250,6 +285,8 @@ class RedisSession:
             if kind == "Secret" and not (secret is not None or engine.share_secrets):
                 await leader.run_local()
             else:
+                if can_lead:  # published first: this replica may be preferred for it
+                    await self.placer.published(digest)
                 await leader.run()
         finally:
             del self._slots[digest]
@@ -265,6 +302,18 @@ class RedisSession:
         while a rehydration is being announced in slices); [] for a slot not running."""
         running = self._slots.get(self._digest(key))
         return [] if running is None else running[1].snapshot_entries(namespace)
+
+    def placement_status(self) -> PlacementStatus:
+        """This replica's part in placement (see :class:`PlacementStatus`)."""
+        placer = self.placer
+        led, preferred = placer.counts()
+        return PlacementStatus(
+            member_id=placer.member_id,
+            leads=led,
+            prefers=preferred,
+            members=len(placer.members),
+            handovers=placer.handovers,
+        )
 
     def slot_status(self, key: bytes | str) -> SlotStatus | None:
         """See :meth:`kubemux.share.ShareSession.slot_status`."""

@@ -53,6 +53,9 @@ class Follower:
     async def _acquire_loop(self, scope: anyio.CancelScope) -> None:
         # After an outage the leader that was running gets one lease_ttl to take its lease
         # again (it keeps its informer and republishes): followers wait that long.
+        # Placement (issue 22): a free lease whose preferred leader is another live member
+        # is left to it for the slot's grace period first; then anyone takes it.
+        free_since: float | None = None
         while True:
             await anyio.sleep(self.slot.env.acquire_period)
             try:
@@ -63,6 +66,16 @@ class Follower:
                         self.slot.reachable_since = time.monotonic()
                     if time.monotonic() - self.slot.reachable_since < self.slot.env.lease_ttl:
                         continue
+                    if self.slot.choice(self.slot.digest) == "other":
+                        with anyio.fail_after(self.slot.env.command_timeout):
+                            held = bool(await self.slot.client.exists(self.slot.k_lease))
+                        if held:
+                            free_since = None
+                        elif free_since is None:
+                            free_since = time.monotonic()
+                        if free_since is None or time.monotonic() - free_since < self.slot.grace:
+                            self._leader_seen(held)
+                            continue
                     if await self.slot.try_acquire():
                         scope.cancel("kubemux.share: promoted to leader")
                         return
@@ -70,13 +83,17 @@ class Follower:
                 else:
                     with anyio.fail_after(self.slot.env.command_timeout):
                         held = bool(await self.slot.client.exists(self.slot.k_lease))
-                if not held:
-                    if self.slot.stale_since is None:
-                        self.slot.stale_since = time.time()  # nobody leads: data may be stale
-                elif self.slot.last_error is None and self.slot.epoch is not None:
-                    self.slot.stale_since = None  # a leader is there and the tail is healthy
+                self._leader_seen(held)
             except self.slot.env.errors as exc:
                 self.slot.down(exc)
+
+    def _leader_seen(self, held: bool) -> None:
+        """Whether a leader holds the lease: a follower's data may be stale without one."""
+        if not held:
+            if self.slot.stale_since is None:
+                self.slot.stale_since = time.time()  # nobody leads: data may be stale
+        elif self.slot.last_error is None and self.slot.epoch is not None:
+            self.slot.stale_since = None  # a leader is there and the tail is healthy
 
     async def _tail(self) -> None:
         block_ms = int(max(self.slot.env.acquire_period, 0.1) * 2000)

@@ -39,6 +39,7 @@ class Leader:
 
     async def run_local(self) -> None:
         self.slot.role = "local"
+        self.slot.shared = False
 
         def publish(etype: str, entry: Entry, rv: str) -> None:
             pass
@@ -54,7 +55,9 @@ class Leader:
     async def run(self) -> None:
         while True:
             acquired: bool | None = False
-            if self.slot.can_lead:
+            # placement: a slot another live member should lead is left to it (the
+            # follower takes it after the grace period if that member does not)
+            if self.slot.can_lead and self.slot.choice(self.slot.digest) != "other":
                 try:
                     acquired = await self.slot.try_acquire()
                 except self.slot.env.errors as exc:
@@ -119,8 +122,11 @@ class Leader:
         self.slot.lag = None
         self.slot.stale_since = None
 
+        lead_scope = anyio.CancelScope()  # the informer's: a handover stops it first
+
         async def run_lead(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-            await self.slot.lead(resume_rv, self._publish, task_status)
+            with lead_scope:
+                await self.slot.lead(resume_rv, self._publish, task_status)
 
         try:
             with anyio.CancelScope() as scope, unwrap():  # cancelled by _demote()
@@ -132,11 +138,42 @@ class Leader:
                     self.slot.lead_synced = True
                     self.slot.report_started()
                     self.slot.wake.set()
+                    if self.slot.token is not None:
+                        tg.start_soon(self._handover_when_asked, lead_scope)
         finally:
             self.slot.scope = None
+            self.slot.handing_over = False
+            self.slot.handover = anyio.Event()
         log.info("share slot %s: another replica leads; following", self.slot.k_lease)
         self.slot.token = None
         self.slot.queue.clear()
+
+    async def _handover_when_asked(self, lead_scope: anyio.CancelScope) -> None:
+        """Hand the slot over when placement asks (issue 22): stop the informer, publish
+        what it applied (the writer flushes the queue, bounded), release the lease, follow.
+        The next leader resumes from the last published resourceVersion, as after a
+        failover: no LIST, no gap, no duplicate; fencing is untouched (writes still check
+        the lease, and until the release it is ours)."""
+        slot = self.slot
+        await slot.handover.wait()
+        slot.handing_over = True
+        lead_scope.cancel("kubemux.share: handing the slot over")
+        with anyio.move_on_after(slot.env.command_timeout):
+            while slot.token is not None and (
+                slot.queue or slot.inflight or slot.needs_snapshot or slot.snapshotting
+            ):
+                slot.wake.set()
+                await anyio.sleep(0.005)  # the writer's round trips
+        token, slot.token = slot.token, None  # nothing more is written under it
+        if token is not None:
+            with anyio.move_on_after(slot.env.command_timeout, shield=True):
+                try:
+                    await slot.env.release(keys=[slot.k_lease], args=[token])
+                except slot.env.errors:
+                    pass  # it expires by itself
+        log.info("share slot %s: handed over", slot.k_lease)
+        if slot.scope is not None:
+            slot.scope.cancel("kubemux.share: handed over")
 
     def _demote(self) -> None:
         self.slot.token = None
@@ -166,6 +203,8 @@ class Leader:
 
         The changes not yet written (queued or in flight) count as refused: the lease is
         not ours, so no script of ours can write them any more."""
+        if self.slot.handing_over and self.slot.token is None:
+            return  # we released it ourselves: the handover ends the phase
         self.slot.fenced += len(self.slot.queue) + self.slot.inflight
         self.slot.inflight = 0
         self.slot.token = None
@@ -182,7 +221,10 @@ class Leader:
         while True:
             await anyio.sleep(self.slot.env.lease_ttl / 3)
             try:
-                if self.slot.token is None:
+                if self.slot.handing_over:
+                    if self.slot.token is None:
+                        continue  # released: the handover ends the phase
+                elif self.slot.token is None:
                     if self.slot.can_lead and await self.slot.try_acquire():
                         self.slot.role = "leader"
                         self.slot.needs_snapshot = True

@@ -70,6 +70,7 @@ class SlotState:
     ) -> None:
         self.env = env
         self.client = env.client
+        self.digest = digest
         base = f"{env.prefix}:{{{digest}}}"
         self.k_lease, self.k_meta = base + ":lease", base + ":meta"
         self.k_objs, self.k_log, self.k_stage = base + ":objs", base + ":log", base + ":stage"
@@ -113,6 +114,14 @@ class SlotState:
         self.pending: dict[str, dict[str, StoreChange]] = {}  # rehydration changes not announced
         self.snapshotting = False  # a snapshot is being written: meta moves under us
         self.tainted = False  # skipped values since the last clean load: a leader LISTs
+        # placement (issue 22): who should lead ("mine", "other" or "none"), the grace a
+        # non-preferred replica leaves the preferred one to take a free lease, a handover
+        self.choice: Callable[[str], str] = _no_placement
+        self.grace = 0.0
+        self.shared = True  # False: run locally (a Secret), never led through Redis
+        self.led_since = math.inf  # monotonic time this replica took the lease
+        self.handing_over = False
+        self.handover = anyio.Event()  # set: hand the lead over (publish, release)
 
     @property
     def role(self) -> str:
@@ -153,6 +162,10 @@ class SlotState:
             skipped_values=self.skipped,
             last_skipped=self.last_skipped,
         )
+
+    def request_handover(self) -> None:
+        """Placement asks this leader to hand the slot over (see ``Leader``)."""
+        self.handover.set()
 
     # ------------------------------------------------------------------ helpers
     def report_started(self) -> None:
@@ -225,8 +238,13 @@ class SlotState:
             )
         if ok:
             self.token = token
+            self.led_since = time.monotonic()
             self.promotions += 1
             log.info("share slot %s: took the lease", self.k_lease)
         if ok == 2:  # a lease no replica writes would keep every replica following forever
             self.note(ForgedLease())
         return bool(ok)
+
+
+def _no_placement(digest: str) -> str:
+    return "none"
