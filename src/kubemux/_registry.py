@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -127,10 +127,12 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         self._subscriber_buffer = subscriber_buffer
         self._idle_timeout = idle_timeout
         connector = connector or HttpConnector(self.settings, CredentialPool())
+        self._share_status: Callable[[], Any] = _no_share
         if share is not None:  # the engine wraps the connector: it opens its own session
             from .share import ShareConnector
 
-            connector = ShareConnector(connector, share, can_lead=share_lead)
+            shared = ShareConnector(connector, share, can_lead=share_lead)
+            connector, self._share_status = shared, shared.placement_status
         self._connector = connector
         settings_ = GenerationSettings(
             connector=connector,
@@ -460,6 +462,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             kubeconfig_syncs=self._syncs,
             subscribers=len(self._fanout),
             subscriber_overflows=self._fanout.overflows,
+            share=self._share_status(),
         )
 
     def __repr__(self) -> str:
@@ -493,3 +496,7 @@ def _single(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
             return None
         exc = exc.exceptions[0]
     return exc
+
+
+def _no_share() -> None:
+    """``status().share`` of a registry that shares nothing."""

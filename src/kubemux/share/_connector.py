@@ -41,7 +41,7 @@ from .._kubeconfig import ContextConfig
 from .._resources import Resource
 from .._settings import WatchSettings
 from .._store import Store, Transform, drop_managed_fields
-from ._base import ShareEngine, ShareSession, informer_lead, share_key
+from ._base import PlacementStatus, ShareEngine, ShareSession, informer_lead, share_key
 
 __all__ = ["ShareConnection", "ShareConnector", "SharedSource"]
 
@@ -80,6 +80,12 @@ class ShareConnector:
     def session(self) -> ShareSession | None:
         """The engine's session while :meth:`open` is entered, else None."""
         return self._session
+
+    def placement_status(self) -> PlacementStatus | None:
+        """This replica's part in spreading the leaders (``status().share``); None outside
+        :meth:`open`."""
+        session = self._session
+        return None if session is None else session.placement_status()
 
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator[None]:
