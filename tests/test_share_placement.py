@@ -292,6 +292,23 @@ async def test_run_joins_renews_and_leaves_when_cancelled(client: object) -> Non
     assert await live_ids(m) == []
 
 
+async def test_age_grows_while_renewed_and_starts_again_after_a_gap(client: object) -> None:
+    m = Membership(client, prefix="p", member_id="a", ttl=0.4)  # type: ignore[arg-type]
+    await m.join()
+
+    async def aged() -> bool:
+        await m.renew()  # every poll (20 ms): no gap
+        (me,) = await m.members()
+        return me.age >= 0.8  # two TTLs
+
+    await wait_until(aged)
+    # no renewal for longer than the TTL (a paused replica): it comes back as new
+    await wait_until(lambda: _without(m, "a"))
+    await m.renew()
+    (me,) = await m.members()
+    assert me.age < 0.3
+
+
 async def test_redis_restarted_empty_renew_writes_everything_again(client: object) -> None:
     m = Membership(client, prefix="p", member_id="a", ttl=5)  # type: ignore[arg-type]
     m.set_slots([digest(1), digest(2)])
@@ -331,6 +348,7 @@ async def test_forged_membership_data_is_skipped_or_replaced(client: object) -> 
     assert sorted(got) == ["honest", "ok-2", "ok-3"]
     assert got["ok-2"] == Member(
         id="ok-2",
+        age=0.0,
         started_at=0.0,
         led=0,
         preferred=0,

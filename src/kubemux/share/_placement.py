@@ -29,7 +29,9 @@ Redis as the slots, with a TTL, renewed at the lease period. Only replicas that 
 keeps them on one Redis Cluster node)::
 
     P:{placement}:members        zset    member id -> expiry (ms, Redis's clock)
-    P:{placement}:member:<id>    hash    started_at, led, preferred (for status); PX ttl
+    P:{placement}:member:<id>    hash    since (ms, Redis's clock: when it joined, or
+                                         rejoined after its record expired), started_at,
+                                         led, preferred (for status); PX ttl
     P:{placement}:slots:<id>     set     the slot digests (``H``) this member runs and can
                                          lead; PX ttl
 
@@ -158,6 +160,8 @@ def loads(assignment: Mapping[str, str], members: Iterable[str] = ()) -> dict[st
 
 # ---------------------------------------------------------------------- membership
 # A key of another type (forged) is replaced, so a forged key cannot stop membership.
+# ``since`` starts again when the member was not live (a join, or a rejoin after its record
+# expired: a paused or flapping replica): what its age, and so handovers to it, wait for.
 # KEYS: members zset, record hash, slot set. ARGV: id, ttl ms, started_at, led, preferred,
 # 'set' (replace the slot set with the rest of ARGV) or 'keep'. Returns 1, or 0 when the
 # slot set does not exist (Redis restarted, or never sent): the caller sends it again.
@@ -171,9 +175,13 @@ kind = redis.call('TYPE', KEYS[2])['ok']
 if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', KEYS[2]) end
 kind = redis.call('TYPE', KEYS[3])['ok']
 if kind ~= 'set' and kind ~= 'none' then redis.call('DEL', KEYS[3]) end
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local since = redis.call('HGET', KEYS[2], 'since')
+if not score or tonumber(score) <= now or not since then since = now end
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ttl * 10)
-redis.call('HSET', KEYS[2], 'started_at', ARGV[3], 'led', ARGV[4], 'preferred', ARGV[5])
+redis.call('HSET', KEYS[2], 'since', since, 'started_at', ARGV[3], 'led', ARGV[4],
+           'preferred', ARGV[5])
 redis.call('PEXPIRE', KEYS[2], ttl)
 if ARGV[6] == 'set' then
   redis.call('DEL', KEYS[3])
@@ -207,6 +215,9 @@ class Member:
 
     Attributes:
         id: The member's id (its replica's; see :class:`Membership`).
+        age: Seconds it has been live without a gap (Redis's clock): since it joined, or
+            since it came back after its record expired. Handovers wait for an age (see
+            ``docs/sharing.md``), so a flapping replica is never handed slots.
         started_at: Wall-clock time the replica joined, by its own clock (status only).
         led: Slots it reported leading at its last renewal.
         preferred: Slots it reported preferring at its last renewal.
@@ -215,6 +226,7 @@ class Member:
     """
 
     id: str
+    age: float
     started_at: float
     led: int
     preferred: int
@@ -385,7 +397,7 @@ class Membership:
         with anyio.fail_after(self.command_timeout):
             pipe = self.client.pipeline(transaction=False)
             for member_id, _ in found:
-                pipe.hmget(self.record_key(member_id), ["started_at", "led", "preferred"])
+                pipe.hmget(self.record_key(member_id), ["since", "started_at", "led", "preferred"])
                 pipe.scard(self.slots_key(member_id))
             heads = await pipe.execute(raise_on_error=False)
             pipe = self.client.pipeline(transaction=False)
@@ -401,15 +413,17 @@ class Membership:
         out = []
         for i, (member_id, expires_in) in enumerate(found):
             record = heads[2 * i]
-            if not isinstance(record, list) or len(record) != 3:
+            if not isinstance(record, list) or len(record) != 4:
                 self._skip(f"the record of member {member_id}, not a hash")
-                record = [None, None, None]
+                record = [None, None, None, None]
             if isinstance(heads[2 * i + 1], Exception):
                 self._skip(f"the slot set of member {member_id}, not a set")
-            started, led, preferred = record
+            since, started, led, preferred = record
+            since_ms = self._int(since, member_id) if since is not None else now_ms
             out.append(
                 Member(
                     id=member_id,
+                    age=max(0.0, (now_ms - since_ms) / 1000),
                     started_at=self._float(started, member_id),
                     led=self._int(led, member_id),
                     preferred=self._int(preferred, member_id),
