@@ -54,6 +54,7 @@ from ._redis_keys import (
     PUBLISH,
     RELEASE,
     RENEW,
+    RESERVE,
     BadSlotData,
     slot_digest,
 )
@@ -222,6 +223,7 @@ class RedisSession:
             renew=client.register_script(RENEW),
             release=client.register_script(RELEASE),
             acquire=client.register_script(ACQUIRE),
+            reserve=client.register_script(RESERVE),
         )
         self._slots: dict[str, tuple[SlotState, Follower]] = {}
         membership = (
@@ -274,6 +276,7 @@ class RedisSession:
         slot = SlotState(self.env, digest, store, on_change, lead, task_status, can_lead)
         slot.on_status = on_status
         slot.choice = self.placer.choice
+        slot.member = lambda: self.placer.member_id
         slot.grace = self.placer.grace
         follower = Follower(slot)
         leader = Leader(slot, follower)

@@ -93,8 +93,14 @@ return 0
 
 # SET NX; a lease no kubemux replica could have written (not a string, not 32 hex digits,
 # or without an expiry) is forged: replaced, and 2 returned so the slot can say so.
+# KEYS: lease, next (a handover's reservation). ARGV: token, ttl ms, this member's id ('' if
+# none). 1: taken (free), 2: taken (a forged lease replaced), 3: swapped (handed over to
+# us: the lease was held and next names us), 0: held by another.
 ACQUIRE = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('DEL', KEYS[2])
+  return 1
+end
 local forged = redis.call('TYPE', KEYS[1])['ok'] ~= 'string'
 if not forged then
   local held = redis.call('GET', KEYS[1])
@@ -106,7 +112,21 @@ if forged then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 2
 end
+if ARGV[3] ~= '' and redis.call('TYPE', KEYS[2])['ok'] == 'string'
+   and redis.call('GET', KEYS[2]) == ARGV[3] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('DEL', KEYS[2])
+  return 3
+end
 return 0
+"""
+
+# A leader reserves its slot for the member it hands over to (issue 22); that member's next
+# ACQUIRE swaps the lease to it. KEYS: lease, next. ARGV: token, member id, ttl ms.
+RESERVE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+return 1
 """
 
 RELEASE = """

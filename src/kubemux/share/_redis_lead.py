@@ -149,31 +149,47 @@ class Leader:
         self.slot.queue.clear()
 
     async def _handover_when_asked(self, lead_scope: anyio.CancelScope) -> None:
-        """Hand the slot over when placement asks (issue 22): stop the informer, publish
-        what it applied (the writer flushes the queue, bounded), release the lease, follow.
-        The next leader resumes from the last published resourceVersion, as after a
-        failover: no LIST, no gap, no duplicate; fencing is untouched (writes still check
-        the lease, and until the release it is ours)."""
-        slot = self.slot
-        await slot.handover.wait()
-        slot.handing_over = True
-        lead_scope.cancel("kubemux.share: handing the slot over")
-        with anyio.move_on_after(slot.env.command_timeout):
-            while slot.token is not None and (
-                slot.queue or slot.inflight or slot.needs_snapshot or slot.snapshotting
-            ):
-                slot.wake.set()
-                await anyio.sleep(0.005)  # the writer's round trips
-        token, slot.token = slot.token, None  # nothing more is written under it
-        if token is not None:
-            with anyio.move_on_after(slot.env.command_timeout, shield=True):
-                try:
-                    await slot.env.release(keys=[slot.k_lease], args=[token])
-                except slot.env.errors:
-                    pass  # it expires by itself
-        log.info("share slot %s: handed over", slot.k_lease)
-        if slot.scope is not None:
-            slot.scope.cancel("kubemux.share: handed over")
+        """Hand the slot over when placement asks (issue 22), pulled by the new leader:
+        reserve the slot for it (``next``, checked against our token), keep leading and
+        publishing until its next acquire swaps the lease to it, then stop at once. It
+        catches up from the stream and resumes the watch from the last published
+        resourceVersion, as after a failover: no LIST, no gap, no duplicate. Fencing is
+        untouched: after the swap our writes are refused (counted in ``fenced_writes``) and
+        come again through its watch. A reservation not taken within ``2 x lease_ttl`` (the
+        member died, or never runs the slot) expires; nothing was interrupted."""
+        slot, env = self.slot, self.slot.env
+        poll = min(env.acquire_period, env.lease_ttl / 3) / 2
+        while True:
+            await slot.handover.wait()
+            slot.handover = anyio.Event()
+            target, token = slot.handover_to, slot.token
+            if target is None or token is None:
+                continue
+            slot.handing_over = True
+            swapped = False
+            try:
+                with anyio.fail_after(env.command_timeout):
+                    reserved = await env.reserve(
+                        keys=[slot.k_lease, slot.k_next],
+                        args=[token, target, int(2000 * env.lease_ttl)],
+                    )
+                if reserved:
+                    with anyio.move_on_after(2 * env.lease_ttl):
+                        while not swapped:
+                            await anyio.sleep(poll)
+                            with anyio.fail_after(env.command_timeout):
+                                held = await slot.client.get(slot.k_lease)
+                            swapped = held != token.encode()
+            except env.errors as exc:
+                slot.down(exc)
+            if swapped:
+                log.info("share slot %s: handed over to member %s", slot.k_lease, target)
+                lead_scope.cancel("kubemux.share: handed over")  # the informer stops first
+                await self._lost_lease()  # counts what was refused, demotes
+                return
+            slot.handing_over = False
+            slot.led_since = time.monotonic()  # not handed again before the hold time
+            log.info("share slot %s: member %s did not take it over", slot.k_lease, target)
 
     def _demote(self) -> None:
         self.slot.token = None
@@ -203,8 +219,6 @@ class Leader:
 
         The changes not yet written (queued or in flight) count as refused: the lease is
         not ours, so no script of ours can write them any more."""
-        if self.slot.handing_over and self.slot.token is None:
-            return  # we released it ourselves: the handover ends the phase
         self.slot.fenced += len(self.slot.queue) + self.slot.inflight
         self.slot.inflight = 0
         self.slot.token = None
@@ -221,10 +235,7 @@ class Leader:
         while True:
             await anyio.sleep(self.slot.env.lease_ttl / 3)
             try:
-                if self.slot.handing_over:
-                    if self.slot.token is None:
-                        continue  # released: the handover ends the phase
-                elif self.slot.token is None:
+                if self.slot.token is None:
                     if self.slot.can_lead and await self.slot.try_acquire():
                         self.slot.role = "leader"
                         self.slot.needs_snapshot = True

@@ -179,4 +179,4 @@ class Placer:
             log.info(
                 "placement: handing slot %s over to member %s", s.k_lease, self.preferred[s.digest]
             )
-            s.request_handover()
+            s.request_handover(self.preferred[s.digest])

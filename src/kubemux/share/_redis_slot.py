@@ -52,6 +52,7 @@ class SlotEnv:
     renew: Any
     release: Any
     acquire: Any
+    reserve: Any
 
 
 class SlotState:
@@ -74,6 +75,7 @@ class SlotState:
         base = f"{env.prefix}:{{{digest}}}"
         self.k_lease, self.k_meta = base + ":lease", base + ":meta"
         self.k_objs, self.k_log, self.k_stage = base + ":objs", base + ":log", base + ":stage"
+        self.k_next = base + ":next"  # a handover's reservation: the member to take over
         self.store = store
         # how values are written and read: with a secret_key, signed (or sealed) ones
         self.values: PlainValues = PlainValues(env.max_value_size)
@@ -117,6 +119,8 @@ class SlotState:
         # placement (issue 22): who should lead ("mine", "other" or "none"), the grace a
         # non-preferred replica leaves the preferred one to take a free lease, a handover
         self.choice: Callable[[str], str] = _no_placement
+        self.member: Callable[[], str | None] = lambda: None  # this replica's member id
+        self.handover_to: str | None = None
         self.grace = 0.0
         self.shared = True  # False: run locally (a Secret), never led through Redis
         self.led_since = math.inf  # monotonic time this replica took the lease
@@ -163,8 +167,9 @@ class SlotState:
             last_skipped=self.last_skipped,
         )
 
-    def request_handover(self) -> None:
-        """Placement asks this leader to hand the slot over (see ``Leader``)."""
+    def request_handover(self, member_id: str) -> None:
+        """Placement asks this leader to hand the slot over to ``member_id`` (``Leader``)."""
+        self.handover_to = member_id
         self.handover.set()
 
     # ------------------------------------------------------------------ helpers
@@ -234,13 +239,15 @@ class SlotState:
         token = secrets.token_hex(16)
         with anyio.fail_after(self.env.command_timeout):
             ok = await self.env.acquire(
-                keys=[self.k_lease], args=[token, int(self.env.lease_ttl * 1000)]
+                keys=[self.k_lease, self.k_next],
+                args=[token, int(self.env.lease_ttl * 1000), self.member() or ""],
             )
         if ok:
             self.token = token
             self.led_since = time.monotonic()
             self.promotions += 1
-            log.info("share slot %s: took the lease", self.k_lease)
+            how = " (handed over)" if ok == 3 else ""
+            log.info("share slot %s: took the lease%s", self.k_lease, how)
         if ok == 2:  # a lease no replica writes would keep every replica following forever
             self.note(ForgedLease())
         return bool(ok)
