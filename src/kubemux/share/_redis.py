@@ -277,6 +277,7 @@ class RedisSession:
         slot.on_status = on_status
         slot.choice = self.placer.choice
         slot.member = lambda: self.placer.member_id
+        slot.no_leader = self.placer.refresh_soon
         slot.grace = self.placer.grace
         follower = Follower(slot)
         leader = Leader(slot, follower)

@@ -73,6 +73,7 @@ class Follower:
                             free_since = None
                         elif free_since is None:
                             free_since = time.monotonic()
+                            self.slot.no_leader()  # placement reads the members again
                         if free_since is None or time.monotonic() - free_since < self.slot.grace:
                             self._leader_seen(held)
                             continue

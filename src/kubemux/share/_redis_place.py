@@ -54,7 +54,8 @@ class Placer:
         self.period = lease_ttl / 3
         # a healthy preferred member polls every acquire_period: two polls, at most a period
         self.grace = min(max(2 * acquire_period, 0.1), self.period)
-        self.hold = 2 * lease_ttl  # a slot is led this long before it is handed over
+        self.hold = lease_ttl  # a slot is led this long before it is handed over
+        self.settle = lease_ttl  # a member is live this long (no gap) before it is handed one
         self._errors = errors
         self.preferred: dict[str, str] = {}  # slot digest -> member id
         self.members: tuple[Member, ...] = ()
@@ -89,6 +90,11 @@ class Placer:
         led = sum(1 for s in slots.values() if s.role == "leader")
         preferred = 0 if me is None else sum(1 for d in slots if self.preferred.get(d) == me)
         return led, preferred
+
+    def refresh_soon(self) -> None:
+        """A slot has no leader: read the members now, not at the next period (a dead
+        member's slots are re-preferred as soon as its record expires)."""
+        self._wake.set()
 
     async def published(self, digest: str) -> None:
         """Until this replica's record names ``digest`` (it may then be preferred for it)
@@ -157,7 +163,11 @@ class Placer:
         me = self.member_id
         if me is None:
             return
-        healthy = {m.id for m in members if m.expires_in > self.ttl / 3} & self._seen_twice
+        # handed only to a member renewed on time, live without a gap for the settle time
+        # (a paused or flapping replica's age starts again), seen in two views in a row
+        healthy = {
+            m.id for m in members if m.expires_in > self.ttl / 3 and m.age >= self.settle
+        } & self._seen_twice
         now = time.monotonic()
         due = [
             s
@@ -173,7 +183,7 @@ class Placer:
         # paced: a quarter of what this replica leads per period (at least one), so a join
         # moves its share within a few periods without every watch restarting at once
         led = sum(1 for s in slots.values() if s.role == "leader")
-        self.pace = max(1, led // 4)
+        self.pace = max(1, -(-led // 4))
         for s in due[: self.pace]:
             self.handovers += 1
             log.info(

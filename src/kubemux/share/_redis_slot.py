@@ -120,6 +120,7 @@ class SlotState:
         # non-preferred replica leaves the preferred one to take a free lease, a handover
         self.choice: Callable[[str], str] = _no_placement
         self.member: Callable[[], str | None] = lambda: None  # this replica's member id
+        self.no_leader: Callable[[], None] = lambda: None  # tells placement (read again)
         self.handover_to: str | None = None
         self.grace = 0.0
         self.shared = True  # False: run locally (a Secret), never led through Redis
