@@ -154,6 +154,102 @@ async def test_a_joining_replica_takes_its_share_by_handover_without_list_gap_or
         tg.cancel_scope.cancel()
 
 
+async def _ghost_case(
+    redis_server: RedisServer, cluster: FakeCluster, tmp_path: Path, *, flapping: bool
+) -> None:
+    """One real session and a member record of a replica that never takes a lease."""
+    import redis.asyncio as aioredis
+
+    from kubemux._client import open_client
+    from kubemux.share._placement import Membership
+    from kubemux.share._redis_keys import slot_digest
+
+    config = load_kubeconfig(str(write_kubeconfig(tmp_path / "c", {"fake": cluster})))
+    config_ = config.contexts["fake"]
+    pods = parse_resource("pods")
+    keys = {
+        ns: share_key(server=config_.server, ca=None, identity="u", resource=pods, namespace=ns)
+        for ns in NAMESPACES
+    }
+    digests = [slot_digest(k) for k in keys.values()]
+    engine = Redis(redis_server.url, prefix="g", lease_ttl=0.6, acquire_period=0.05)
+    raw = aioredis.Redis.from_url(redis_server.url)
+    ghost = Membership(raw, prefix="g", member_id="ghost", ttl=0.6)
+    ghost.set_slots(digests)
+    reserved: list[Any] = []
+    renewals = 0
+    try:
+        async with (
+            open_client(config_) as client,
+            engine.open() as session,
+            anyio.create_task_group() as tg,
+        ):
+
+            async def keep_ghost() -> None:  # renews, on time or (flapping) after expiry
+                nonlocal renewals
+                while True:
+                    await ghost.join()
+                    renewals += 1
+                    await anyio.sleep(0.9 if flapping else ghost.renew_period)
+
+            async def watch_reservations() -> None:
+                while True:
+                    for d in digests:
+                        value = await raw.get(f"g:{{{d}}}:next")
+                        if value is not None:
+                            reserved.append(value)
+                    await anyio.sleep(0.02)
+
+            tg.start_soon(keep_ghost)
+            await wait_until(lambda: renewals >= 1)
+            tg.start_soon(watch_reservations)
+            started = time.monotonic()
+            for ns in NAMESPACES:
+                store = Store(pods)
+                lead = informer_lead(
+                    client, pods, InformerKey("pods", namespace=ns), settings=FAST, store=store
+                )
+                await tg.start(
+                    lambda task_status, ns=ns, store=store, lead=lead: session.run_slot(
+                        key=keys[ns], store=store, on_change=None, lead=lead,
+                        task_status=task_status,
+                    )
+                )  # fmt: skip
+            # every slot has a leader within about the grace period, though the ghost is
+            # preferred for some of them and never takes one
+            await wait_until(lambda: session.placement_status().leads == 4)
+            assert time.monotonic() - started < 4 * engine.lease_ttl + 2.0
+            if flapping:  # its age starts again at every renewal: nothing is reserved for it
+                await wait_until(lambda: renewals >= 6, timeout=30)
+                assert reserved == []
+            else:  # reserved for it, not taken: the reservation expires, nothing moved
+                await wait_until(lambda: bool(reserved))
+                assert set(reserved) == {b"ghost"}
+                assert session.placement_status().prefers == 2  # the ghost the others
+                n = renewals
+                await wait_until(lambda: renewals >= n + 8, timeout=30)  # > 2 lease periods
+            st = session.placement_status()
+            assert st.leads == 4 and st.handovers == 0
+            statuses = [session.slot_status(k) for k in keys.values()]
+            assert [x.promotions for x in statuses if x is not None] == [1] * 4  # kept the lead
+            assert lists(cluster) == 4
+            tg.cancel_scope.cancel()
+    finally:
+        await raw.aclose()
+
+
+async def test_a_slot_preferred_by_an_absent_member_is_led_after_the_grace_period(
+    redis_server: RedisServer, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    await _ghost_case(redis_server, cluster, tmp_path, flapping=False)
+
+
+async def test_a_flapping_member_is_never_handed_a_slot(
+    redis_server: RedisServer, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    await _ghost_case(redis_server, cluster, tmp_path, flapping=True)
+
+
 # ---------------------------------------------------------------------- replica processes
 @contextlib.asynccontextmanager
 async def fake_clusters(n: int) -> AsyncIterator[list[FakeCluster]]:

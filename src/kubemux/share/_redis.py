@@ -278,6 +278,7 @@ class RedisSession:
         slot.choice = self.placer.choice
         slot.member = lambda: self.placer.member_id
         slot.no_leader = self.placer.refresh_soon
+        slot.handed = self.placer.handed
         slot.grace = self.placer.grace
         follower = Follower(slot)
         leader = Leader(slot, follower)

@@ -184,6 +184,7 @@ class Leader:
                 slot.down(exc)
             if swapped:
                 log.info("share slot %s: handed over to member %s", slot.k_lease, target)
+                slot.handed()
                 lead_scope.cancel("kubemux.share: handed over")  # the informer stops first
                 await self._lost_lease()  # counts what was refused, demotes
                 return

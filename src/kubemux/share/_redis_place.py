@@ -62,7 +62,7 @@ class Placer:
         self._seen_twice: set[str] = set()  # ids in this view and the one before
         self._last_ids: set[str] = set()
         self.view_at = -math.inf  # monotonic time of the last view
-        self.handovers = 0
+        self.handovers = 0  # slots handed over (the new leader took them), ever
         self.pace = 1
         self._wake = anyio.Event()  # a slot started: publish it soon
         self._cycled = anyio.Event()  # set after every cycle (then replaced)
@@ -90,6 +90,10 @@ class Placer:
         led = sum(1 for s in slots.values() if s.role == "leader")
         preferred = 0 if me is None else sum(1 for d in slots if self.preferred.get(d) == me)
         return led, preferred
+
+    def handed(self) -> None:
+        """A slot of this replica was taken over by its preferred member."""
+        self.handovers += 1
 
     def refresh_soon(self) -> None:
         """A slot has no leader: read the members now, not at the next period (a dead
@@ -185,7 +189,6 @@ class Placer:
         led = sum(1 for s in slots.values() if s.role == "leader")
         self.pace = max(1, -(-led // 4))
         for s in due[: self.pace]:
-            self.handovers += 1
             log.info(
                 "placement: handing slot %s over to member %s", s.k_lease, self.preferred[s.digest]
             )

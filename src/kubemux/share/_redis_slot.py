@@ -121,6 +121,7 @@ class SlotState:
         self.choice: Callable[[str], str] = _no_placement
         self.member: Callable[[], str | None] = lambda: None  # this replica's member id
         self.no_leader: Callable[[], None] = lambda: None  # tells placement (read again)
+        self.handed: Callable[[], None] = lambda: None  # tells placement: a handover done
         self.handover_to: str | None = None
         self.grace = 0.0
         self.shared = True  # False: run locally (a Secret), never led through Redis
