@@ -322,3 +322,40 @@ async def test_twelve_clusters_three_replicas_balance_after_start_kill_and_join(
             finally:
                 for r in [*reps, joiner]:
                     await r.close()
+
+
+async def test_status_and_metrics_show_what_a_replica_leads_and_prefers(
+    redis_server: RedisServer, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    import kubemux.metrics
+    from kubemux import WatcherRegistry
+
+    kubeconfig = write_kubeconfig(tmp_path / "config", {"fake": cluster})
+    engine = Redis(redis_server.url, prefix="m", lease_ttl=0.6, acquire_period=0.05)
+    lead = WatcherRegistry.from_kubeconfig(str(kubeconfig), settings=FAST, share=engine)
+    follow = WatcherRegistry.from_kubeconfig(
+        str(kubeconfig), settings=FAST, share=engine, share_lead=False
+    )
+    prom = CollectorRegistry()
+    async with WatcherRegistry.from_kubeconfig(str(kubeconfig)) as plain:
+        assert plain.status().share is None
+        assert "share" not in plain.status().to_json()
+    async with lead, follow:
+        for ns in NAMESPACES:
+            await lead.watch("fake", "pods", namespace=ns)
+            await follow.watch("fake", "pods", namespace=ns)
+        await wait_until(lambda: lead.status().share.prefers == 4, registry=lead, poll=0.05)
+        st = lead.status().share
+        assert (st.leads, st.prefers, st.members, st.handovers) == (4, 4, 1, 0)
+        assert st.member_id is not None
+        fst = follow.status().share
+        assert (fst.member_id, fst.leads, fst.prefers, fst.members) == (None, 0, 0, 1)
+        assert lead.status().to_json()["share"]["leads"] == 4
+        with kubemux.metrics.registered(lead, prom):
+            text = await anyio.to_thread.run_sync(generate_latest, prom)
+    lines = text.decode().splitlines()
+    assert "kubemux_share_slots_led 4.0" in lines
+    assert "kubemux_share_slots_preferred 4.0" in lines
+    assert "kubemux_share_handovers_total 0.0" in lines
