@@ -71,7 +71,7 @@ async def test_a_joining_replica_takes_its_share_by_handover_without_list_gap_or
         ns: share_key(server=config_.server, ca=None, identity="u", resource=pods, namespace=ns)
         for ns in NAMESPACES
     }
-    engine = Redis(redis_server.url, prefix="h", lease_ttl=0.6, acquire_period=0.05)
+    engine = Redis(redis_server.url, prefix="h", lease_ttl=1.5, acquire_period=0.05)
     seen: dict[str, list[tuple[str, str]]] = {ns: [] for ns in NAMESPACES}
     follow_stores = {ns: Store(pods) for ns in NAMESPACES}
 

@@ -11,6 +11,7 @@ every key of a slot land on one Redis Cluster node)::
     {prefix}:{H}:log            stream  t, f, v (as objs), n (seq), e (epoch), ts, m (MAC);
                                         capped
     {prefix}:{H}:stage:<epoch>  hash    a snapshot being written; renamed to objs on commit
+    {prefix}:{H}:next           string  a handover's reservation: the member to take over
 
 Every write is a Lua script that first checks the lease still holds the writer's token
 (fencing), so a leader that was paused past its lease cannot overwrite its successor.

@@ -184,7 +184,6 @@ class Leader:
                 slot.down(exc)
             if swapped:
                 log.info("share slot %s: handed over to member %s", slot.k_lease, target)
-                slot.handed()
                 lead_scope.cancel("kubemux.share: handed over")  # the informer stops first
                 await self._lost_lease()  # counts what was refused, demotes
                 return
@@ -220,6 +219,9 @@ class Leader:
 
         The changes not yet written (queued or in flight) count as refused: the lease is
         not ours, so no script of ours can write them any more."""
+        if self.slot.handing_over:  # a reservation stood: the member took it over
+            self.slot.handing_over = False
+            self.slot.handed()
         self.slot.fenced += len(self.slot.queue) + self.slot.inflight
         self.slot.inflight = 0
         self.slot.token = None
