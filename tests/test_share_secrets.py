@@ -87,6 +87,11 @@ async def redis_dump(redis: RedisServer) -> bytes:
                         out += (f, v)
             elif kind == b"string":
                 out.append(await client.get(key))
+            elif kind == b"zset":  # placement's members (issue 22)
+                for member, score in await client.zrange(key, 0, -1, withscores=True):
+                    out += (member, str(score).encode())
+            elif kind == b"set":  # placement's slot sets
+                out += sorted(await client.smembers(key))
             else:
                 raise AssertionError(f"unexpected {kind!r} at {key!r}")
     return b"\n".join(out)

@@ -85,6 +85,20 @@ class ContextClient:
     def __repr__(self) -> str:
         return f"<ContextClient context={self.context!r} server={self.server!r}>"
 
+    async def sent_credentials(self) -> tuple[str | None, bytes | None]:
+        """What the next request authenticates with: its ``Authorization`` header (a
+        refreshing credential's current token, else the static token or basic auth) and a
+        refreshing credential's client certificate (PEM); None for what is not sent. For
+        identifying a context (shared watches hash it); never log it."""
+        auth = self._auth
+        if auth is not None:  # exec plugin, token file, OIDC: what the next request sends
+            credential = await auth.prepare()
+            token = f"Bearer {credential.token}" if credential.token else None
+            return token, credential.cert_pem
+        api_key: Any = self._api.configuration.api_key
+        header = api_key.get("BearerToken") if api_key else None
+        return (header if isinstance(header, str) and header else None), None
+
     @contextlib.asynccontextmanager
     async def _request(
         self,

@@ -89,7 +89,13 @@ class Connector(Protocol):
     Entering may take time (exec plugins, TLS files) and is cancelled when the generation
     is stopped or its start time limit passes; it raises a :class:`KubemuxError` when the
     context cannot be used.
+
+    The registry enters :meth:`open` for its whole lifetime, before any generation connects
+    and until every one has ended: a connector opens there whatever it shares between
+    generations (a shared-watch engine its session) and closes it on exit.
     """
+
+    def open(self) -> contextlib.AbstractAsyncContextManager[None]: ...
 
     def connect(
         self, config: ContextConfig
@@ -196,6 +202,15 @@ class HttpConnector:
         self.credentials = credentials if credentials is not None else CredentialPool()
 
     @contextlib.asynccontextmanager
-    async def connect(self, config: ContextConfig) -> AsyncIterator[Connection]:
+    async def open(self) -> AsyncIterator[None]:
+        """Nothing to open: every generation opens its own client."""
+        yield
+
+    def connect(self, config: ContextConfig) -> contextlib.AbstractAsyncContextManager[Connection]:
+        return self.connect_http(config)
+
+    @contextlib.asynccontextmanager
+    async def connect_http(self, config: ContextConfig) -> AsyncIterator[HttpConnection]:
+        """:meth:`connect`, typed: for a connector that builds on the HTTP one (sharing)."""
         async with open_client(config, credentials=self.credentials) as client:
             yield HttpConnection(client, self.settings)

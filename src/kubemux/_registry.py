@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -44,7 +44,6 @@ from ._upstream import Upstream
 
 if TYPE_CHECKING:
     from .share import ShareEngine
-    from .share._connector import ShareConnector
 
 __all__ = ["WatcherRegistry"]
 
@@ -127,17 +126,14 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         autowatched = [parse_resource(r) for r in autowatch]
         self._subscriber_buffer = subscriber_buffer
         self._idle_timeout = idle_timeout
-        self._share = share
         connector = connector or HttpConnector(self.settings, CredentialPool())
-        self._share_connector: ShareConnector | None = None
-        if share is not None:
-            if not isinstance(connector, HttpConnector):
-                raise ValueError("share= works with the built-in HTTP connector only")
-            from .share._connector import ShareConnector
+        self._share_status: Callable[[], Any] = _no_share
+        if share is not None:  # the engine wraps the connector: it opens its own session
+            from .share import ShareConnector
 
-            connector = self._share_connector = ShareConnector(
-                connector, share, can_lead=share_lead
-            )
+            shared = ShareConnector(connector, share, can_lead=share_lead)
+            connector, self._share_status = shared, shared.placement_status
+        self._connector = connector
         settings_ = GenerationSettings(
             connector=connector,
             start_backoff=start_backoff or Backoff(initial_delay=1.0, max_delay=60.0),
@@ -204,7 +200,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         try:
             async with (  # left in reverse: the follower ends, then every generation,
                 self._source as source,  # then subscriptions (after each one's last change)
-                self._share_session(),
+                self._connector.open(),  # a share engine's session, for every generation
                 self._subscriptions(),
                 self._generations.open() as generations,
                 anyio.create_task_group() as tg,
@@ -236,19 +232,6 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             yield
         finally:
             self._fanout.close_all()
-
-    @contextlib.asynccontextmanager
-    async def _share_session(self) -> AsyncGenerator[None]:
-        """The share engine's session for the registry's lifetime (nothing without one)."""
-        if self._share is None or self._share_connector is None:
-            yield
-            return
-        async with self._share.open() as session:
-            self._share_connector.session = session
-            try:
-                yield
-            finally:
-                self._share_connector.session = None
 
     # ------------------------------------------------------------------ generations
     async def stop_watcher(self, context: str) -> bool:
@@ -479,6 +462,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             kubeconfig_syncs=self._syncs,
             subscribers=len(self._fanout),
             subscriber_overflows=self._fanout.overflows,
+            share=self._share_status(),
         )
 
     def __repr__(self) -> str:
@@ -512,3 +496,7 @@ def _single(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
             return None
         exc = exc.exceptions[0]
     return exc
+
+
+def _no_share() -> None:
+    """``status().share`` of a registry that shares nothing."""

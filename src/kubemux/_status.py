@@ -121,6 +121,9 @@ class RegistryStatus:
     kubeconfig_syncs: int
     subscribers: int = 0  # open subscriptions
     subscriber_overflows: int = 0  # subscriptions closed by SubscriberOverflow, ever
+    # shared watches: this replica's part in placement (kubemux.share.PlacementStatus);
+    # None when the registry shares nothing
+    share: Any = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict, the one form the CLI (``-o json``) and the dashboard serve.
@@ -136,6 +139,7 @@ class RegistryStatus:
             "kubeconfig_syncs": self.kubeconfig_syncs,
             "subscribers": self.subscribers,
             "subscriber_overflows": self.subscriber_overflows,
+            **({} if self.share is None else {"share": self.share.to_json()}),
         }
 
 

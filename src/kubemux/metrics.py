@@ -111,6 +111,20 @@ class _Families:
             "Subscriptions closed because their consumer fell behind.",
             (),
         )
+        # shared watches (kubemux.share): this replica's part in spreading the leaders
+        self.share_slots_led = _gauge(
+            f"{p}_share_slots_led", "Shared slots this replica leads.", ()
+        )
+        self.share_slots_preferred = _gauge(
+            f"{p}_share_slots_preferred",
+            "Shared slots the placement hash prefers this replica for.",
+            (),
+        )
+        self.share_handovers = _counter(
+            f"{p}_share_handovers",
+            "Shared slots this replica handed over to their preferred replica.",
+            (),
+        )
         self.contexts_by_state = _gauge(
             f"{p}_contexts_by_state", "Contexts in each state (idle ones included).", ("state",)
         )
@@ -253,6 +267,11 @@ class KubemuxCollector(Collector):
         f.invalid_contexts.add_metric([], len(getattr(status, "invalid_contexts", {})))
         _add(f.subscribers, [], getattr(status, "subscribers", None))
         _add(f.subscriber_overflows, [], getattr(status, "subscriber_overflows", None))
+        share = getattr(status, "share", None)
+        if share is not None:  # a registry that shares
+            _add(f.share_slots_led, [], getattr(share, "leads", None))
+            _add(f.share_slots_preferred, [], getattr(share, "prefers", None))
+            _add(f.share_handovers, [], getattr(share, "handovers", None))
 
         by_state: dict[str, int] = dict.fromkeys(_CONTEXT_STATES, 0)
         for name, ctx in contexts.items():

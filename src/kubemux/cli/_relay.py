@@ -45,7 +45,8 @@ async def _relay(args: argparse.Namespace, out: TextIO) -> int:
     for name in args.resource:
         parse_resource(name)  # a usage error before anything starts
     paths = args.kubeconfig.split(os.pathsep) if args.kubeconfig else None
-    share = Redis(args.share, prefix=args.prefix)
+    # a relay leads what no replica in the placement hash is preferred for (issue 22)
+    share = Redis(args.share, prefix=args.prefix, placement=False)
     registry = WatcherRegistry.from_kubeconfig(paths, autowatch=args.resource, share=share)
     async with registry, anyio.create_task_group() as tg:
         print(

@@ -10,6 +10,7 @@ Importing this package does not import any engine's client library. The protocol
 from __future__ import annotations
 
 from ._base import Lead as Lead
+from ._base import PlacementStatus as PlacementStatus
 from ._base import Publish as Publish
 from ._base import ShareEngine as ShareEngine
 from ._base import ShareError as ShareError
@@ -17,16 +18,17 @@ from ._base import ShareSession as ShareSession
 from ._base import SlotStatus as SlotStatus
 from ._base import informer_lead as informer_lead
 from ._base import share_key as share_key
+from ._connector import ShareConnector as ShareConnector
 from ._redis import Redis as Redis
 from ._redis import RedisSession as RedisSession
 
-_informer_lead = informer_lead  # the name the registry seam was sketched with
-
 __all__ = [
     "Lead",
+    "PlacementStatus",
     "Publish",
     "Redis",
     "RedisSession",
+    "ShareConnector",
     "ShareEngine",
     "ShareError",
     "ShareSession",

@@ -29,6 +29,7 @@ from .._store import Store
 
 __all__ = [
     "Lead",
+    "PlacementStatus",
     "Publish",
     "ShareEngine",
     "ShareError",
@@ -101,6 +102,30 @@ class SlotStatus:
     last_skipped: str | None = None
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PlacementStatus:
+    """A frozen snapshot of this replica's part in spreading the leaders (issue 22).
+
+    Attributes:
+        member_id: This replica's id in the placement hash; None when it is not a member
+            (``share_lead=False``, ``placement=False``, or no slot it may lead).
+        leads: Shared slots this replica leads now.
+        prefers: Slots the hash prefers this replica for (it leads them unless it is slow
+            or a handover is under way).
+        members: Live members seen at the last read (this one included).
+        handovers: Slots this replica handed over to their preferred member, ever.
+    """
+
+    member_id: str | None
+    leads: int
+    prefers: int
+    members: int
+    handovers: int
+
+    def to_json(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
 class ShareSession(Protocol):
     """One process's connection to a share engine: owns its connections and tasks."""
 
@@ -135,6 +160,10 @@ class ShareSession(Protocol):
 
     def slot_status(self, key: bytes | str) -> SlotStatus | None:
         """The status of a slot being run, or None."""
+        ...
+
+    def placement_status(self) -> PlacementStatus | None:
+        """This replica's part in placement; None for an engine without placement."""
         ...
 
     def snapshot_entries(self, key: bytes | str, namespace: str | None = None) -> list[Entry]:

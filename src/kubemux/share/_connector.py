@@ -31,15 +31,17 @@ import anyio
 import anyio.abc
 import orjson
 
+from .._auth_provider import CredentialStatus
 from .._client import ContextClient
 from .._codec import Entry
-from .._connector import Connection, HttpConnection, HttpConnector, SlotSource
+from .._connector import Connection, Connector, HttpConnection, HttpConnector, SlotSource
 from .._errors import ApiError, KubeconfigError
 from .._informer import Informer, InformerKey, InformerState, InformerStatus, OnChange
 from .._kubeconfig import ContextConfig
 from .._resources import Resource
+from .._settings import WatchSettings
 from .._store import Store, Transform, drop_managed_fields
-from ._base import ShareEngine, ShareSession, informer_lead, share_key
+from ._base import PlacementStatus, ShareEngine, ShareSession, informer_lead, share_key
 
 __all__ = ["ShareConnection", "ShareConnector", "SharedSource"]
 
@@ -51,34 +53,68 @@ _REVIEW_VERSIONS = ("v1", "v1beta1", "v1alpha1")  # GA in 1.28, beta in 1.27, al
 class ShareConnector:
     """Connects a generation over HTTP and shares its slots through a share session.
 
-    The session is the registry's (opened in its lifespan); :attr:`session` is None outside
-    it, and connecting then fails.
+    It holds the HTTP connector and delegates to it (composition, not a subclass). Its
+    :meth:`open` opens the engine's session for the registry's lifetime; connecting outside
+    it fails.
+
+    Raises:
+        ValueError: ``http`` is not the built-in HTTP connector (a shared slot's leader
+            runs a real informer over the context's client).
     """
 
-    __slots__ = ("can_lead", "engine", "http", "session")
+    __slots__ = ("_session", "can_lead", "engine", "http")
 
-    def __init__(self, http: HttpConnector, engine: ShareEngine, *, can_lead: bool = True) -> None:
+    def __init__(self, http: Connector, engine: ShareEngine, *, can_lead: bool = True) -> None:
+        if not isinstance(http, HttpConnector):
+            # a ValueError, as it always was: share= and connector= do not combine
+            raise ValueError("share= works with the built-in HTTP connector only")  # noqa: TRY004
         self.http = http
         self.engine = engine
         self.can_lead = can_lead
-        self.session: ShareSession | None = None
+        self._session: ShareSession | None = None
+
+    def __repr__(self) -> str:
+        return f"<ShareConnector {self.engine!r} can_lead={self.can_lead}>"
+
+    @property
+    def session(self) -> ShareSession | None:
+        """The engine's session while :meth:`open` is entered, else None."""
+        return self._session
+
+    def placement_status(self) -> PlacementStatus | None:
+        """This replica's part in spreading the leaders (``status().share``); None outside
+        :meth:`open`."""
+        session = self._session
+        return None if session is None else session.placement_status()
+
+    @contextlib.asynccontextmanager
+    async def open(self) -> AsyncIterator[None]:
+        """Open the engine's session (and the HTTP connector's lifetime) until exit."""
+        if self._session is not None:
+            raise RuntimeError("ShareConnector.open() is already entered")
+        async with self.http.open(), self.engine.open() as session:
+            self._session = session
+            try:
+                yield
+            finally:
+                self._session = None
 
     @contextlib.asynccontextmanager
     async def connect(self, config: ContextConfig) -> AsyncIterator[Connection]:
-        session = self.session
+        session = self._session
         if session is None:
-            raise RuntimeError("ShareConnector used outside its registry's lifespan")
-        async with self.http.connect(config) as conn:
-            assert isinstance(conn, HttpConnection)
+            raise RuntimeError("ShareConnector used outside its open() (the registry's lifespan)")
+        async with self.http.connect_http(config) as conn:
             yield ShareConnection(
                 conn, config, session, can_lead=self.can_lead, salt=self.engine.identity_salt
             )
 
 
-class ShareConnection(HttpConnection):
-    """An HTTP connection whose slots (object and table views) are shared."""
+class ShareConnection:
+    """An HTTP connection whose slots (object and table views) are shared: it holds the
+    HTTP connection and delegates discovery, resolution and credentials to it."""
 
-    __slots__ = ("_cluster", "_identity", "_lock", "_salt", "can_lead", "config", "session")
+    __slots__ = ("_identity", "_lock", "_salt", "can_lead", "config", "http", "session")
 
     def __init__(
         self,
@@ -89,14 +125,33 @@ class ShareConnection(HttpConnection):
         can_lead: bool,
         salt: bytes = b"",
     ) -> None:
-        super().__init__(http.client, http.settings)
-        self.discovery = http.discovery
+        self.http = http
         self.config = config
         self.session = session
         self.can_lead = can_lead
         self._salt = salt
         self._identity: tuple[str | None, bytes | None] | None = None
         self._lock = anyio.Lock()
+
+    @property
+    def client(self) -> ContextClient:
+        return self.http.client
+
+    @property
+    def settings(self) -> WatchSettings:
+        return self.http.settings
+
+    async def resources(self) -> tuple[Resource, ...]:
+        return await self.http.resources()
+
+    async def resolve(self, name: str) -> Resource:
+        return await self.http.resolve(name)
+
+    def resolve_cached(self, name: str) -> Resource | None:
+        return self.http.resolve_cached(name)
+
+    def credential_status(self) -> CredentialStatus | None:
+        return self.http.credential_status()
 
     async def cluster_identity(self) -> tuple[str | None, bytes | None]:
         """(identity as the API server sees it, CA bytes): asked once per generation. The
@@ -326,19 +381,10 @@ async def _credential_digest(
     A token file or an exec plugin counts by what it returned, never by its path or command
     line. Taken once per generation: a token rotated later keeps this generation's key.
     """
-    authorization: str | None = None
     cert: bytes | None = await _static_cert(config)
-    auth = client._auth
-    if auth is not None:  # exec plugin, token file, OIDC: what the next request sends
-        credential = await auth.prepare()
-        if credential.token:
-            authorization = f"Bearer {credential.token}"
-        if credential.cert_pem is not None:
-            cert = credential.cert_pem
-    else:
-        api_key: Any = client._api.configuration.api_key
-        header = api_key.get("BearerToken") if api_key else None
-        authorization = header if isinstance(header, str) and header else None
+    authorization, sent_cert = await client.sent_credentials()
+    if sent_cert is not None:  # a refreshing credential's certificate is the one presented
+        cert = sent_cert
     if authorization is None and cert is None:
         return None
     document = {

@@ -11,12 +11,14 @@ every key of a slot land on one Redis Cluster node)::
     {prefix}:{H}:log            stream  t, f, v (as objs), n (seq), e (epoch), ts, m (MAC);
                                         capped
     {prefix}:{H}:stage:<epoch>  hash    a snapshot being written; renamed to objs on commit
+    {prefix}:{H}:next           string  a handover's reservation: the member to take over
 
 Every write is a Lua script that first checks the lease still holds the writer's token
 (fencing), so a leader that was paused past its lease cannot overwrite its successor.
 ``docs/sharing.md`` has the protocol and the failure cases. This module holds the engine and
-its session; ``_redis_keys`` the scripts and key helpers, ``_redis_slot`` a slot's state,
-``_redis_follow`` and ``_redis_lead`` its two roles.
+its session; ``_redis_keys`` the scripts and key helpers, ``_redis_slot`` a slot's state
+(and the :class:`SlotEnv` its roles see of the session), ``_redis_follow`` and
+``_redis_lead`` its two roles (objects holding the state, not subclasses of it).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from .._informer import OnChange
 from .._redact import redact_text, redact_url
 from .._settings import WatchSettings
 from .._store import Store
-from ._base import Lead, ShareError, SlotStatus
+from ._base import Lead, PlacementStatus, ShareError, SlotStatus
+from ._placement import Membership
 from ._redis_crypt import (
     SealedValues,
     SignedValues,
@@ -45,16 +48,20 @@ from ._redis_crypt import (
     identity_salt,
     parse_secret_key,
 )
+from ._redis_follow import Follower
 from ._redis_keys import (
-    _ACQUIRE,
-    _COMMIT_SNAPSHOT,
-    _PUBLISH,
-    _RELEASE,
-    _RENEW,
+    ACQUIRE,
+    COMMIT_SNAPSHOT,
+    PUBLISH,
+    RELEASE,
+    RENEW,
+    RESERVE,
     BadSlotData,
-    _digest,
+    slot_digest,
 )
-from ._redis_lead import _Slot
+from ._redis_lead import Leader
+from ._redis_place import Placer
+from ._redis_slot import SlotEnv, SlotState
 
 _LIMITS = WatchSettings()  # the informer's caps, which the engine's default to
 
@@ -95,6 +102,13 @@ class Redis:
             ``max_line_size``: a watch line carries one object).
         max_objects: A slot holding more objects than this is not loaded (the most a
             LIST may bring: ``max_list_pages`` pages of ``page_size``).
+        placement: Spread the leaders over the replicas (issue 22): each replica that may
+            lead keeps a membership record in Redis and takes first the slots that
+            rendezvous hashing prefers it for; a replica joining or leaving moves about
+            1/N of them (handed over without a LIST). False: this replica is not in the
+            hash (``kubemux relay``): it leads what no live member is preferred for, and
+            what a preferred member leaves untaken past the grace period. See
+            ``docs/sharing.md``.
     """
 
     def __init__(
@@ -111,6 +125,7 @@ class Redis:
         identity_salt: bytes | str | None = None,
         max_value_size: int = _LIMITS.max_line_size,
         max_objects: int = _LIMITS.max_list_pages * _LIMITS.page_size,
+        placement: bool = True,
     ) -> None:
         if lease_ttl <= 0 or acquire_period <= 0 or stream_maxlen < 1:
             raise ValueError("lease_ttl, acquire_period and stream_maxlen must be positive")
@@ -118,6 +133,7 @@ class Redis:
             raise ValueError("max_value_size and max_objects must be positive")
         self.max_value_size = max_value_size
         self.max_objects = max_objects
+        self.placement = placement
         self.url = url
         self.prefix = prefix
         self.lease_ttl = lease_ttl
@@ -167,9 +183,14 @@ class Redis:
             raise ShareError(
                 f"kubemux.share.Redis: bad URL {redact_url(self.url)}: {redact_text(str(exc))}"
             ) from exc
-        session = RedisSession(self, client)
         try:
-            yield session
+            async with anyio.create_task_group() as tg:
+                session = RedisSession(self, client)
+                tg.start_soon(session.placer.run, name="kubemux share placement")
+                try:
+                    yield session
+                finally:
+                    tg.cancel_scope.cancel("share session closed")
         finally:
             with anyio.move_on_after(2.0, shield=True):
                 await client.aclose()
@@ -183,29 +204,57 @@ class RedisSession:
 
         self.engine = engine
         self.client = client
-        self._errors: tuple[type[BaseException], ...] = (
-            RedisError,
-            OSError,
-            TimeoutError,
-            BadSlotData,  # a slot's meta no leader wrote: reported, retried
+        self.env = SlotEnv(
+            client=client,
+            errors=(
+                RedisError,
+                OSError,
+                TimeoutError,
+                BadSlotData,  # a slot's meta no leader wrote: reported, retried
+            ),
+            prefix=engine.prefix,
+            lease_ttl=engine.lease_ttl,
+            acquire_period=engine.acquire_period,
+            stream_maxlen=engine.stream_maxlen,
+            command_timeout=engine.command_timeout,
+            max_value_size=engine.max_value_size,
+            max_objects=engine.max_objects,
+            publish=client.register_script(PUBLISH),
+            commit=client.register_script(COMMIT_SNAPSHOT),
+            renew=client.register_script(RENEW),
+            release=client.register_script(RELEASE),
+            acquire=client.register_script(ACQUIRE),
+            reserve=client.register_script(RESERVE),
         )
-        self._slots: dict[str, _Slot] = {}
-        self._publish = client.register_script(_PUBLISH)
-        self._commit = client.register_script(_COMMIT_SNAPSHOT)
-        self._renew = client.register_script(_RENEW)
-        self._release = client.register_script(_RELEASE)
-        self._acquire = client.register_script(_ACQUIRE)
+        self._slots: dict[str, tuple[SlotState, Follower]] = {}
+        membership = (
+            Membership(
+                client,
+                prefix=engine.prefix,
+                ttl=engine.lease_ttl,
+                command_timeout=engine.command_timeout,
+            )
+            if engine.placement
+            else None
+        )
+        self.placer = Placer(
+            membership,
+            lambda: {d: s for d, (s, _) in self._slots.items()},
+            lease_ttl=engine.lease_ttl,
+            acquire_period=engine.acquire_period,
+            errors=self.env.errors,
+        )
 
     def __repr__(self) -> str:
-        roles = collections.Counter(s.role for s in self._slots.values())
+        roles = collections.Counter(s.role for s, _ in self._slots.values())
         return f"<RedisSession {redact_url(self.engine.url)} slots={dict(sorted(roles.items()))}>"
 
     def _digest(self, key: bytes | str) -> str:
         """The slot's hash; with a secret_key it includes the key's fingerprint."""
         tag = self.engine._key_tag
         if tag is None:
-            return _digest(key)
-        return _digest((key.encode() if isinstance(key, str) else key) + tag)
+            return slot_digest(key)
+        return slot_digest((key.encode() if isinstance(key, str) else key) + tag)
 
     async def run_slot(
         self,
@@ -225,36 +274,57 @@ class RedisSession:
         digest = self._digest(key)
         if digest in self._slots:
             raise ShareError("kubemux.share: this share key is already running in this session")
-        slot = _Slot(self, digest, store, on_change, lead, task_status, can_lead)
+        slot = SlotState(self.env, digest, store, on_change, lead, task_status, can_lead)
         slot.on_status = on_status
+        slot.choice = self.placer.choice
+        slot.member = lambda: self.placer.member_id
+        slot.no_leader = self.placer.refresh_soon
+        slot.handed = self.placer.handed
+        slot.grace = self.placer.grace
+        follower = Follower(slot)
+        leader = Leader(slot, follower)
         if secret is not None:
             kind_of = SealedValues if kind == "Secret" else SignedValues
             slot.values = kind_of(secret, digest, engine.max_value_size)
-        self._slots[digest] = slot
+        self._slots[digest] = (slot, follower)
         try:
             if kind == "Secret" and not (secret is not None or engine.share_secrets):
-                await slot.run_local()
+                await leader.run_local()
             else:
-                await slot.run()
+                if can_lead:  # published first: this replica may be preferred for it
+                    await self.placer.published(digest)
+                await leader.run()
         finally:
             del self._slots[digest]
             if slot.token is not None:
                 with anyio.move_on_after(1.0, shield=True):
                     try:
-                        await self._release(keys=[slot.k_lease], args=[slot.token])
-                    except self._errors:
+                        await self.env.release(keys=[slot.k_lease], args=[slot.token])
+                    except self.env.errors:
                         pass  # it expires by itself
 
     def snapshot_entries(self, key: bytes | str, namespace: str | None = None) -> list[Entry]:
         """The slot's objects as announced to ``on_change`` so far (for a subscriber joining
         while a rehydration is being announced in slices); [] for a slot not running."""
-        slot = self._slots.get(self._digest(key))
-        return [] if slot is None else slot.snapshot_entries(namespace)
+        running = self._slots.get(self._digest(key))
+        return [] if running is None else running[1].snapshot_entries(namespace)
+
+    def placement_status(self) -> PlacementStatus:
+        """This replica's part in placement (see :class:`PlacementStatus`)."""
+        placer = self.placer
+        led, preferred = placer.counts()
+        return PlacementStatus(
+            member_id=placer.member_id,
+            leads=led,
+            prefers=preferred,
+            members=len(placer.members),
+            handovers=placer.handovers,
+        )
 
     def slot_status(self, key: bytes | str) -> SlotStatus | None:
         """See :meth:`kubemux.share.ShareSession.slot_status`."""
-        slot = self._slots.get(self._digest(key))
-        return None if slot is None else slot.status()
+        running = self._slots.get(self._digest(key))
+        return None if running is None else running[0].status()
 
 
 def _salt(explicit: bytes | str | None, secret_key: bytes | None, prefix: str, url: str) -> bytes:

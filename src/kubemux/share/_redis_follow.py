@@ -17,136 +17,161 @@ import anyio.lowlevel
 from .._codec import Entry, StoreChange
 from .._store import Replacement, announced_entries
 from ._redis_keys import (
-    _SLICE,
+    SLICE,
     BadSlotData,
     Meta,
     SkippedValue,
-    _unwrap,
     checked_type,
     field_key,
     log,
     meta_of,
     seq_of,
+    unwrap,
 )
-from ._redis_slot import _SlotBase
+from ._redis_slot import SlotState
 from ._redis_table import parse_columns, set_columns
 
 
-class _Follower(_SlotBase):
-    async def _follow_phase(self) -> None:
-        self.role = "follower"
-        with anyio.CancelScope() as scope, _unwrap():
-            self.scope = scope
+class Follower:
+    """A slot's follower role: fills the slot's store from what its leader wrote."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: SlotState) -> None:
+        self.slot = slot
+
+    async def follow_phase(self) -> None:
+        self.slot.role = "follower"
+        with anyio.CancelScope() as scope, unwrap():
+            self.slot.scope = scope
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._acquire_loop, scope)
                 await self._tail()
-        self.scope = None
-        self.following_since = None
+        self.slot.scope = None
+        self.slot.following_since = None
 
     async def _acquire_loop(self, scope: anyio.CancelScope) -> None:
         # After an outage the leader that was running gets one lease_ttl to take its lease
         # again (it keeps its informer and republishes): followers wait that long.
+        # Placement (issue 22): a free lease whose preferred leader is another live member
+        # is left to it for the slot's grace period first; then anyone takes it.
+        free_since: float | None = None
         while True:
-            await anyio.sleep(self.engine.acquire_period)
+            await anyio.sleep(self.slot.env.acquire_period)
             try:
-                if self.can_lead:
-                    if self.reachable_since is None:
-                        with anyio.fail_after(self.engine.command_timeout):
-                            await self.client.ping()
-                        self.reachable_since = time.monotonic()
-                    if time.monotonic() - self.reachable_since < self.engine.lease_ttl:
+                if self.slot.can_lead:
+                    if self.slot.reachable_since is None:
+                        with anyio.fail_after(self.slot.env.command_timeout):
+                            await self.slot.client.ping()
+                        self.slot.reachable_since = time.monotonic()
+                    if time.monotonic() - self.slot.reachable_since < self.slot.env.lease_ttl:
                         continue
-                    if await self._try_acquire():
+                    if self.slot.choice(self.slot.digest) == "other":
+                        with anyio.fail_after(self.slot.env.command_timeout):
+                            held = bool(await self.slot.client.exists(self.slot.k_lease))
+                        if held:
+                            free_since = None
+                        elif free_since is None:
+                            free_since = time.monotonic()
+                            self.slot.no_leader()  # placement reads the members again
+                        if free_since is None or time.monotonic() - free_since < self.slot.grace:
+                            self._leader_seen(held)
+                            continue
+                    if await self.slot.try_acquire():
                         scope.cancel("kubemux.share: promoted to leader")
                         return
                     held = True
                 else:
-                    with anyio.fail_after(self.engine.command_timeout):
-                        held = bool(await self.client.exists(self.k_lease))
-                if not held:
-                    if self.stale_since is None:
-                        self.stale_since = time.time()  # nobody leads: data may be stale
-                elif self.last_error is None and self.epoch is not None:
-                    self.stale_since = None  # a leader is there and the tail is healthy
-            except self.s._errors as exc:
-                self._down(exc)
+                    with anyio.fail_after(self.slot.env.command_timeout):
+                        held = bool(await self.slot.client.exists(self.slot.k_lease))
+                self._leader_seen(held)
+            except self.slot.env.errors as exc:
+                self.slot.down(exc)
+
+    def _leader_seen(self, held: bool) -> None:
+        """Whether a leader holds the lease: a follower's data may be stale without one."""
+        if not held:
+            if self.slot.stale_since is None:
+                self.slot.stale_since = time.time()  # nobody leads: data may be stale
+        elif self.slot.last_error is None and self.slot.epoch is not None:
+            self.slot.stale_since = None  # a leader is there and the tail is healthy
 
     async def _tail(self) -> None:
-        block_ms = int(max(self.engine.acquire_period, 0.1) * 2000)
-        timeout = self.engine.command_timeout + block_ms / 1000
+        block_ms = int(max(self.slot.env.acquire_period, 0.1) * 2000)
+        timeout = self.slot.env.command_timeout + block_ms / 1000
         hydrate = True
         failures = 0
         while True:
             try:
                 if hydrate:
-                    if not await self._hydrate():
-                        self.epoch = None  # the data followed left Redis
-                        if self.store.has_synced and self.stale_since is None:
-                            self.stale_since = time.time()
+                    if not await self.hydrate():
+                        self.slot.epoch = None  # the data followed left Redis
+                        if self.slot.store.has_synced and self.slot.stale_since is None:
+                            self.slot.stale_since = time.time()
                         with anyio.fail_after(timeout):  # wait for a leader's first snapshot
-                            seen = await self.client.xread(
-                                {self.k_log: b"0-0"}, count=1, block=block_ms
+                            seen = await self.slot.client.xread(
+                                {self.slot.k_log: b"0-0"}, count=1, block=block_ms
                             )
                         if seen:  # a log without meta (evicted?): no busy loop on it
-                            await anyio.sleep(self.engine.acquire_period)
+                            await anyio.sleep(self.slot.env.acquire_period)
                         continue
                     hydrate = False
-                    self.following_since = time.time()
-                    self._started()
+                    self.slot.following_since = time.time()
+                    self.slot.report_started()
                 with anyio.fail_after(timeout):
-                    resp: Any = await self.client.xread(
-                        {self.k_log: self.last_id}, count=_SLICE, block=block_ms
+                    resp: Any = await self.slot.client.xread(
+                        {self.slot.k_log: self.slot.last_id}, count=SLICE, block=block_ms
                     )
                 failures = 0
                 if not resp:
                     with anyio.fail_after(timeout):
-                        epoch: Any = await self.client.hget(self.k_meta, "epoch")
-                    hydrate = self.epoch is None or epoch != self.epoch.encode()
+                        epoch: Any = await self.slot.client.hget(self.slot.k_meta, "epoch")
+                    hydrate = self.slot.epoch is None or epoch != self.slot.epoch.encode()
                     continue
                 for eid, fields in resp[0][1]:
-                    if not self._apply_logged(eid, fields):
+                    if not self.apply_logged(eid, fields):
                         hydrate = True
                         break
                 else:
-                    if self.last_error is not None or self.stale_since is not None:
-                        self._fresh()
-            except self.s._errors as exc:
-                self._down(exc)
+                    if self.slot.last_error is not None or self.slot.stale_since is not None:
+                        self.slot.fresh()
+            except self.slot.env.errors as exc:
+                self.slot.down(exc)
                 hydrate = True
                 failures += 1
                 await anyio.sleep(min(2.0, 0.05 * 2**failures))
 
-    def _apply_logged(self, eid: bytes, fields: dict[bytes, bytes]) -> bool:
+    def apply_logged(self, eid: bytes, fields: dict[bytes, bytes]) -> bool:
         """Apply one stream entry; False on a gap (other epoch, missing seq, a reset). An
         entry whose value may not be cached is skipped alone: counted and named, its
         sequence number left for the leader's own entry (else the next one is a gap)."""
-        epoch = self.epoch
+        epoch = self.slot.epoch
         if epoch is None or fields.get(b"e") != epoch.encode() or fields.get(b"t") == b"RESET":
             return False
         seq = seq_of(fields.get(b"n"))
-        if seq is None or seq != self.seq + 1:
+        if seq is None or seq != self.slot.seq + 1:
             return False
-        self.last_id = eid  # read past it, whatever it holds
-        values = self.values
+        self.slot.last_id = eid  # read past it, whatever it holds
+        values = self.slot.values
         try:
             etype = checked_type(fields)
             values.check_log(epoch, seq, fields)
             entry = values.entry(fields.get(b"f", b""), fields.get(b"v", b""), epoch)
         except SkippedValue as exc:
-            self._skip(exc)
+            self.slot.skip(exc)
             return True
-        self.seq = seq
-        now = self.last_event = time.time()
+        self.slot.seq = seq
+        now = self.slot.last_event = time.time()
         try:
             sent = float(fields.get(b"ts", b""))
         except ValueError:
             sent = math.nan
         if math.isfinite(sent):
-            self.lag = min(max(0.0, now - sent), 86400.0)
-        change = self.store.writer.apply(etype, entry)
-        self.events += 1
+            self.slot.lag = min(max(0.0, now - sent), 86400.0)
+        change = self.slot.store.writer.apply(etype, entry)
+        self.slot.events += 1
         if change is not None:
-            self._emit(change.type, change.entry, change.old)
+            self.slot.emit(change.type, change.entry, change.old)
         return True
 
     async def _load(self) -> tuple[Any, Any, dict[bytes, bytes]] | None:
@@ -158,29 +183,29 @@ class _Follower(_SlotBase):
             BadSlotData: the meta is not what a leader writes, or too many objects.
         """
         fields = ["epoch", "seq", "rv", "rvmac", "columns", "columnsmac"]
-        with anyio.fail_after(self.engine.command_timeout):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hmget(self.k_meta, fields[:4])
-            pipe.hlen(self.k_objs)
+        with anyio.fail_after(self.slot.env.command_timeout):
+            pipe = self.slot.client.pipeline(transaction=False)
+            pipe.hmget(self.slot.k_meta, fields[:4])
+            pipe.hlen(self.slot.k_objs)
             meta, count = await pipe.execute()
         self._check_load(meta, count)
-        with anyio.fail_after(self.engine.command_timeout * 4):
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hmget(self.k_meta, fields)
-            pipe.xrevrange(self.k_log, count=1)
-            pipe.hgetall(self.k_objs)
+        with anyio.fail_after(self.slot.env.command_timeout * 4):
+            pipe = self.slot.client.pipeline(transaction=True)
+            pipe.hmget(self.slot.k_meta, fields)
+            pipe.xrevrange(self.slot.k_log, count=1)
+            pipe.hgetall(self.slot.k_objs)
             meta, last, objs = await pipe.execute()
         self._check_load(meta[:4], len(objs))  # what moved meanwhile
         return None if meta[0] is None and meta[1] is None else (meta, last, objs)
 
     def _check_load(self, meta: list[bytes | None], count: int) -> None:
-        checked = meta_of(self.values, *meta)
+        checked = meta_of(self.slot.values, *meta)
         if isinstance(checked, str):
             raise BadSlotData(checked)
-        if count > self.engine.max_objects:
+        if count > self.slot.env.max_objects:
             raise BadSlotData(f"it holds {count} objects, more than max_objects")
 
-    async def _hydrate(self) -> bool:
+    async def hydrate(self) -> bool:
         """Replace the store with the hash (changes reported as after a relist); False if
         there is no data yet.
 
@@ -192,69 +217,69 @@ class _Follower(_SlotBase):
         if loaded is None:
             return False  # no data: wait for a snapshot
         (epoch, seq, rv, rvmac, cols, colsmac), last, objs = loaded
-        meta = meta_of(self.values, epoch, seq, rv, rvmac)
+        meta = meta_of(self.slot.values, epoch, seq, rv, rvmac)
         assert isinstance(meta, Meta)  # checked by _load
         columns = None
-        if self.table is not None:  # a table view syncs with its columns or not at all
+        if self.slot.table is not None:  # a table view syncs with its columns or not at all
             try:
-                if cols is not None and len(cols) > self.engine.max_value_size:
+                if cols is not None and len(cols) > self.slot.env.max_value_size:
                     raise ValueError(f"{len(cols)} bytes, more than max_value_size")
-                if cols is not None and not self.values.check_meta(
+                if cols is not None and not self.slot.values.check_meta(
                     meta.epoch, "columns", cols, colsmac
                 ):
                     raise ValueError("they fail authentication under secret_key (forged?)")
                 columns = parse_columns(cols) if cols is not None else None
             except ValueError as exc:
-                log.warning("share slot %s: malformed columns (%s)", self.k_lease, exc)
+                log.warning("share slot %s: malformed columns (%s)", self.slot.k_lease, exc)
             if columns is None:
                 return False
-        store = self.store
+        store = self.slot.store
         replacement = store.writer.replacement()
-        entry_of = self.values.entry
+        entry_of = self.slot.values.entry
         skipped = 0
         for i, (field, value) in enumerate(objs.items()):
             try:
                 replacement.add(entry_of(field, value, meta.epoch))
             except SkippedValue as exc:  # never cache what no reader could trust
                 skipped += 1
-                self._skip(exc)
+                self.slot.skip(exc)
                 self._keep(replacement, field)
-            if i % _SLICE == _SLICE - 1:
+            if i % SLICE == SLICE - 1:
                 await anyio.lowlevel.checkpoint()
         del objs
         if not skipped:
-            self.last_skipped = None  # a clean load: nothing forged left
-            self.tainted = False
-        for _ in replacement.find_deleted(_SLICE):
+            self.slot.last_skipped = None  # a clean load: nothing forged left
+            self.slot.tainted = False
+        for _ in replacement.find_deleted(SLICE):
             await anyio.lowlevel.checkpoint()
-        if self.table is not None and columns is not None:
-            set_columns(self.table, columns)  # before the rows are announced
-            self.sent_columns = columns
+        if self.slot.table is not None and columns is not None:
+            set_columns(self.slot.table, columns)  # before the rows are announced
+            self.slot.sent_columns = columns
         changes = replacement.commit(meta.rv)
-        self.epoch, self.seq = meta.epoch, meta.seq
-        self.last_id = last[0][0] if last else b"0-0"
-        self.rehydrations += 1
-        if self.rehydrations > 1:
-            self.events += len(changes)  # what a reload changed (the first: objects)
-        self._fresh()
-        if len(changes) <= _SLICE:
+        self.slot.epoch, self.slot.seq = meta.epoch, meta.seq
+        self.slot.last_id = last[0][0] if last else b"0-0"
+        self.slot.rehydrations += 1
+        if self.slot.rehydrations > 1:
+            self.slot.events += len(changes)  # what a reload changed (the first: objects)
+        self.slot.fresh()
+        if len(changes) <= SLICE:
             for c in changes:
-                self._emit(c.type, c.entry, c.old)
+                self.slot.emit(c.type, c.entry, c.old)
             return True
         # announced in slices, like an informer's relist: until a change is announced,
         # snapshot_entries() reports the object as it was
         pending: dict[str, dict[str, StoreChange]] = {}
         for c in changes:
             pending.setdefault(c.entry.namespace, {})[c.entry.name] = c
-        self.pending = pending
+        self.slot.pending = pending
         try:
             for i, c in enumerate(changes):
                 del pending[c.entry.namespace][c.entry.name]
-                self._emit(c.type, c.entry, c.old)
-                if i % _SLICE == _SLICE - 1:
+                self.slot.emit(c.type, c.entry, c.old)
+                if i % SLICE == SLICE - 1:
                     await anyio.lowlevel.checkpoint()
         finally:
-            self.pending = {}
+            self.slot.pending = {}
         return True
 
     def _keep(self, replacement: Replacement, field: bytes) -> None:
@@ -263,9 +288,9 @@ class _Follower(_SlotBase):
             ns, name = field_key(field)
         except SkippedValue:
             return
-        old = self.store.writer.entry(ns, name)
+        old = self.slot.store.writer.entry(ns, name)
         if old is not None:
             replacement.add(old)
 
     def snapshot_entries(self, namespace: str | None) -> list[Entry]:
-        return announced_entries(self.store, self.pending, namespace)
+        return announced_entries(self.slot.store, self.slot.pending, namespace)

@@ -11,6 +11,7 @@ every key of a slot land on one Redis Cluster node)::
     {prefix}:{H}:log            stream  t, f, v (as objs), n (seq), e (epoch), ts, m (MAC);
                                         capped
     {prefix}:{H}:stage:<epoch>  hash    a snapshot being written; renamed to objs on commit
+    {prefix}:{H}:next           string  a handover's reservation: the member to take over
 
 Every write is a Lua script that first checks the lease still holds the writer's token
 (fencing), so a leader that was paused past its lease cannot overwrite its successor.
@@ -41,7 +42,7 @@ log = logging.getLogger("kubemux.share._redis")
 
 # ARGV: token, epoch, maxlen, rv, n, expected seq, rv's MAC, then n x (t, f, v, ts, m).
 # -3: meta.seq is not the one this leader wrote last (forged, or not a number): a snapshot.
-_PUBLISH = """
+PUBLISH = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 if redis.call('HGET', KEYS[2], 'epoch') ~= ARGV[2] then return -2 end
 if redis.call('HGET', KEYS[2], 'seq') ~= ARGV[6] then return -3 end
@@ -63,7 +64,7 @@ redis.call('HSET', KEYS[2], 'seq', seq, 'rv', ARGV[4], 'rvmac', ARGV[7])
 return seq
 """
 
-_COMMIT_SNAPSHOT = """
+COMMIT_SNAPSHOT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   redis.call('DEL', KEYS[5])
   return -1
@@ -82,7 +83,7 @@ return 0
 """
 
 # Renewal also hands back the slot's meta, for the leader to check (forged, or gone).
-_RENEW = """
+RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if redis.call('TYPE', KEYS[2])['ok'] ~= 'hash' then return {1} end
@@ -93,8 +94,14 @@ return 0
 
 # SET NX; a lease no kubemux replica could have written (not a string, not 32 hex digits,
 # or without an expiry) is forged: replaced, and 2 returned so the slot can say so.
-_ACQUIRE = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+# KEYS: lease, next (a handover's reservation). ARGV: token, ttl ms, this member's id ('' if
+# none). 1: taken (free), 2: taken (a forged lease replaced), 3: swapped (handed over to
+# us: the lease was held and next names us), 0: held by another.
+ACQUIRE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('DEL', KEYS[2])
+  return 1
+end
 local forged = redis.call('TYPE', KEYS[1])['ok'] ~= 'string'
 if not forged then
   local held = redis.call('GET', KEYS[1])
@@ -106,23 +113,37 @@ if forged then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 2
 end
+if ARGV[3] ~= '' and redis.call('TYPE', KEYS[2])['ok'] == 'string'
+   and redis.call('GET', KEYS[2]) == ARGV[3] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('DEL', KEYS[2])
+  return 3
+end
 return 0
 """
 
-_RELEASE = """
+# A leader reserves its slot for the member it hands over to (issue 22); that member's next
+# ACQUIRE swaps the lease to it. KEYS: lease, next. ARGV: token, member id, ttl ms.
+RESERVE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+
+RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
 
-_STAGE_CHUNK = 2000
-_BATCH = 256
-_MAX_QUEUE = 100_000
-_SLICE = 1000
-_CATCH_UP = 20_000  # stream entries a promoted leader applies; a longer tail is a reload
+STAGE_CHUNK = 2000
+BATCH = 256
+MAX_QUEUE = 100_000
+SLICE = 1000
+CATCH_UP = 20_000  # stream entries a promoted leader applies; a longer tail is a reload
 
 
 @contextlib.contextmanager
-def _unwrap() -> Iterator[None]:
+def unwrap() -> Iterator[None]:
     """Raise a task group's single error as itself (the caller sees ``Unauthorized``, not an
     ExceptionGroup around it)."""
     try:
@@ -133,11 +154,12 @@ def _unwrap() -> Iterator[None]:
         raise
 
 
-def _digest(key: bytes | str) -> str:
+def slot_digest(key: bytes | str) -> str:
     data = key.encode() if isinstance(key, str) else key
     return hashlib.sha256(data).hexdigest()[:32]
 
 
+_digest = slot_digest  # the name tests read keys with
 _TYPES = frozenset((b"ADDED", b"MODIFIED", b"DELETED"))
 _SHOWN = 120  # characters of a forged field or name shown in status and logs
 

@@ -1,13 +1,19 @@
-"""A Redis share slot's state and the helpers both of its roles use (see ``_redis_keys``)."""
+"""A Redis share slot's state and the helpers both of its roles use (see ``_redis_keys``).
+
+A slot is three objects: :class:`SlotState` (this module: what the slot holds and shows),
+its ``Follower`` (``_redis_follow``) and its ``Leader`` (``_redis_lead``, which holds the
+follower: a promoted leader catches up as a follower would). Each knows the session only
+through :class:`SlotEnv`, so no module of the engine imports the session's."""
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import secrets
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -23,17 +29,39 @@ from ._redis_keys import BadSlotData, ForgedLease, PlainValues, SkippedValue, lo
 from ._redis_table import table_of
 
 if TYPE_CHECKING:
-    from ._redis import RedisSession
+    import redis.asyncio as aioredis
 
 _SKIP_LOG_PERIOD = 60.0  # seconds between two log records of skipped values (as informers)
 
 
-class _SlotBase:
-    """State, status and helpers of one slot; the roles are in the subclasses."""
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SlotEnv:
+    """What every slot of a session uses: the engine's settings, the client, its scripts."""
+
+    client: aioredis.Redis
+    errors: tuple[type[BaseException], ...]  # what counts as Redis being down
+    prefix: str
+    lease_ttl: float
+    acquire_period: float
+    stream_maxlen: int
+    command_timeout: float
+    max_value_size: int
+    max_objects: int
+    publish: Any  # the registered Lua scripts (redis-py's AsyncScript)
+    commit: Any
+    renew: Any
+    release: Any
+    acquire: Any
+    reserve: Any
+
+
+class SlotState:
+    """State, status and helpers of one slot; its roles are :class:`Follower` and
+    :class:`Leader`, which hold it."""
 
     def __init__(
         self,
-        session: RedisSession,
+        env: SlotEnv,
         digest: str,
         store: Store,
         on_change: OnChange | None,
@@ -41,15 +69,16 @@ class _SlotBase:
         task_status: anyio.abc.TaskStatus[None],
         can_lead: bool,
     ) -> None:
-        self.s = session
-        self.engine = session.engine
-        self.client = session.client
-        base = f"{self.engine.prefix}:{{{digest}}}"
+        self.env = env
+        self.client = env.client
+        self.digest = digest
+        base = f"{env.prefix}:{{{digest}}}"
         self.k_lease, self.k_meta = base + ":lease", base + ":meta"
         self.k_objs, self.k_log, self.k_stage = base + ":objs", base + ":log", base + ":stage"
+        self.k_next = base + ":next"  # a handover's reservation: the member to take over
         self.store = store
         # how values are written and read: with a secret_key, signed (or sealed) ones
-        self.values: PlainValues = PlainValues(self.engine.max_value_size)
+        self.values: PlainValues = PlainValues(env.max_value_size)
         self.skipped = 0  # values in Redis skipped (malformed, forged): never cached
         self.last_skipped: str | None = None  # the latest, named (cleared by a clean load)
         self._skip_logged_at = -math.inf
@@ -87,6 +116,18 @@ class _SlotBase:
         self.pending: dict[str, dict[str, StoreChange]] = {}  # rehydration changes not announced
         self.snapshotting = False  # a snapshot is being written: meta moves under us
         self.tainted = False  # skipped values since the last clean load: a leader LISTs
+        # placement (issue 22): who should lead ("mine", "other" or "none"), the grace a
+        # non-preferred replica leaves the preferred one to take a free lease, a handover
+        self.choice: Callable[[str], str] = _no_placement
+        self.member: Callable[[], str | None] = lambda: None  # this replica's member id
+        self.no_leader: Callable[[], None] = lambda: None  # tells placement (read again)
+        self.handed: Callable[[], None] = lambda: None  # tells placement: a handover done
+        self.handover_to: str | None = None
+        self.grace = 0.0
+        self.shared = True  # False: run locally (a Secret), never led through Redis
+        self.led_since = math.inf  # monotonic time this replica took the lease
+        self.handing_over = False
+        self.handover = anyio.Event()  # set: hand the lead over (publish, release)
 
     @property
     def role(self) -> str:
@@ -128,13 +169,18 @@ class _SlotBase:
             last_skipped=self.last_skipped,
         )
 
+    def request_handover(self, member_id: str) -> None:
+        """Placement asks this leader to hand the slot over to ``member_id`` (``Leader``)."""
+        self.handover_to = member_id
+        self.handover.set()
+
     # ------------------------------------------------------------------ helpers
-    def _started(self) -> None:
+    def report_started(self) -> None:
         if not self.started:
             self.started = True
             self.task_status.started()
 
-    def _skip(self, exc: SkippedValue) -> None:
+    def skip(self, exc: SkippedValue) -> None:
         """Count a value skipped; log the first at once, then a summary at most once a
         minute (forged values must not flood the log)."""
         self.skipped += 1
@@ -155,13 +201,13 @@ class _SlotBase:
         self._skip_logged_at = now
         log.warning("share slot %s: %s", self.k_lease, self.last_skipped)
 
-    def _note(self, exc: BaseException) -> None:
+    def note(self, exc: BaseException) -> None:
         """An error that is not an outage (a forged meta a leader replaces): counted, shown."""
         count_error(self.errors, exc)
         self.last_error = str(exc)
         log.warning("share slot %s: %s", self.k_lease, exc)
 
-    def _down(self, exc: BaseException) -> None:
+    def down(self, exc: BaseException) -> None:
         if isinstance(exc, BadSlotData):
             self.last_error = str(exc)  # names the cause, never a value
         else:
@@ -173,15 +219,15 @@ class _SlotBase:
             self.stale_since = time.time()
         log.warning("share slot %s: %s", self.k_lease, self.last_error)
 
-    def _fresh(self) -> None:
+    def fresh(self) -> None:
         self.stale_since = None
         self.last_error = None
 
-    def _emit(self, etype: str, entry: Entry, old: Entry | None) -> None:
+    def emit(self, etype: str, entry: Entry, old: Entry | None) -> None:
         if self.on_change is not None:
             self.on_change(etype, entry, old)
 
-    def _columns_moved(self) -> bool:
+    def columns_moved(self) -> bool:
         """A table view's columns differ from those in Redis (a relist brought new ones)."""
         table = self.table
         if table is None or table.columns is self.sent_columns:
@@ -191,16 +237,23 @@ class _SlotBase:
             return False
         return True
 
-    async def _try_acquire(self) -> bool:
+    async def try_acquire(self) -> bool:
         token = secrets.token_hex(16)
-        with anyio.fail_after(self.engine.command_timeout):
-            ok = await self.s._acquire(
-                keys=[self.k_lease], args=[token, int(self.engine.lease_ttl * 1000)]
+        with anyio.fail_after(self.env.command_timeout):
+            ok = await self.env.acquire(
+                keys=[self.k_lease, self.k_next],
+                args=[token, int(self.env.lease_ttl * 1000), self.member() or ""],
             )
         if ok:
             self.token = token
+            self.led_since = time.monotonic()
             self.promotions += 1
-            log.info("share slot %s: took the lease", self.k_lease)
+            how = " (handed over)" if ok == 3 else ""
+            log.info("share slot %s: took the lease%s", self.k_lease, how)
         if ok == 2:  # a lease no replica writes would keep every replica following forever
-            self._note(ForgedLease())
+            self.note(ForgedLease())
         return bool(ok)
+
+
+def _no_placement(digest: str) -> str:
+    return "none"

@@ -244,6 +244,11 @@ class FakeConnector:
 
     # ------------------------------------------------------------------ connector
     @contextlib.asynccontextmanager
+    async def open(self) -> AsyncIterator[None]:
+        """The registry's lifetime (the :class:`Connector` protocol): nothing to open."""
+        yield
+
+    @contextlib.asynccontextmanager
     async def connect(self, config: ContextConfig) -> AsyncIterator[_FakeConnection]:
         """Connect one generation of ``config.name`` (the :class:`Connector` protocol)."""
         name = config.name
