@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import orjson
@@ -101,10 +101,19 @@ NEWS_DELAY = 0.1  # seconds between a row change and the contexts panel's update
 COUNTS_PERIOD = 1.0  # seconds between contexts panels sent only for new object counts
 
 
+class _HasStreamContext(Protocol):
+    @property
+    def stream_context(self) -> StreamContext: ...
+
+
 class Stream:
     """One browser's stream, writing events with ``write``: run :meth:`table` or :meth:`object`."""
 
-    def __init__(self, context: StreamContext, write: Callable[[bytes], Awaitable[None]]):
+    def __init__(
+        self, context: StreamContext | _HasStreamContext, write: Callable[[bytes], Awaitable[None]]
+    ):
+        if not isinstance(context, StreamContext):
+            context = context.stream_context  # a Dashboard, as before its StreamContext
         self._dash = context
         self._registry: WatcherRegistry = context.registry  # raises 503 if not running
         self._write = write
