@@ -377,13 +377,14 @@ async def test_a_refused_upgrade_is_refused_downstream_and_for_the_spdy_fallback
                 assert (
                     json.loads(body)["message"] == 'pods "shell" is forbidden: exec is not allowed'
                 )
+                # ProxyServer bridges SPDY upgrades: the upstream's own answer comes back
                 status, _, body = await client.request(
                     "POST",
                     "tiny",
                     path,
                     headers={"Upgrade": "SPDY/3.1", "Connection": "Upgrade"},
                 )
-                assert status == 400 and b"SPDY" in body
+                assert status == 403
 
 
 async def test_log_follow_is_streamed(tmp_path: Path) -> None:

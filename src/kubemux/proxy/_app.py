@@ -4,7 +4,9 @@ Every request is routed by its raw path: the context segment (see :mod:`._paths`
 the API path below it. Then, in this order:
 
 1. WebSocket requests (exec, attach, port-forward) are bridged upstream (:mod:`._upgrade`);
-   SPDY upgrades get the refusal of the WebSocket attempt before them, or a 400;
+   SPDY upgrades are piped upstream when the server hands over the connection
+   (:mod:`._raw_upgrade`; ``ProxyServer`` does), else get the refusal of the WebSocket
+   attempt before them, or a 400;
 2. discovery and OpenAPI GETs are answered from the per-context :class:`DiscoveryCache`;
 3. LIST, GET and WATCH that :func:`plan_read` accepts are answered from the informers'
    stores (:mod:`._reads`);
@@ -39,6 +41,8 @@ from ._cached import CachedReads, CachedSettings, credential_key
 from ._discovery_cache import DiscoveryCache
 from ._passthrough import forward, read_body, request_headers
 from ._paths import ApiPath, decode_context, parse_api_path, split_raw_path
+from ._raw_upgrade import bridge as bridge_raw
+from ._raw_upgrade import is_streaming, raw_connection
 from ._reads import ReadRequest, classify, query_pairs
 from ._responses import StatusError, send_error, status_for_error
 from ._served import ServedStatus
@@ -189,6 +193,18 @@ class Proxy:
         method = scope["method"]
         headers = dict(request_headers(scope))
         if headers.get("upgrade", "").lower().startswith("spdy/") or _upgrade_header(scope):
+            raw = raw_connection(scope)
+            if raw is not None and is_streaming(target):
+                with self._stream_slot(context):
+                    async with self._upstream(context) as up:
+                        await bridge_raw(
+                            up,
+                            scope,
+                            raw,
+                            target,
+                            handshake_timeout=self.settings.response_timeout,
+                        )
+                return
             raise self.refused.recall(context, target) or spdy_refusal()
         impersonating = any(name.startswith("impersonate-") for name in headers)
         if method == "GET" and path.kind == "discovery" and not impersonating:

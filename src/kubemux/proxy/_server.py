@@ -41,15 +41,19 @@ from typing import Any
 import anyio
 import anyio.abc
 import anyio.to_thread
+import httptools
 import uvicorn
 import yaml
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
+from .._raw import ByteQueue
 from .._registry import WatcherRegistry
 from ._app import ProxySettings, create_app
 from ._paths import encode_context
+from ._raw_upgrade import RAW_UPGRADE
 from ._responses import StatusError, send_error
 from ._tls import LOOPBACK_NAMES, ProxyCertificates, make_certificates
 from ._upgrade import deny
@@ -120,13 +124,46 @@ class _Guard:
         return hmac.compare_digest(credential.strip(), self._token)
 
 
+class _RawDownstream:
+    """A connection taken over after an ``Upgrade: SPDY/...`` request (see ``_raw_upgrade``)."""
+
+    def __init__(self, protocol: HttpToolsProtocol) -> None:
+        self._protocol = protocol
+        self.transport = protocol.transport
+        flow = protocol.flow
+        self.queue = ByteQueue(flow.pause_reading, flow.resume_reading)
+        self.claimed = False
+
+    def claim(self) -> None:
+        self.claimed = True
+        cycle = self._protocol.cycle
+        if cycle is not None:  # no ASGI response will come: uvicorn must not send one
+            cycle.response_started = cycle.response_complete = True
+            cycle.keep_alive = False
+
+    async def read(self) -> bytes:
+        return await self.queue.read()
+
+    async def write(self, data: bytes) -> None:
+        if self.transport.is_closing():
+            raise ConnectionResetError("the client closed the connection")
+        self.transport.write(data)
+        await self._protocol.flow.drain()
+
+    def close(self) -> None:
+        self.transport.close()
+
+
 def _http_protocol(header_timeout: float, max_header_bytes: int) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol with a deadline and a size limit on request headers."""
+    """uvicorn's httptools protocol with a deadline and a size limit on request headers, and
+    raw ``Upgrade: SPDY/...`` connections handed to the app (:mod:`._raw_upgrade`)."""
 
     class GuardedHttp(HttpToolsProtocol):
         _header_timer: asyncio.TimerHandle | None = None
         _header_bytes = 0
         _in_headers = False
+        _raw: _RawDownstream | None = None
+        _raw_active = False
 
         def _arm(self) -> None:
             self._in_headers = True
@@ -152,7 +189,15 @@ def _http_protocol(header_timeout: float, max_header_bytes: int) -> type[HttpToo
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._raw is not None:
+                self._raw.queue.feed_eof()
             super().connection_lost(exc)
+
+        def shutdown(self) -> None:
+            if self._raw_active:
+                self.transport.close()
+            else:
+                super().shutdown()
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
@@ -160,9 +205,20 @@ def _http_protocol(header_timeout: float, max_header_bytes: int) -> type[HttpToo
 
         def on_headers_complete(self) -> None:
             self._disarm()
+            upgrade = self._get_upgrade()
+            spdy = upgrade is not None and upgrade.startswith(b"spdy/") and self._raw is None
+            if spdy:
+                self._raw = _RawDownstream(self)
+                self.scope["extensions"] = {RAW_UPGRADE: self._raw}  # type: ignore[dict-item]
             super().on_headers_complete()
+            if spdy and self.cycle is not None:
+                self.cycle.keep_alive = False  # whatever the answer, the connection ends
 
         def data_received(self, data: bytes) -> None:
+            if self._raw_active:
+                assert self._raw is not None
+                self._raw.queue.feed_data(data)
+                return
             if self._in_headers:
                 self._header_bytes += len(data)
                 if self._header_bytes > max_header_bytes:
@@ -173,9 +229,43 @@ def _http_protocol(header_timeout: float, max_header_bytes: int) -> type[HttpToo
                     )
                     self.transport.close()
                     return
-            super().data_received(data)
+            # uvicorn's data_received, but an SPDY upgrade keeps the bytes after the request
+            self._unset_keepalive_if_required()
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserError:
+                log.warning("Invalid HTTP request received.")
+                self.send_400_response("Invalid HTTP request received.")
+            except httptools.HttpParserUpgrade as exc:
+                if self._raw is not None:
+                    offset = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+                    self._raw_active = True
+                    self._raw.queue.feed_data(data[offset:])
+                elif self._should_upgrade():
+                    self.handle_websocket_upgrade()
+                else:
+                    self._unsupported_upgrade_warning()
 
     return GuardedHttp
+
+
+class _WebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's websockets protocol, taking the subprotocols kubectl offers.
+
+    kubectl's port-forward offers ``SPDY/3.1+portforward.k8s.io``, which is not an RFC 7230
+    token (the ``/``): the websockets library refuses the handshake (400, "invalid
+    Sec-WebSocket-Protocol header") and kubectl falls back to SPDY. uvicorn splits the
+    header on commas itself for the app, and the app answers with the subprotocol the API
+    server chose, so the library's own negotiation is switched off.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.conn.process_subprotocol = _no_subprotocol  # type: ignore[method-assign]
+
+
+def _no_subprotocol(headers: object) -> None:
+    return None
 
 
 class _Server(uvicorn.Server):
@@ -309,7 +399,7 @@ class ProxyServer:
         config = uvicorn.Config(
             self._guarded,
             http=_http_protocol(self._header_timeout, self._max_header_bytes),
-            ws="websockets-sansio",
+            ws=_WebSocketProtocol,
             ws_per_message_deflate=False,
             lifespan="off",
             log_level=self._log_level,

@@ -9,12 +9,13 @@ with the other's close code. If the API server refuses the upgrade, the downstre
 handshake is refused with the same HTTP status (and a ``Status`` body, where the ASGI
 server can send one).
 
-SPDY is not bridged: uvicorn hands an ``Upgrade: SPDY/3.1`` request to the app as a plain
-HTTP request with no way to take over the connection. kubectl falls back to SPDY when the
+SPDY upgrades are bridged by :mod:`._raw_upgrade` where the server hands the app the raw
+connection (:class:`~._server.ProxyServer` does). Elsewhere (the app mounted in another
+ASGI server) the request arrives as plain HTTP: kubectl falls back to SPDY when the
 WebSocket upgrade is refused (measured with kubectl 1.32: after a 400 or a 403 it sends
-``POST ... Upgrade: SPDY/3.1``); the proxy answers that fallback with the refusal it
-remembers from the WebSocket attempt (so kubectl prints the API server's reason), else
-with a 400 saying SPDY is not supported.
+``POST ... Upgrade: SPDY/3.1``), so that fallback gets the refusal remembered from the
+WebSocket attempt (kubectl prints the API server's reason), else a 400 saying SPDY is not
+supported.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import re
 import time
 
 import aiohttp
@@ -33,6 +33,7 @@ from starlette.types import Receive, Scope, Send
 from .._errors import KubemuxError
 from .._upstream import Upstream
 from ._passthrough import request_headers
+from ._raw_upgrade import is_streaming
 from ._responses import REASONS, StatusError, status_for_error
 
 __all__ = ["RefusedUpgrades", "bridge", "deny", "spdy_refusal"]
@@ -120,7 +121,7 @@ async def bridge(
             await _pump(upstream, ws, receive, send)
     except aiohttp.WSServerHandshakeError as exc:
         error = _refusal(exc, upstream.context)
-        if error.code >= 400 and _STREAMING.search(target.partition("?")[0]):
+        if error.code >= 400 and is_streaming(target):
             error = await _reason(upstream, target, headers, error)
         refused.remember(upstream.context, target, error)
         await deny(scope, send, error)
@@ -129,7 +130,6 @@ async def bridge(
         await deny(scope, send, error)
 
 
-_STREAMING = re.compile(r"/pods/[^/]+/(exec|attach|portforward)$")
 _REASON_MAX = 64 * 1024
 
 
@@ -228,6 +228,7 @@ def _close_code(code: object) -> int:
 def spdy_refusal() -> StatusError:
     return StatusError(
         400,
-        "kubemux proxy bridges exec, attach and port-forward over WebSocket only "
-        "(kubectl 1.30 or later does that by default); SPDY upgrades are not supported",
+        "this server bridges exec, attach and port-forward over WebSocket only "
+        "(kubectl 1.30 or later does that by default); SPDY upgrades are not supported "
+        "(kubemux proxy bridges them)",
     )

@@ -112,6 +112,8 @@ class ApiState:
         self.discovery_overrides: dict[tuple[str, bool], Mapping[str, Any]] = {}
         self.requests: list[RecordedRequest] = []
         self.logs = LogBook()
+        self.port_targets: dict[int, tuple[str, int]] = {}  # pods/portforward: port -> address
+        self.upgrades = 0  # exec, attach and port-forward connections open
         self.watches: set[Watch] = set()
         self.faults: list[Fault] = []
         self.stalled = False

@@ -48,6 +48,11 @@ class ObservationControls:
         return sum(1 for w in self._api.watches if w.token == token)
 
     @property
+    def open_upgrades(self) -> int:
+        """Upgraded connections currently open (exec, attach, port-forward)."""
+        return self._api.upgrades
+
+    @property
     def open_connections(self) -> int:
         """Server-side TCP connections currently open."""
         return len(self._server.live) if self._server is not None else 0

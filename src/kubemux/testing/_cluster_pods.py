@@ -1,4 +1,4 @@
-"""FakeCluster's pod methods: the container logs that ``pods/log`` and ``attach`` serve."""
+"""FakeCluster's pod methods: container logs (``pods/log``, ``attach``) and forwarded ports."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ __all__ = ["PodControls"]
 
 
 class PodControls:
-    """The pod-log methods of :class:`FakeCluster`."""
+    """The pod-log and port-forward methods of :class:`FakeCluster`."""
 
     _api: ApiServer
     _store: ObjectStore
@@ -63,3 +63,19 @@ class PodControls:
         """
         uid, name = self._pod_uid(namespace, pod, container)
         return self._api.logs.lines(uid, name)
+
+    def forward_port(self, port: int, address: tuple[str, int] | None) -> None:
+        """Where ``kubectl port-forward`` to pod port ``port`` (of any pod) connects.
+
+        ``address`` is a ``(host, port)`` the fake opens a TCP connection to for every
+        forwarded connection; None withdraws it (the kubelet's "connection refused" then).
+
+        Raises:
+            ValueError: ``port`` is not a TCP port.
+        """
+        if not 0 < port < 65536:
+            raise ValueError(f"{port} is not a TCP port")
+        if address is None:
+            self._api.port_targets.pop(port, None)
+        else:
+            self._api.port_targets[port] = (str(address[0]), int(address[1]))

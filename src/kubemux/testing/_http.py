@@ -2,10 +2,10 @@
 
 The handlers live in their own modules: ``_rest`` (GET, LIST, POST), ``_writes`` (PUT, PATCH,
 DELETE, deletecollection, status/scale/eviction), ``_watch_stream`` (WATCH), ``_pod_logs``
-(pods/log), ``_pod_exec`` (exec, attach and port-forward over WebSocket), ``_openapi``,
-``_table_http`` (Table negotiation), ``_rbac`` (credentials and RBAC), ``_responses``
-(Status bodies) and ``_chunked`` (Go's chunked framing); ``_request_info`` reads the verb
-and resource of a path.
+(pods/log), ``_pod_exec`` (exec and attach over WebSocket), ``_pod_forward`` and ``_spdy``
+(port-forward over SPDY/3.1), ``_openapi``, ``_table_http`` (Table negotiation), ``_rbac``
+(credentials and RBAC), ``_responses`` (Status bodies) and ``_chunked`` (Go's chunked
+framing); ``_request_info`` reads the verb and resource of a path.
 """
 
 from __future__ import annotations
@@ -257,7 +257,12 @@ class ApiServer(ApiState):
         if pods and sub in ("exec", "attach", "portforward") and namespace is not None:
             if method not in ("GET", "POST"):
                 return method_not_allowed()
-            return await serve_stream(self, request, state, namespace, name, sub)
+            self.upgrades += 1
+            try:
+                return await serve_stream(self, request, state, namespace, name, sub)
+            finally:
+                self.upgrades -= 1
+                self.notify()
         return not_found()
 
     # ------------------------------------------------------------------ discovery

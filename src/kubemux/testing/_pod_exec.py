@@ -11,9 +11,9 @@ arguments; ``cat`` copies stdin to stdout until stdin ends; ``true``; ``false`` 
 ``sh -c 'exit N'``; anything else fails as a missing executable does. With ``tty=true`` line
 ends are written ``\\r\\n`` and stderr is merged into stdout, as a terminal does. ``attach``
 streams the lines appended to the container's log from then on (and echoes stdin) until the
-pod goes away or the client leaves. ``portforward`` is not served: kubectl 1.32 tunnels SPDY
-inside its WebSocket (``SPDY/3.1+portforward.k8s.io``), which this fake does not speak (400).
-A request without a WebSocket upgrade (kubectl's SPDY fallback) gets 400 too.
+pod goes away or the client leaves. ``portforward`` (SPDY/3.1 inside the WebSocket) is
+served by ``_pod_forward``; ``Upgrade: SPDY/3.1`` (kubectl's SPDY path) of exec and
+port-forward by ``_pod_spdy``. Any other request gets 400 (attach over SPDY too).
 """
 
 from __future__ import annotations
@@ -30,12 +30,13 @@ from aiohttp import WSMsgType, hdrs, web
 
 from ._api_state import ApiState
 from ._log_book import ContainerLog
+from ._pod_forward import serve_tunnel
 from ._pod_logs import pick_container
 from ._protocol import BadRequest
 from ._resource_state import ResourceState
 from ._responses import status_response
 
-__all__ = ["PROTOCOLS", "run_command", "serve_stream"]
+__all__ = ["PROTOCOLS", "exec_status", "missing_status", "run_command", "serve_stream"]
 
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 STDIN, STDOUT, STDERR, STATUS, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
@@ -74,7 +75,7 @@ def run_command(command: list[str]) -> tuple[bytes, bytes, int] | None:
     raise FileNotFoundError(program)
 
 
-def _status(code: int, command: list[str]) -> bytes:
+def exec_status(code: int, command: list[str]) -> bytes:
     if code == 0:
         return orjson.dumps({"metadata": {}, "status": "Success"})
     return orjson.dumps(
@@ -91,7 +92,7 @@ def _status(code: int, command: list[str]) -> bytes:
     )
 
 
-def _missing(program: str) -> bytes:
+def missing_status(program: str) -> bytes:
     message = (
         "Internal error occurred: error executing command in container: failed to exec in container: failed to start "
         f"exec: OCI runtime exec failed: exec failed: unable to start container process: exec: "
@@ -154,17 +155,13 @@ async def serve_stream(
     name: str,
     sub: str,
 ) -> web.StreamResponse:
-    """``exec`` / ``attach`` (``portforward``: 400) of one pod over WebSocket."""
+    """``exec`` / ``attach`` / ``portforward`` of one pod over WebSocket."""
     stored = state.objects.get((namespace, name))
     if stored is None:
         return status_response(
             404, "NotFound", f'pods "{name}" not found', details={"name": name, "kind": "pods"}
         )
     pod = stored.obj
-    if sub == "portforward":
-        return status_response(
-            400, "BadRequest", "port-forward is not served by FakeCluster (kubectl tunnels SPDY)"
-        )
     query = dict(request.query.items())
     container = pick_container(pod, query.get("container"))
     phase = (pod.get("status") or {}).get("phase")
@@ -172,11 +169,21 @@ async def serve_stream(
         raise BadRequest(
             f"cannot {sub} into a container in a completed pod; current phase is {phase}"
         )
-    if request.headers.get(hdrs.UPGRADE, "").lower() != "websocket":
-        raise BadRequest("Upgrade request required")
+    upgrade = request.headers.get(hdrs.UPGRADE, "").lower()
+    uid = str(pod["metadata"].get("uid", ""))
     command = request.query.getall("command", []) if sub == "exec" else []
-    if sub == "exec" and not command:
+    if sub == "exec" and not command and upgrade in ("websocket", "spdy/3.1"):
         raise BadRequest("you must specify at least 1 command")
+    if sub == "portforward" and upgrade == "websocket":
+        return await serve_tunnel(request, api.port_targets, name, uid)
+    if sub != "attach" and upgrade == "spdy/3.1":
+        from ._pod_spdy import serve_spdy  # it imports this module's commands
+
+        return await serve_spdy(
+            request, sub, targets=api.port_targets, pod=name, uid=uid, command=command
+        )
+    if upgrade != "websocket":
+        raise BadRequest("Upgrade request required")
     ws = web.WebSocketResponse(protocols=PROTOCOLS, autoping=True)
     await ws.prepare(request)
     session = _Session(ws, tty=_flag(query, "tty"), v5=ws.ws_protocol == PROTOCOLS[0])
@@ -184,7 +191,6 @@ async def serve_stream(
         if sub == "exec":
             await _exec(session, command, stdin=_flag(query, "stdin"))
         else:
-            uid = str(pod["metadata"].get("uid", ""))
             await _attach(
                 api, session, state, (namespace, name), uid, container, _flag(query, "stdin")
             )
@@ -200,13 +206,13 @@ async def _exec(session: _Session, command: list[str], *, stdin: bool) -> None:
     try:
         result = run_command(command)
     except FileNotFoundError as exc:
-        await session.send(STATUS, _missing(str(exc)))
+        await session.send(STATUS, missing_status(str(exc)))
         return
     if result is not None:
         out, err, code = result
         await session.send(STDOUT, out)
         await session.send(STDERR, err)
-        await session.send(STATUS, _status(code, command))
+        await session.send(STATUS, exec_status(code, command))
         return
     received = 0  # cat: stdin back to stdout
     while stdin:
@@ -215,10 +221,10 @@ async def _exec(session: _Session, command: list[str], *, stdin: bool) -> None:
             break
         received += len(data)
         if received > _MAX_STDIN:
-            await session.send(STATUS, _status(1, command))
+            await session.send(STATUS, exec_status(1, command))
             return
         await session.send(STDOUT, data)
-    await session.send(STATUS, _status(0, command))
+    await session.send(STATUS, exec_status(0, command))
 
 
 async def _attach(
@@ -254,4 +260,4 @@ async def _attach(
             await api.wait_changed(1.0)
         tg.cancel_scope.cancel()
         if not session.ws.closed:
-            await session.send(STATUS, _status(0, []))
+            await session.send(STATUS, exec_status(0, []))
