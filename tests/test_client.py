@@ -16,7 +16,7 @@ from aiohttp.base_protocol import BaseProtocol
 from kubemux import ContextConfig, ResponseTooLarge, WatchSettings
 from kubemux._client import open_client
 from kubemux._codec import split_block
-from kubemux._transport import Progress, _blocks
+from kubemux._transport import Progress, read_blocks
 from kubemux.testing import FakeCluster, FakeContext, kubeconfig_dict
 
 
@@ -92,7 +92,7 @@ async def test_blocks_hold_whole_lines_however_the_reads_cut_them(cut: int) -> N
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(feed)
-            async for buf, start, stop in _blocks(resp, "srv", _LINES_1K, Progress()):  # type: ignore[arg-type]
+            async for buf, start, stop in read_blocks(resp, "srv", _LINES_1K, Progress()):  # type: ignore[arg-type]
                 block = buf[start:stop]
                 assert block.endswith(b"\n") or block == b'{"tail":true}'
                 seen.append(block)
@@ -112,7 +112,7 @@ async def test_a_line_longer_than_the_limit_is_refused() -> None:
     resp.content.feed_data(b"x" * 5000)
     resp.content.feed_eof()
     with anyio.fail_after(5), pytest.raises(ResponseTooLarge, match="exceeds 1024 bytes"):
-        async for _ in _blocks(resp, "srv", _LINES_1K, Progress()):  # type: ignore[arg-type]
+        async for _ in read_blocks(resp, "srv", _LINES_1K, Progress()):  # type: ignore[arg-type]
             pass
 
 

@@ -598,7 +598,7 @@ async def test_slow_stream_resubscribes_with_a_snapshot(tmp_path: Path) -> None:
             with anyio.fail_after(TIMEOUT):
                 store = await registry.watch("prod", "pods")
             send, receive = anyio.create_memory_object_stream[Any](0)
-            stream = streams.Stream(app.state.dashboard, send.send)
+            stream = streams.Stream(app.state.dashboard.stream_context, send.send)
             seen: list[tuple[str, Any]] = []
 
             async def read_until(name: str) -> None:

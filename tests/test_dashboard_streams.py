@@ -173,7 +173,7 @@ async def test_a_client_that_falls_behind_starts_again_from_a_snapshot(
                 seen = await reader.read(1024)  # the stream runs; now it stops reading
                 with anyio.fail_after(TIMEOUT):
                     await c.wait_for(lambda: any(conn.since for conn in hub.connections), TIMEOUT)
-                    store = hub.dashboard.registry.store("prod", "pods", view="table")
+                    store = hub.context.registry.store("prod", "pods", view="table")
                     assert store is not None
                     i = 0
                     while i < 5 or not any(conn.behind for conn in hub.connections):

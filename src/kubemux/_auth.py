@@ -31,7 +31,8 @@ from ._auth_provider import (
 )
 from ._auth_writeback import LOCK_TIMEOUT
 from ._errors import KubeconfigError
-from ._kubeconfig import ContextConfig, credential_insensitive
+from ._kubeconfig import ContextConfig
+from ._kubeconfig_merge import credential_insensitive
 
 __all__ = [
     "Credential",

@@ -30,7 +30,7 @@ from ._auth_writeback import (
     write_locked,
 )
 from ._errors import CredentialError, KubeconfigError
-from ._kubeconfig_schema import _HEADER_UNSAFE, _URL_UNSAFE, type_name
+from ._kubeconfig_schema import HEADER_UNSAFE, URL_UNSAFE, type_name
 from ._redact import redact_text, terminal_safe
 
 __all__ = ["MAX_ANSWER_BYTES", "TOKEN_TIMEOUT", "OidcProvider"]
@@ -210,7 +210,7 @@ class OidcProvider(CredentialProvider):
         url = issuer.rstrip("/") + "/.well-known/openid-configuration"
         discovery = await self._request("GET", url, None, "reading its discovery document")
         endpoint = discovery.get("token_endpoint") if isinstance(discovery, dict) else None
-        if not isinstance(endpoint, str) or _URL_UNSAFE.search(endpoint):
+        if not isinstance(endpoint, str) or URL_UNSAFE.search(endpoint):
             raise CredentialError(f"{self.source}: its discovery has no usable token_endpoint")
         if urllib.parse.urlsplit(endpoint).scheme not in ("https", "http"):
             raise CredentialError(f"{self.source}: its token_endpoint is not an http(s) URL")
@@ -320,7 +320,7 @@ def _token_problem(field: str, value: Any, *, required: bool) -> str:
         return f"has a {field} that is {type_name(value)}, not a string"
     if not value:
         return f"has an empty {field}" if required else ""
-    if _HEADER_UNSAFE.search(value):
+    if HEADER_UNSAFE.search(value):
         return f"has a {field} with a line break or a control character"
     if not value.isascii():
         return f"has a {field} with non-ASCII characters"

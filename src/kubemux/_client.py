@@ -36,14 +36,14 @@ from ._errors import (
 from ._resources import Resource
 from ._settings import WatchSettings
 from ._transport import (
-    _ERROR_BODY_MAX,
+    ERROR_BODY_MAX,
     SLOW_AFTER,
+    LineWatchdog,
     Progress,
     RateLimiter,
-    _blocks,
-    _LineWatchdog,
-    _read_body,
     map_exceptions,
+    read_blocks,
+    read_body,
 )
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ class ContextClient:
         try:
             if resp.status >= 400:
                 try:
-                    body = await _read_body(resp, self.server, what, settings, _ERROR_BODY_MAX)
+                    body = await read_body(resp, self.server, what, settings, ERROR_BODY_MAX)
                 except KubemuxError:
                     body = bytearray()
                 raise api_error_from_status(resp.status, bytes(body))
@@ -214,7 +214,7 @@ class ContextClient:
         async with self._request(
             what, resource.path(namespace), params, settings, t, progress, throttle, accept
         ) as resp:
-            body = await _read_body(resp, self.server, what, settings, settings.max_response_size)
+            body = await read_body(resp, self.server, what, settings, settings.max_response_size)
         progress.end()
         return body
 
@@ -254,9 +254,9 @@ class ContextClient:
             accept,
         ) as resp:
             progress.end()
-            watchdog = _LineWatchdog(resp.content, self.server, settings, progress)
+            watchdog = LineWatchdog(resp.content, self.server, settings, progress)
             try:
-                yield _blocks(resp, self.server, settings, progress)
+                yield read_blocks(resp, self.server, settings, progress)
             finally:
                 watchdog.cancel()
 
@@ -282,7 +282,7 @@ class ContextClient:
         t = aiohttp.ClientTimeout(total=s.request_timeout, sock_connect=s.connect_timeout)
         what = f"GET {path}"
         async with self._request(what, path, params or {}, s, t, Progress(), True, accept) as resp:
-            body = await _read_body(resp, self.server, what, s, s.max_response_size)
+            body = await read_body(resp, self.server, what, s, s.max_response_size)
             return resp.headers.get("Content-Type", ""), bytes(body)
 
     async def post_json(
@@ -315,7 +315,7 @@ class ContextClient:
             )
         try:
             # a review is a few hundred bytes: a hostile server cannot make us hold more
-            data = bytes(await _read_body(resp, self.server, what, settings, _ERROR_BODY_MAX))
+            data = bytes(await read_body(resp, self.server, what, settings, ERROR_BODY_MAX))
             if resp.status >= 400:
                 raise api_error_from_status(resp.status, data)
             return data

@@ -14,8 +14,9 @@ the live changes that follow.
 from __future__ import annotations
 
 import builtins
+import contextlib
 from collections import deque
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Container, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -388,3 +389,11 @@ class Fanout:
     def close_all(self) -> None:
         for sub in list(self._subs.values()):
             sub.close()
+
+    @contextlib.asynccontextmanager
+    async def open(self) -> AsyncGenerator[None]:
+        """Every subscription ends when the block does (after its last change)."""
+        try:
+            yield
+        finally:
+            self.close_all()

@@ -45,7 +45,7 @@ from ._informer_types import (
     count_error,
     skip_reason,
 )
-from ._listing import Lister, _status_error
+from ._listing import Lister, status_error
 from ._resources import Resource
 from ._settings import WatchSettings
 from ._store import Store
@@ -387,7 +387,7 @@ class Informer(Lister):
                 return None
             if etype == "ERROR":
                 status = orjson.loads(raw)
-                raise _status_error(status if isinstance(status, dict) else {})
+                raise status_error(status if isinstance(status, dict) else {})
         except DecodeError as exc:
             what = self._line_name(line)
             what = f" of {what}" if what else ""

@@ -27,6 +27,8 @@ __all__ = [
     "CLUSTER",
     "CONFIG",
     "CONTEXT",
+    "HEADER_UNSAFE",
+    "URL_UNSAFE",
     "USER",
     "SchemaError",
     "check_entry",
@@ -217,8 +219,8 @@ def type_name(value: Any) -> str:
 # --------------------------------------------------------------------------- per entry
 
 # Go's net/http refuses header values with control characters other than tab.
-_HEADER_UNSAFE: Final = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
-_URL_UNSAFE: Final = re.compile("[\x00-\x20\x7f]")
+HEADER_UNSAFE: Final = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
+URL_UNSAFE: Final = re.compile("[\x00-\x20\x7f]")
 _REMOVED_PROVIDERS: Final = {
     "azure": "use the kubelogin exec plugin (https://azure.github.io/kubelogin/)",
     "gcp": "use the gke-gcloud-auth-plugin exec plugin",
@@ -232,14 +234,14 @@ _PROXY_SCHEMES: Final = ("http", "https", "socks5", "socks5h")
 def cluster_problem(body: Mapping[str, Any]) -> str | None:
     """Why a (type-checked) cluster entry cannot be used, or ``None``."""
     server = body.get("server")
-    if server and _URL_UNSAFE.search(server):
+    if server and URL_UNSAFE.search(server):
         return "server URL contains a space or a control character"
     path = body.get("certificate-authority")
     if path and "\0" in path:
         return "certificate-authority: the path contains a NUL character"
     proxy = body.get("proxy-url")
     if proxy:
-        if _URL_UNSAFE.search(proxy):
+        if URL_UNSAFE.search(proxy):
             return "proxy-url contains a space or a control character"
         scheme = urllib.parse.urlsplit(proxy).scheme.lower()
         if scheme in _SOCKS4:
@@ -260,10 +262,10 @@ def user_problem(body: Mapping[str, Any]) -> str | None:
     """Why a (type-checked) user entry cannot be used, or ``None``."""
     for key in ("token", "as", "as-uid"):
         value = body.get(key)
-        if value and _HEADER_UNSAFE.search(value):
+        if value and HEADER_UNSAFE.search(value):
             return f"{key} contains a line break or a control character"
     for group in body.get("as-groups") or ():
-        if _HEADER_UNSAFE.search(group):
+        if HEADER_UNSAFE.search(group):
             return "as-groups contains a line break or a control character"
     for key in ("client-certificate", "client-key", "tokenFile"):
         value = body.get(key)

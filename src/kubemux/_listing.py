@@ -35,7 +35,7 @@ from ._resources import Resource
 from ._settings import WatchSettings
 from ._store import Replacement, Store, announced_entries
 
-__all__ = ["Lister", "page_slices"]
+__all__ = ["Lister", "page_slices", "status_error"]
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +250,7 @@ class Lister:
                                 continue
                             if etype == "ERROR":
                                 status = orjson.loads(raw)
-                                raise _status_error(status if isinstance(status, dict) else {})
+                                raise status_error(status if isinstance(status, dict) else {})
                             obj = orjson.loads(raw) if etype == "BOOKMARK" else None
                         except DecodeError as exc:
                             self._skip(
@@ -367,7 +367,7 @@ _SLICE_BYTES = 8 * 1024 * 1024  # LIST items copied and decoded between two yiel
 _PAGE_SLICE_BYTES = 4 * 1024 * 1024  # a LIST page is decoded this much at a time (~4 ms)
 
 
-def _status_error(obj: Mapping[str, Any]) -> ApiError:
+def status_error(obj: Mapping[str, Any]) -> ApiError:
     from ._errors import api_error_from_status
 
     code = obj.get("code")

@@ -26,6 +26,7 @@ from ._changes import Publisher, ResourceNames
 from ._connector import Connector, HttpConnector
 from ._context import ContextGeneration, GenerationSettings
 from ._event_index import EventIndex
+from ._failure import single_exception
 from ._fanout import Change, Fanout, Subscription
 from ._following import KubeconfigFollower, default_source
 from ._generations import Generations
@@ -201,7 +202,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             async with (  # left in reverse: the follower ends, then every generation,
                 self._source as source,  # then subscriptions (after each one's last change)
                 self._connector.open(),  # a share engine's session, for every generation
-                self._subscriptions(),
+                self._fanout.open(),  # every subscription ends with it
                 self._generations.open() as generations,
                 anyio.create_task_group() as tg,
             ):
@@ -215,7 +216,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         except BaseExceptionGroup as group:
             # Our tasks contain their own failures, so a group here carries the caller's
             # exception from the body: give it back unwrapped.
-            inner = _single(group)
+            inner = single_exception(group)
             if inner is None:
                 raise
             raise inner from inner.__cause__
@@ -224,14 +225,6 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
     def _state(self) -> str:
         state = self._generations.state
         return "opening" if state == "unopened" and self._entered else state
-
-    @contextlib.asynccontextmanager
-    async def _subscriptions(self) -> AsyncGenerator[None]:
-        """Every subscription ends when the block does."""
-        try:
-            yield
-        finally:
-            self._fanout.close_all()
 
     # ------------------------------------------------------------------ generations
     async def stop_watcher(self, context: str) -> bool:
@@ -487,15 +480,6 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
     @property
     def _gens(self) -> Mapping[str, ContextGeneration]:  # for tests
         return self._generations.gens
-
-
-def _single(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        if len(exc.exceptions) != 1:
-            return None
-        exc = exc.exceptions[0]
-    return exc
 
 
 def _no_share() -> None:

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from ._codec import Entry
 
-if TYPE_CHECKING:
-    from ._store import Key
+__all__ = ["Key", "SortedNames", "StoreSnapshot"]
 
-__all__ = ["SortedNames", "StoreSnapshot"]
+Key = tuple[str, str]
+"""(namespace, name); namespace is ``""`` for cluster-scoped objects."""
 
 Bucket = dict[str, "bytes | Entry"]
 SortedNames = dict[str, tuple[Bucket, list[str]]]

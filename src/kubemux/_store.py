@@ -31,7 +31,7 @@ from ._codec import Entry, StoreChange, decode_entry, decode_raw
 from ._history import EventHistory, HistoryEvent
 from ._informer_types import View
 from ._resources import Resource
-from ._snapshot import SortedNames, StoreSnapshot
+from ._snapshot import Key, SortedNames, StoreSnapshot
 
 __all__ = [
     "EventHistory",
@@ -50,9 +50,6 @@ __all__ = [
     "drop_managed_fields",
     "object_key",
 ]
-
-Key = tuple[str, str]
-"""(namespace, name); namespace is ``""`` for cluster-scoped objects."""
 
 Transform = _codec.Transform  # one definition: a function from an object to an object
 Indexer = Callable[[Mapping[str, Any]], Iterable[str]]

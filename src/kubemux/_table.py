@@ -49,6 +49,7 @@ __all__ = [
     "FALLBACK_COLUMNS",
     "TABLE_ACCEPT",
     "TABLE_PAGES",
+    "ColumnDef",
     "TableColumn",
     "TableRow",
     "TableStore",
@@ -58,6 +59,7 @@ __all__ = [
     "parse_columns",
     "row_bytes",
     "row_name",
+    "table_columns",
     "table_fast_path",
 ]
 
@@ -102,7 +104,7 @@ class TableRow:
 
 
 # ------------------------------------------------------------------------------ decoding
-class _ColumnDef(msgspec.Struct, gc=False):
+class ColumnDef(msgspec.Struct, gc=False):  # a TableColumnDefinition, decoded
     name: str = ""
     type: str = "string"
     format: str = ""
@@ -181,7 +183,7 @@ class _FastRow(msgspec.Struct, gc=False):
 
 class _FastTable(msgspec.Struct, gc=False):
     kind: str = ""
-    columnDefinitions: list[_ColumnDef] | None = None
+    columnDefinitions: list[ColumnDef] | None = None
     rows: list[_FastRow] | None = None
 
 
@@ -236,7 +238,7 @@ def _fast_entry(buf: bytes, view: memoryview, pos: int, end: int, row: _FastRow)
 _page_decoder = msgspec.json.Decoder(_TablePage)
 _row_decoder = msgspec.json.Decoder(_Row)
 _row_name_decoder = msgspec.json.Decoder(_RowName)
-_column_decoder = msgspec.json.Decoder(_ColumnDef)
+_column_decoder = msgspec.json.Decoder(ColumnDef)
 _column_name_decoder = msgspec.json.Decoder(_ColumnName)
 _cells_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 _OBJECT_EVENTS = frozenset({"ADDED", "MODIFIED", "DELETED"})
@@ -335,7 +337,8 @@ def fallback_row(raw: bytes) -> bytes:
     return b'{"cells":' + cells + b',"metadata":' + meta + b"}"
 
 
-def _columns(defs: list[_ColumnDef]) -> tuple[TableColumn, ...]:
+def table_columns(defs: list[ColumnDef]) -> tuple[TableColumn, ...]:
+    """The decoded column definitions as :class:`TableColumn` values."""
     return tuple(
         TableColumn(
             name=d.name,
@@ -476,7 +479,7 @@ def table_fast_path(
             and page.kind == "Table"
             and page.rows
             and len(page.rows) == 1
-            and (not page.columnDefinitions or _columns(page.columnDefinitions) == known)
+            and (not page.columnDefinitions or table_columns(page.columnDefinitions) == known)
         ):
             entry = _fast_entry(buf, view, pos, end, page.rows[0])
         if entry is None or not entry.name or not entry.rv:
@@ -490,3 +493,8 @@ def table_fast_path(
 decode_table_page = _page_decoder.decode
 """A Table (a LIST page or a watch event's object) with its rows and columns still encoded,
 or a plain list or object (the fallback)."""
+
+
+# The names share/_redis_table.py imports until it takes the public ones above.
+_ColumnDef = ColumnDef
+_columns = table_columns

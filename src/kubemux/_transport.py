@@ -2,8 +2,8 @@
 
 Every request waits for its context's :class:`RateLimiter`, then notes in a
 :class:`Progress` what the server owes it (read by an informer's ``status()``). A LIST body
-is read whole by :func:`_read_body`, bounded in size and time; a WATCH is read as blocks of
-complete lines by :func:`_blocks`, a line that stalls failed by :class:`_LineWatchdog`.
+is read whole by :func:`read_body`, bounded in size and time; a WATCH is read as blocks of
+complete lines by :func:`read_blocks`, a line that stalls failed by :class:`LineWatchdog`.
 Every foreign exception a request raises is converted in one place, :func:`map_exceptions`:
 connection problems into :class:`ClusterUnreachable` naming the server, a slow server into
 :class:`ServerTimeout`, a malformed or oversized response into :class:`ProtocolError` /
@@ -39,12 +39,16 @@ from ._settings import WatchSettings
 from ._socks import SocksFailure
 
 __all__ = [
+    "ERROR_BODY_MAX",
     "SLOW_AFTER",
+    "LineWatchdog",
     "Progress",
     "RateLimiter",
     "fd_exhaustion",
     "map_exceptions",
     "open_watches",
+    "read_blocks",
+    "read_body",
     "too_many_open_files",
 ]
 
@@ -163,7 +167,7 @@ def too_many_open_files(server: str, what: str, code: int) -> TooManyOpenFiles:
     return TooManyOpenFiles(server, what, limit=limit, hard_limit=hard, open_watches=_open_watches)
 
 
-class _LineWatchdog:
+class LineWatchdog:
     """Fails a watch whose current line is overdue (see ``WatchSettings.read_timeout``).
 
     A timer a few times per ``read_timeout``, not a timeout around every read: the hot path
@@ -214,7 +218,7 @@ class _LineWatchdog:
             _open_watches -= 1
 
 
-_ERROR_BODY_MAX = 1024 * 1024  # an error Status is small; read no more of a hostile one
+ERROR_BODY_MAX = 1024 * 1024  # an error Status is small; read no more of a hostile one
 
 
 @contextlib.contextmanager
@@ -260,7 +264,7 @@ def _deadline(began: float, received: int, settings: WatchSettings) -> float:
     return began + settings.read_timeout + received / max(1, settings.min_read_rate)
 
 
-async def _read_body(
+async def read_body(
     resp: aiohttp.ClientResponse, server: str, what: str, settings: WatchSettings, limit: int
 ) -> bytearray:
     """The whole body, refused once it exceeds ``limit`` bytes or stalls (see
@@ -293,7 +297,7 @@ async def _read_body(
                 )
 
 
-async def _blocks(
+async def read_blocks(
     resp: aiohttp.ClientResponse, server: str, settings: WatchSettings, progress: Progress
 ) -> AsyncIterator[Block]:
     """The response as blocks of complete lines, about one block per socket read.

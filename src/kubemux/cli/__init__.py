@@ -27,25 +27,22 @@ import anyio
 
 from .. import __version__
 from .._redact import terminal_safe
-from . import _get, _proxy, _watch
-from ._dashboard import _dashboard, _demo
+from . import _dashboard, _get, _proxy, _relay, _status, _watch
 from ._limits import open_file_limits
 from ._output import (
-    _OUTCOME,
-    _PIPE_CLOSED,
-    _REPORTED,
     KUBECONFIG_HELP,
     LEVELS,
+    OUTCOME,
+    PIPE_CLOSED,
+    REPORTED,
     CommandError,
     SafeFormatter,
-    _is_closed_pipe,
-    _leaves,
-    _report,
-    _silence_stdout,
     configure_logging,
+    exception_leaves,
+    is_closed_pipe,
+    report,
+    silence_stdout,
 )
-from ._relay import _relay, _relay_parser
-from ._status import _status
 
 __all__ = ["CommandError", "SafeFormatter", "configure_logging", "main", "run"]
 
@@ -169,7 +166,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--open", action="store_true", help="open the dashboard in a web browser")
     b.add_argument("--duration", type=float, default=None, help=argparse.SUPPRESS)
-    _relay_parser(sub)
+    _relay.add_parser(sub)
     _proxy.add_parser(sub, common)
     return p
 
@@ -191,12 +188,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BaseExceptionGroup as group:
-        if all(isinstance(e, KeyboardInterrupt) for e in _leaves(group)):
+        if all(isinstance(e, KeyboardInterrupt) for e in exception_leaves(group)):
             return 130
         raise
     finally:
-        if _PIPE_CLOSED in _OUTCOME:
-            _silence_stdout()
+        if PIPE_CLOSED in OUTCOME:
+            silence_stdout()
 
 
 async def run(
@@ -215,12 +212,12 @@ async def _run_parsed(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
     try:
         return await _dispatch(args, out, err)
     except BaseException as exc:
-        leaves = _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
-        if any(_is_closed_pipe(e) for e in leaves):  # `kubemux watch pods | head`
-            _OUTCOME.add(_PIPE_CLOSED)
+        leaves = exception_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+        if any(is_closed_pipe(e) for e in leaves):  # `kubemux watch pods | head`
+            OUTCOME.add(PIPE_CLOSED)
             return 0
-        if len(leaves) == 1 and isinstance(leaves[0], _REPORTED):
-            _report(leaves[0], err)
+        if len(leaves) == 1 and isinstance(leaves[0], REPORTED):
+            report(leaves[0], err)
             return 1
         raise
 
@@ -232,7 +229,7 @@ async def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 async def _command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.command == "relay":
-        return await _relay(args, out)
+        return await _relay.relay(args, out)
     if args.command == "proxy":
         return await _proxy.proxy(args, out, err)
     if args.command == "get" and not args.watch:
@@ -240,10 +237,10 @@ async def _command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.command in ("get", "watch"):
         return await _watch.watch(args, out, err)
     if args.command == "status":
-        return await _status(args, out, err)
+        return await _status.status(args, out, err)
     if args.command == "dashboard":
-        return await _dashboard(args, out)
-    return await _demo(args, out)
+        return await _dashboard.dashboard(args, out)
+    return await _dashboard.demo(args, out)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -72,7 +72,7 @@ async def _open_browser(url: str) -> None:
     await anyio.to_thread.run_sync(webbrowser.open, url)
 
 
-async def _dashboard(args: argparse.Namespace, out: TextIO) -> int:
+async def dashboard(args: argparse.Namespace, out: TextIO) -> int:
     module = load_dashboard()
     parse_resource(args.resource)
     load_kubeconfig(args.kubeconfig)  # fail now, with one line, rather than in the server
@@ -102,7 +102,7 @@ async def _dashboard(args: argparse.Namespace, out: TextIO) -> int:
 
 
 # ---------------------------------------------------------------------- demo
-async def _demo(args: argparse.Namespace, out: TextIO) -> int:
+async def demo(args: argparse.Namespace, out: TextIO) -> int:
     from ..testing import FakeCluster, simulate_workload, write_kubeconfig
 
     module = None if args.watch else load_dashboard()

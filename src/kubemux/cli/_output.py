@@ -111,12 +111,12 @@ def startup(verbose: int) -> Iterator[None]:
         _STARTUP.quiet = False
 
 
-_REPORTED = (KubemuxError, ValueError, OSError, CommandError)
-_PIPE_CLOSED = "pipe closed"
-_OUTCOME: set[str] = set()
+REPORTED = (KubemuxError, ValueError, OSError, CommandError)
+PIPE_CLOSED = "pipe closed"
+OUTCOME: set[str] = set()
 
 
-def _is_closed_pipe(exc: BaseException) -> bool:
+def is_closed_pipe(exc: BaseException) -> bool:
     return isinstance(exc, BrokenPipeError) or (
         isinstance(exc, OSError)
         and exc.errno in (errno.EPIPE, errno.ECONNRESET)
@@ -124,7 +124,7 @@ def _is_closed_pipe(exc: BaseException) -> bool:
     )
 
 
-def _silence_stdout() -> None:
+def silence_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's last flush cannot fail noisily."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -134,15 +134,15 @@ def _silence_stdout() -> None:
         pass
 
 
-def _report(exc: BaseException, err: TextIO) -> None:
+def report(exc: BaseException, err: TextIO) -> None:
     print(f"kubemux: error: {terminal_safe(redact_text(_one_line(exc)))}", file=err)
 
 
-def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+def exception_leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     """The exceptions inside ``group``, however nested."""
     out: list[BaseException] = []
     for exc in group.exceptions:
-        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+        out.extend(exception_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
     return out
 
 
@@ -152,7 +152,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def _state(state: object) -> str:
+def state_text(state: object) -> str:
     """A state's text, whether a plain string or a ``str`` enum member."""
     return str(getattr(state, "value", state))
 

@@ -17,7 +17,7 @@ from ._output import KUBECONFIG_HELP
 
 
 # ---------------------------------------------------------------------- relay (shared watches)
-def _relay_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     r = sub.add_parser(
         "relay",
         help="lead shared watches for other replicas (headless)",
@@ -37,7 +37,7 @@ def _relay_parser(sub: Any) -> None:
     r.add_argument("--duration", type=float, default=None, help=argparse.SUPPRESS)
 
 
-async def _relay(args: argparse.Namespace, out: TextIO) -> int:
+async def relay(args: argparse.Namespace, out: TextIO) -> int:
     import signal
 
     from ..share import Redis

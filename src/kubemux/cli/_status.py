@@ -15,11 +15,11 @@ from .._redact import redact_text, redact_url, terminal_safe
 from .._registry import WatcherRegistry
 from .._resources import parse_resource
 from .._status import RegistryStatus
-from ._output import _state, startup, table
+from ._output import startup, state_text, table
 
 
 # ---------------------------------------------------------------------- status
-async def _status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+async def status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.follow:
         return await _follow_status(args, out)
     registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=False)
@@ -81,7 +81,7 @@ def _status_text(st: RegistryStatus) -> str:
             [
                 "*" if c.name == cur else "",
                 c.name,
-                _state(c.state),
+                state_text(c.state),
                 redact_url(c.server),
                 c.user_name,
                 c.namespace or "",

@@ -16,7 +16,8 @@ from kubemux import Forbidden, KubemuxError, Resource, UnknownResource, parse_re
 
 from .._codec import decode_raw
 from .._redact import redact_text
-from ._state import Dashboard, Problem, _dashboard, _json
+from ._responses import Problem, json_response
+from ._state import Dashboard, dashboard_of
 from .views import event_payload, redact
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -28,7 +29,7 @@ def _param(request: Request, name: str) -> str:
     return urllib.parse.unquote(request.path_params[name])
 
 
-async def _problem_handler(request: Request, exc: Exception) -> Response:
+async def problem_handler(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, Problem)
     return exc.response()
 
@@ -44,22 +45,22 @@ def _namespace(segment: str) -> str:
     return "" if segment in ("_", "-") else segment
 
 
-async def _page(request: Request) -> Response:
+async def page(request: Request) -> Response:
     return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
 
-async def _api_not_found(request: Request) -> Response:
+async def api_not_found(request: Request) -> Response:
     raise Problem(404, f"no such API endpoint: {request.url.path}")
 
 
-async def _api_contexts(request: Request) -> Response:
-    dashboard = _dashboard(request)
+async def api_contexts(request: Request) -> Response:
+    dashboard = dashboard_of(request)
     raw = dashboard.contexts_json(dashboard.registry.status_version)
     return Response(raw, media_type="application/json")
 
 
-async def _api_list(request: Request) -> Response:
-    dashboard = _dashboard(request)
+async def api_list(request: Request) -> Response:
+    dashboard = dashboard_of(request)
     context = _param(request, "context")
     resource = _resource(_param(request, "resource"))
     namespace = request.query_params.get("namespace") or None
@@ -79,8 +80,8 @@ async def _api_list(request: Request) -> Response:
     return Response(body, media_type="application/json")
 
 
-async def _api_resources(request: Request) -> Response:
-    dashboard = _dashboard(request)
+async def api_resources(request: Request) -> Response:
+    dashboard = dashboard_of(request)
     context = _param(request, "context")
     with anyio.move_on_after(dashboard.sync_timeout):
         try:
@@ -96,12 +97,12 @@ async def _api_resources(request: Request) -> Response:
             }
             for r in served
         ]
-        return _json({"context": context, "resources": resources})
+        return json_response({"context": context, "resources": resources})
     raise Problem(503, f"discovery of context {context!r} is not done yet", retry_after=1)
 
 
-async def _api_table(request: Request) -> Response:
-    dashboard = _dashboard(request)
+async def api_table(request: Request) -> Response:
+    dashboard = dashboard_of(request)
     context = _param(request, "context")
     name = _param(request, "resource")  # as typed: discovery resolves it, as kubectl does
     namespace = request.query_params.get("namespace") or None
@@ -111,7 +112,7 @@ async def _api_table(request: Request) -> Response:
         except UnknownResource as exc:
             problem = dashboard.problem(exc, context)
             body = {"error": problem.message, "status": 404, "suggestions": list(exc.suggestions)}
-            return _json(body, status=404)
+            return json_response(body, status=404)
         except KubemuxError as exc:
             raise dashboard.problem(exc, context) from exc
         except ValueError as exc:
@@ -130,7 +131,7 @@ async def _api_table(request: Request) -> Response:
             {"namespace": r.namespace, "name": r.name, "cells": list(r.cells)}
             for r in table.rows(namespace)
         ]
-        return _json(
+        return json_response(
             {
                 "context": context,
                 "resource": table.resource.name,
@@ -142,8 +143,8 @@ async def _api_table(request: Request) -> Response:
     raise Problem(503, f"{name} in context {context!r} is not synced yet", retry_after=1)
 
 
-async def _api_object(request: Request) -> Response:
-    dashboard = _dashboard(request)
+async def api_object(request: Request) -> Response:
+    dashboard = dashboard_of(request)
     context = _param(request, "context")
     resource = _resource(_param(request, "resource"))
     namespace = _namespace(_param(request, "namespace"))
@@ -153,11 +154,11 @@ async def _api_object(request: Request) -> Response:
     if obj is None:
         where = f"{namespace}/{name}" if namespace else name
         raise Problem(404, f"{resource.name} {where} not found in context {context!r}")
-    return _json(redact(resource, obj))
+    return json_response(redact(resource, obj))
 
 
-async def _api_events(request: Request) -> Response:
-    dashboard = _dashboard(request)
+async def api_events(request: Request) -> Response:
+    dashboard = dashboard_of(request)
     registry = dashboard.registry
     context = _param(request, "context")
     kind = _param(request, "kind")
@@ -170,7 +171,7 @@ async def _api_events(request: Request) -> Response:
             events = await registry.events_for(context, kind, namespace or None, name)
         except KubemuxError as exc:
             raise dashboard.problem(exc, context) from exc
-        return _json(
+        return json_response(
             {
                 "context": context,
                 "kind": kind,
@@ -207,10 +208,10 @@ async def _every_context(
     return contexts, answers, errors
 
 
-async def _api_all_resources(request: Request) -> Response:
+async def api_all_resources(request: Request) -> Response:
     """What the contexts serve (discovery), merged: each resource once, with the contexts
     serving it; in the first context's (kubectl's priority) order, then the others'."""
-    dashboard = _dashboard(request)
+    dashboard = dashboard_of(request)
     registry = dashboard.registry
     contexts, answers, errors = await _every_context(dashboard, registry.resources)
     merged: dict[str, dict[str, Any]] = {}
@@ -227,15 +228,15 @@ async def _api_all_resources(request: Request) -> Response:
                 }
             item["contexts"].append(context)
     pending = [c for c in contexts if c not in answers and c not in errors]
-    return _json({"resources": list(merged.values()), "errors": errors, "pending": pending})
+    return json_response({"resources": list(merged.values()), "errors": errors, "pending": pending})
 
 
-async def _api_namespaces(request: Request) -> Response:
+async def api_namespaces(request: Request) -> Response:
     """The namespaces of every context's cluster (a live table view of ``namespaces`` in
     each), merged by name with the contexts that have them. Where the user may not list
     namespaces, the context's own namespace from the kubeconfig stands in (and the error
     is in ``errors``)."""
-    dashboard = _dashboard(request)
+    dashboard = dashboard_of(request)
     registry = dashboard.registry
 
     forbidden: dict[str, str] = {}
@@ -257,4 +258,4 @@ async def _api_namespaces(request: Request) -> Response:
             merged.setdefault(name, []).append(context)
     pending = [c for c in contexts if c not in answers and c not in errors]
     namespaces = [{"name": n, "contexts": merged[n]} for n in sorted(merged)]
-    return _json({"namespaces": namespaces, "errors": errors, "pending": pending})
+    return json_response({"namespaces": namespaces, "errors": errors, "pending": pending})

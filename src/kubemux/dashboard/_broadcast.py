@@ -10,7 +10,7 @@ the event loop, so a change seen by a thousand streams is a thousand small write
 over a few turns, never one long turn.
 
 A connection that joins a running view catches up on its own (``reset``, the stores'
-rows from the shared :class:`~.streams.SnapshotCache`, ``synced``, the last contexts
+rows from the shared :class:`~._snapshots.SnapshotCache`, ``synced``, the last contexts
 panel) while the view's live events queue up for it since it joined: no gap, and a change
 that is in both is applied twice, harmlessly. A connection whose client does not keep up
 never holds anybody back: its queue grows to ``PENDING_BYTES`` at most, is then dropped,
@@ -31,7 +31,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -40,10 +39,9 @@ from starlette.types import Send
 
 from kubemux import Resource
 
-from .streams import RETRY_MS, Stream, encode_event
-
-if TYPE_CHECKING:
-    from ._state import Dashboard
+from ._context import StreamContext
+from ._encoding import RETRY_MS, encode_event
+from .streams import Stream
 
 __all__ = ["Connection", "Hub"]
 
@@ -180,8 +178,8 @@ class _Pacer:
 class _ViewStream(Stream):
     """A view's stream: it tells the view when it subscribed and what the panel says."""
 
-    def __init__(self, dashboard: Dashboard, view: _View) -> None:
-        super().__init__(dashboard, view.broadcast)
+    def __init__(self, context: StreamContext, view: _View) -> None:
+        super().__init__(context, view.broadcast)
         self._view = view
 
     async def _emit(self, event: str, data: object) -> None:
@@ -205,7 +203,7 @@ class _View:
         self.contexts: bytes | None = None  # the last contexts panel sent
         self.ended = False
         self.scope = anyio.CancelScope()
-        self.stream = _ViewStream(hub.dashboard, self)
+        self.stream = _ViewStream(hub.context, self)
 
     async def run(self) -> None:
         try:
@@ -237,7 +235,7 @@ class _View:
         try:
             while not self.ended:
                 if not conn.live:
-                    replay = Stream(self.hub.dashboard, conn.write)
+                    replay = Stream(self.hub.context, conn.write)
                     await replay.replay_table(self.resource, self.namespace)
                     conn.live = True
                 if conn.pending:
@@ -262,8 +260,8 @@ class Hub:
     Runs while :meth:`running` is entered (the app's lifespan).
     """
 
-    def __init__(self, dashboard: Dashboard) -> None:
-        self.dashboard = dashboard
+    def __init__(self, context: StreamContext) -> None:
+        self.context = context
         self.views: dict[tuple[Resource, str | None], _View] = {}
         self.connections: set[Connection] = set()
         self.pacer = _Pacer()
@@ -307,7 +305,7 @@ class Hub:
 
     async def _sweep(self) -> None:
         """Every ``stream_send_timeout / 4``: end the streams whose write has waited longer."""
-        timeout = self.dashboard.stream_send_timeout
+        timeout = self.context.stream_send_timeout
         while True:
             await anyio.sleep(timeout / 4)
             now = time.monotonic()

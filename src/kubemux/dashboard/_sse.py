@@ -16,7 +16,8 @@ from starlette.types import Receive, Scope, Send
 from kubemux import parse_resource
 
 from ._broadcast import Connection, Hub
-from ._state import Dashboard, Problem, _dashboard
+from ._responses import Problem
+from ._state import Dashboard, dashboard_of
 from .streams import Stream
 
 log = logging.getLogger("kubemux.dashboard.app")  # the name it had before the split
@@ -24,8 +25,8 @@ log = logging.getLogger("kubemux.dashboard.app")  # the name it had before the s
 Run = Callable[[Hub, Connection], Coroutine[None, None, None]]
 
 
-async def _api_stream(request: Request) -> Response:
-    dashboard = _dashboard(request)
+async def api_stream(request: Request) -> Response:
+    dashboard = dashboard_of(request)
     if dashboard.streams >= dashboard.max_streams:
         log.warning("refused an event stream: %d are open (max_streams)", dashboard.streams)
         raise Problem(
@@ -42,7 +43,7 @@ async def _api_stream(request: Request) -> Response:
         ns = query.get("namespace") or ""
 
         async def run_object(hub: Hub, conn: Connection) -> None:
-            await Stream(dashboard, conn.write).object(context, resource, ns, name)
+            await Stream(dashboard.stream_context, conn.write).object(context, resource, ns, name)
 
         return _EventStream(dashboard, run_object)
     namespace = (query.get("namespace") or None) if resource.namespaced else None
@@ -54,7 +55,7 @@ async def _api_stream(request: Request) -> Response:
 
 
 async def _fail(message: str, hub: Hub, conn: Connection) -> None:
-    await Stream(hub.dashboard, conn.write).fail(message)
+    await Stream(hub.context, conn.write).fail(message)
 
 
 class _EventStream(Response):
@@ -95,7 +96,7 @@ class _EventStream(Response):
             async with contextlib.AsyncExitStack() as stack:
                 hub = dashboard.hub
                 if not hub.is_running:  # a mounted app (no lifespan): a hub of its own
-                    hub = await stack.enter_async_context(Hub(dashboard).running())
+                    hub = await stack.enter_async_context(Hub(dashboard.stream_context).running())
                 conn = Connection(send, hub.pacer)
                 dashboard.stream_scopes.add(conn.scope)
                 hub.connections.add(conn)

@@ -1,10 +1,8 @@
-"""The dashboard's state (:class:`Dashboard`), its API errors (:class:`Problem`) and the
-admission of event streams."""
+"""The dashboard's state (:class:`Dashboard`) and the admission of event streams."""
 
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from types import ModuleType
@@ -14,7 +12,6 @@ import anyio
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
 
 from kubemux import (
     ApiError,
@@ -30,15 +27,16 @@ from kubemux import (
     parse_resource,
 )
 
-from .._redact import redact_text
 from ._broadcast import Hub
-from .streams import SnapshotCache
+from ._context import StreamContext
+from ._responses import Problem
+from ._snapshots import SnapshotCache
 from .views import status_payload
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-__all__ = ["Dashboard", "Problem"]
+__all__ = ["Dashboard", "Problem", "dashboard_of"]
 
 
 def _metrics_module() -> ModuleType | None:
@@ -53,24 +51,6 @@ def _metrics_module() -> ModuleType | None:
 CONTEXTS_TTL = 0.05  # seconds a contexts panel is shared before it is built again
 ADMISSION_RATE = 200.0  # event streams started per second, at most, after a burst of
 ADMISSION_BURST = 20
-
-
-class Problem(Exception):
-    """An API error: answered as JSON ``{"error": message, "status": status}``."""
-
-    def __init__(self, status: int, message: str, *, retry_after: float | None = None) -> None:
-        message = redact_text(message)  # a server URL in an error keeps no password
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.retry_after = retry_after
-
-    def response(self) -> Response:
-        headers = {}
-        if self.retry_after is not None:
-            headers["Retry-After"] = str(max(1, math.ceil(self.retry_after)))
-        body = {"error": self.message, "status": self.status}
-        return _json(body, status=self.status, headers=headers)
 
 
 class Dashboard:
@@ -131,7 +111,17 @@ class Dashboard:
             self.prom = prometheus_client.CollectorRegistry()
         self._metrics_registered = False
         self.snapshots = SnapshotCache()
-        self.hub = Hub(self)  # the event streams' views, run in the lifespan
+        # what the event streams read of the dashboard: they and the hub hold this, not it
+        self.stream_context = StreamContext(
+            title=title,
+            sync_timeout=sync_timeout,
+            status_period=status_period,
+            stream_send_timeout=stream_send_timeout,
+            snapshots=self.snapshots,
+            running_registry=lambda: self.registry,
+            contexts_json=self.contexts_json,
+        )
+        self.hub = Hub(self.stream_context)  # the event streams' views, run in the lifespan
         self._contexts_cache: tuple[int, float, bytes] | None = None
         self._external = registry
         self._registry: WatcherRegistry | None = registry
@@ -305,13 +295,8 @@ class Dashboard:
         return ctx.retry_in if ctx is not None and ctx.retry_in else 1.0
 
 
-def _json(body: object, *, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
-    return Response(
-        orjson.dumps(body), status_code=status, headers=headers, media_type="application/json"
-    )
-
-
-def _dashboard(request: Request) -> Dashboard:
+def dashboard_of(request: Request) -> Dashboard:
+    """The :class:`Dashboard` of the app serving ``request``."""
     dashboard = request.app.state.dashboard
     assert isinstance(dashboard, Dashboard)
     return dashboard

@@ -59,20 +59,21 @@ from kubemux import WatcherRegistry
 
 from ._api import (
     STATIC,
-    _api_all_resources,
-    _api_contexts,
-    _api_events,
-    _api_list,
-    _api_namespaces,
-    _api_not_found,
-    _api_object,
-    _api_resources,
-    _api_table,
-    _page,
-    _problem_handler,
+    api_all_resources,
+    api_contexts,
+    api_events,
+    api_list,
+    api_namespaces,
+    api_not_found,
+    api_object,
+    api_resources,
+    api_table,
+    page,
+    problem_handler,
 )
-from ._sse import _api_stream
-from ._state import Dashboard, Problem, _dashboard, _json
+from ._responses import Problem, json_response
+from ._sse import api_stream
+from ._state import Dashboard, dashboard_of
 
 __all__ = ["LOCAL_HOSTS", "Dashboard", "Problem", "create_app"]
 
@@ -134,26 +135,26 @@ def create_app(
         stream_send_timeout=stream_send_timeout,
     )
     routes = [
-        Route("/", _page),
-        Route("/object", _page),
+        Route("/", page),
+        Route("/object", page),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
-        Route("/api/contexts", _api_contexts),
-        Route("/api/resources", _api_all_resources),
-        Route("/api/namespaces", _api_namespaces),
-        Route("/api/contexts/{context}/resources", _api_resources),
-        Route("/api/contexts/{context}/{resource}/table", _api_table),
-        Route("/api/contexts/{context}/events/{kind}/{namespace}/{name}", _api_events),
-        Route("/api/contexts/{context}/{resource}", _api_list),
-        Route("/api/contexts/{context}/{resource}/{namespace}/{name}", _api_object),
-        Route("/api/stream", _api_stream),
-        Route("/api/{rest:path}", _api_not_found),
+        Route("/api/contexts", api_contexts),
+        Route("/api/resources", api_all_resources),
+        Route("/api/namespaces", api_namespaces),
+        Route("/api/contexts/{context}/resources", api_resources),
+        Route("/api/contexts/{context}/{resource}/table", api_table),
+        Route("/api/contexts/{context}/events/{kind}/{namespace}/{name}", api_events),
+        Route("/api/contexts/{context}/{resource}", api_list),
+        Route("/api/contexts/{context}/{resource}/{namespace}/{name}", api_object),
+        Route("/api/stream", api_stream),
+        Route("/api/{rest:path}", api_not_found),
     ]
     if dashboard.metrics is not None:
         routes.append(Route("/metrics", _metrics))
     app = Starlette(
         routes=routes,
         lifespan=dashboard.lifespan,
-        exception_handlers={Problem: _problem_handler},
+        exception_handlers={Problem: problem_handler},
     )
     app.state.dashboard = dashboard
     app.add_middleware(_Guard, allowed_hosts=allowed_hosts)
@@ -174,7 +175,7 @@ class _Guard:
         if self.allowed is not None:
             host = _host(dict(scope["headers"]).get(b"host", b"").decode("latin-1"))
             if host not in self.allowed:
-                response = _json(
+                response = json_response(
                     {"error": f"host {host!r} is not allowed", "status": 400}, status=400
                 )
                 await response(scope, receive, send)
@@ -218,5 +219,5 @@ def _host(header: str) -> str:
 
 
 async def _metrics(request: Request) -> Response:
-    body = _dashboard(request).scrape()
+    body = dashboard_of(request).scrape()
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")

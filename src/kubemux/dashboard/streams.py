@@ -61,13 +61,10 @@ Events (``data`` is JSON):
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
-import anyio.abc
-import anyio.lowlevel
 import orjson
 
 from kubemux import (
@@ -76,7 +73,6 @@ from kubemux import (
     KubemuxError,
     MultiTableStore,
     Resource,
-    Store,
     SubscriberOverflow,
     Subscription,
     TableColumn,
@@ -84,16 +80,10 @@ from kubemux import (
     WatcherRegistry,
 )
 
-from ._rows import change_bytes, row_change
-from .views import (
-    column_payload,
-    event_payload,
-    object_payload,
-    status_payload,
-)
-
-if TYPE_CHECKING:
-    from .app import Dashboard
+from ._context import StreamContext
+from ._encoding import BATCH, RETRY_MS, columns_event, encode_event, encoded
+from ._snapshots import SnapshotCache  # re-exported: this module was its home
+from .views import event_payload, object_payload, status_payload
 
 __all__ = [
     "EVENT_RESOURCES",
@@ -107,177 +97,25 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 EVENT_RESOURCES = frozenset({"events.events.k8s.io", "events"})
-BATCH = 500  # changes per ``changes`` event
-SLICE = 100  # objects summarised between two checkpoints
-RETRY_MS = 1000  # EventSource reconnection delay
 NEWS_DELAY = 0.1  # seconds between a row change and the contexts panel's update
 COUNTS_PERIOD = 1.0  # seconds between contexts panels sent only for new object counts
-ENCODED_CHANGES = 1024  # live changes whose encoding is kept for the other streams
 
 
-def encode_event(event: str, data: object, *, retry: int | None = None) -> bytes:
-    """One server-sent event, ``data`` as JSON (already encoded if bytes).
-
-    JSON holds no raw line break, so the data is one ``data:`` line and the bytes are
-    joined, not re-encoded.
-    """
-    raw = data if isinstance(data, bytes) else orjson.dumps(data)
-    tail = b"\r\n\r\n" if retry is None else b"\r\nretry: %d\r\n\r\n" % retry
-    return b"event: " + event.encode() + b"\r\ndata: " + raw + tail
-
-
-_encoded: OrderedDict[int, tuple[Change, bytes | None]] = OrderedDict()
-
-
-def encoded(change: Change) -> bytes | None:
-    """``change`` as the browser's table consumes it, JSON-encoded once for every stream
-    (:func:`~._rows.change_bytes`: None for one that cannot be encoded, skipped).
-
-    The registry hands the same :class:`~kubemux.Change` to every subscriber, so the
-    encoding is kept (by identity, the change itself held so the key stays unique) for the
-    streams that send it after the first.
-    """
-    key = id(change)
-    hit = _encoded.get(key)
-    if hit is not None and hit[0] is change:
-        return hit[1]
-    raw = change_bytes(change)
-    _encoded[key] = (change, raw)
-    if len(_encoded) > ENCODED_CHANGES:
-        _encoded.popitem(last=False)
-    return raw
-
-
-_columns_events: OrderedDict[tuple[str, str, tuple[TableColumn, ...]], bytes] = OrderedDict()
-
-
-def columns_event(context: str, resource: Resource, columns: tuple[TableColumn, ...]) -> bytes:
-    """The ``columns`` event of one context's table view, encoded once for every stream."""
-    key = (context, resource.name, columns)
-    raw = _columns_events.get(key)
-    if raw is None:
-        data = {
-            "context": context,
-            "resource": resource.name,
-            "columns": [column_payload(c) for c in columns],
-        }
-        raw = _columns_events[key] = encode_event("columns", data)
-        if len(_columns_events) > ENCODED_CHANGES:
-            _columns_events.popitem(last=False)
-    return raw
-
-
-Version = tuple[str, int, tuple[TableColumn, ...]]
-
-
-class _Snapshot:
-    __slots__ = ("events", "rows", "store", "version")
-
-    def __init__(
-        self, store: Store, version: Version, events: list[bytes], rows: dict[bytes, bytes]
-    ) -> None:
-        self.store = store
-        self.version = version
-        self.events = events
-        self.rows = rows
-
-
-class SnapshotCache:
-    """Encoded table snapshots, shared by every stream.
-
-    One entry per (context, resource, namespace): the ``columns`` event and the ``changes``
-    events (``BATCH`` rows each) that replay a table view's store, valid while the store is
-    the same object at the same resourceVersion, size and columns. Concurrent streams wanting the same snapshot wait for one
-    encoding. An entry also keeps each object's encoded row (by the object's bytes), so the
-    next encoding, after a few changes, summarises only the objects that changed. At most
-    ``max_entries`` entries (least recently used go first). :attr:`scoped` keeps the table
-    views over a user's readable namespaces (a forbidden cluster-wide LIST), which
-    ``registry.store()`` does not name, for every stream's snapshot.
-    """
-
-    def __init__(self, max_entries: int = 256) -> None:
-        self.max_entries = max_entries
-        self.encodings = 0  # snapshots encoded (for tests and benches)
-        self.summarized = 0  # objects summarised for snapshots (for tests and benches)
-        self._entries: OrderedDict[tuple[str, str, str | None], _Snapshot] = OrderedDict()
-        self._busy: dict[tuple[str, str, str | None], anyio.Event] = {}
-        # (context, resource) -> a table view over the namespaces the context's user may
-        # read (its cluster-wide LIST was forbidden): registry.store() does not name it
-        self.scoped: dict[tuple[str, str], TableStore | MultiTableStore] = {}
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def clear(self) -> None:
-        self._entries.clear()
-        self.scoped.clear()
-
-    async def events(
-        self,
-        context: str,
-        resource: Resource,
-        namespace: str | None,
-        store: TableStore | MultiTableStore,
-    ) -> list[bytes]:
-        """The ``columns`` and ``changes`` events that replay ``store`` (filtered by
-        ``namespace``)."""
-        key = (context, resource.name, namespace)
-        while True:
-            version = (_resource_version(store), len(store), store.columns)
-            entry = self._entries.get(key)
-            if entry is not None and entry.store is store and entry.version == version:
-                self._entries.move_to_end(key)
-                return entry.events
-            busy = self._busy.get(key)
-            if busy is None:
-                break
-            await busy.wait()  # somebody encodes it: theirs is likely what we need
-        done = self._busy[key] = anyio.Event()
-        try:
-            known = entry.rows if entry is not None else {}
-            raws = store.list_raw(namespace)  # the store at one instant; slices follow it
-            rows: dict[bytes, bytes] = {}
-            events = [columns_event(context, resource, version[2])]
-            fresh = 0
-            for start in range(0, len(raws), BATCH):
-                batch = []
-                for raw in raws[start : start + BATCH]:
-                    row = known.get(raw)
-                    if row is None:
-                        row = row_change("ADDED", context, raw)
-                        fresh += 1
-                        if row is None:
-                            continue  # skipped alone (logged): the others go on
-                        if fresh % SLICE == 0:
-                            await anyio.lowlevel.checkpoint()  # the event loop stays responsive
-                    rows[raw] = row
-                    batch.append(row)
-                events.append(encode_event("changes", b"[" + b",".join(batch) + b"]"))
-            self.encodings += 1
-            self.summarized += fresh
-            self._entries[key] = _Snapshot(store, version, events, rows)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
-            return events
-        finally:
-            del self._busy[key]
-            done.set()
-
-
-def _resource_version(store: Store) -> str:
-    """A store's resourceVersion; a multi-namespace view's, that of each namespace."""
-    if isinstance(store, MultiTableStore):
-        return ",".join(part.resource_version for part in store.stores.values())
-    return store.resource_version
+class _HasStreamContext(Protocol):
+    @property
+    def stream_context(self) -> StreamContext: ...
 
 
 class Stream:
     """One browser's stream, writing events with ``write``: run :meth:`table` or :meth:`object`."""
 
-    def __init__(self, dashboard: Dashboard, write: Callable[[bytes], Awaitable[None]]):
-        self._dash = dashboard
-        self._registry: WatcherRegistry = dashboard.registry  # raises 503 if not running
+    def __init__(
+        self, context: StreamContext | _HasStreamContext, write: Callable[[bytes], Awaitable[None]]
+    ):
+        if not isinstance(context, StreamContext):
+            context = context.stream_context  # a Dashboard, as before its StreamContext
+        self._dash = context
+        self._registry: WatcherRegistry = context.registry  # raises 503 if not running
         self._write = write
         self._watch_errors: dict[str, str] = {}
         self._sent: dict[str, tuple[TableColumn, ...]] = {}  # context -> columns sent

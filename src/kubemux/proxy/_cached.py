@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from operator import itemgetter
 from typing import Any
 
@@ -46,7 +46,14 @@ from .._errors import ApiError, KubemuxError
 from .._multistore import MultiStore
 from .._registry import WatcherRegistry
 from .._resources import Resource
-from ._continue import LATEST, ContinueTokens, SnapshotPins, remaining_item_count
+from ._continue import (
+    LATEST,
+    ContinueTokens,
+    PinnedSnapshot,
+    SnapshotPins,
+    remaining_item_count,
+    take_page,
+)
 from ._field_selector import BUILTIN_GROUPS
 from ._lists import iter_list, iter_table, join_table, split_table_row
 from ._reads import ReadRequest, send_chunks, watch_headers
@@ -63,6 +70,7 @@ from ._rv import (
 from ._selectors import ObjectFilter
 from ._served import ServedStatus, ServedStore, ServedStores
 from ._statuses import ProxyStatusError, too_many_requests
+from ._table_join import Inconsistent, joined_rows, row_matcher, served_columns
 from ._watch import ObjectWatchFormat, TableWatchFormat, WatchFormat, WatchSettings
 from ._writes import WriteMarks
 
@@ -101,46 +109,6 @@ def credential_key(scope: Scope) -> str:
     return f"client:{client[0]}" if client else "anonymous"
 
 
-class _Inconsistent(Exception):
-    """The table and objects views disagree about an object: ask upstream instead."""
-
-
-def _page(
-    items: Iterator[tuple[Key, bytes]], limit: int, match: Callable[[Key, bytes], bool] | None
-) -> tuple[list[tuple[Key, bytes]], Key | None]:
-    """Up to ``limit`` selected items (all for 0) and the last key when more follow."""
-    if limit <= 0:
-        if match is None:
-            return list(items), None
-        return [(k, r) for k, r in items if match(k, r)], None
-    page: list[tuple[Key, bytes]] = []
-    for key, raw in items:
-        if match is not None and not match(key, raw):
-            continue
-        if len(page) == limit:
-            return page, page[-1][0]
-        page.append((key, raw))
-    return page, None
-
-
-@dataclasses.dataclass(slots=True)
-class _Pinned:
-    """A snapshot kept for continue tokens, with the object counts per scope."""
-
-    snapshot: Any
-    counts: dict[str | None, int] = dataclasses.field(default_factory=dict)
-
-    def count(self, namespace: str | None) -> int:
-        found = self.counts.get(namespace)
-        if found is None:
-            if namespace is None:
-                found = len(self.snapshot)
-            else:
-                found = sum(1 for _ in self.snapshot.items(namespace))
-            self.counts[namespace] = found
-        return found
-
-
 class CachedReads:
     """Answers reads from the registry's informers (see the module docstring).
 
@@ -153,7 +121,7 @@ class CachedReads:
         self.registry = registry
         self.settings = settings or CachedSettings()
         self.stores = ServedStores(self.settings.watch)
-        self.pins: SnapshotPins[_Pinned] = SnapshotPins()
+        self.pins: SnapshotPins[PinnedSnapshot] = SnapshotPins()
         self.tokens = ContinueTokens()
         self.marks = WriteMarks()
         self._watches: dict[str, int] = {}
@@ -332,7 +300,7 @@ class CachedReads:
             return await self._watch(served, resource, read, options, receive, send)
         except ProxyStatusError as exc:
             raise as_status_error(exc) from None
-        except _Inconsistent:
+        except Inconsistent:
             return False
 
     # ------------------------------------------------------------------ GET
@@ -364,7 +332,7 @@ class CachedReads:
             if obj is None or raw_resource_version(obj) != rv:
                 return False
         body = join_table(
-            _columns(served),
+            served_columns(served),
             [(cells, obj)],
             read.include_object,
             rv,
@@ -399,7 +367,7 @@ class CachedReads:
         scope_name = self._scope_name(resource, read)
         after: Key | None = None
         offset = 0
-        pinned: _Pinned | None = None
+        pinned: PinnedSnapshot | None = None
         if plan.source is Source.CONTINUE:
             position = self.tokens.decode(
                 options.continue_, context, scope_name, alive=self.pins.alive
@@ -408,14 +376,14 @@ class CachedReads:
             if position.snapshot_id != LATEST:
                 pinned = self.pins.get(position.snapshot_id)
             if pinned is None:  # the 410's token: the rest at the latest snapshot
-                pinned = _Pinned(served.snapshot())
+                pinned = PinnedSnapshot(served.snapshot())
         else:
-            pinned = _Pinned(served.snapshot())
+            pinned = PinnedSnapshot(served.snapshot())
         snapshot = pinned.snapshot
         if plan.exact and snapshot.resource_version != str(plan.resource_version):
             return False  # moved on between the plan and the snapshot: upstream knows
         filt = ObjectFilter(read.namespace, options.label_selector, options.field_selector)
-        match = self._matcher(filt, read, objects)
+        match = row_matcher(filt, read, objects)
         lag = served.lag
         rv = snapshot.resource_version
         if options.limit <= 0 and match is None and after is None and read.view == "objects":
@@ -429,7 +397,7 @@ class CachedReads:
             )
             await send_chunks(send, chunks, read.content_type, lag=lag)
             return True
-        page, last = _page(snapshot.items(read.namespace, after), options.limit, match)
+        page, last = take_page(snapshot.items(read.namespace, after), options.limit, match)
         token: str | None = None
         remaining: int | None = None
         if last is not None:
@@ -455,9 +423,9 @@ class CachedReads:
             )
             await send_chunks(send, chunks, read.content_type, lag=lag)
             return True
-        rows = self._rows(page, read, objects)
+        rows = joined_rows(page, read, objects)
         chunks = iter_table(
-            _columns(served),
+            served_columns(served),
             rows,
             read.include_object,
             rv,
@@ -467,44 +435,6 @@ class CachedReads:
         )
         await send_chunks(send, chunks, read.content_type, lag=lag)
         return True
-
-    def _matcher(
-        self, filt: ObjectFilter, read: ReadRequest, objects: ServedStore | None
-    ) -> Callable[[Key, bytes], bool] | None:
-        if not filt.filters_content:
-            return None  # the namespace is the snapshot's to select
-        if objects is None or not filt.fields.needs_object:
-            matches_raw = filt.matches_raw
-            return lambda _key, raw: matches_raw(raw)
-        # a Table filtered on the objects' fields: the objects view's object, same version
-        get_raw = objects.store.get_raw
-        obj_match = filt.matches_raw
-
-        def match(key: Key, row: bytes) -> bool:
-            obj = get_raw(key[0] or None, key[1])
-            if obj is None or raw_resource_version(obj) != raw_resource_version(row):
-                raise _Inconsistent
-            return obj_match(obj)
-
-        return match
-
-    def _rows(
-        self, page: list[tuple[Key, bytes]], read: ReadRequest, objects: ServedStore | None
-    ) -> list[tuple[bytes, bytes | None]]:
-        rows: list[tuple[bytes, bytes | None]] = []
-        if read.include_object != "Object":
-            for _key, raw in page:
-                rows.append(split_table_row(raw))
-            return rows
-        assert objects is not None
-        get_raw = objects.store.get_raw
-        for key, raw in page:
-            cells, _meta = split_table_row(raw)
-            obj = get_raw(key[0] or None, key[1])
-            if obj is None or raw_resource_version(obj) != raw_resource_version(raw):
-                raise _Inconsistent
-            rows.append((cells, obj))
-        return rows
 
     # ------------------------------------------------------------------ WATCH
     async def _watch(
@@ -520,7 +450,7 @@ class CachedReads:
         fmt: WatchFormat
         if read.view == "table":
             fmt = TableWatchFormat(
-                _columns(served), read.include_object, f"meta.k8s.io/{read.table_version}"
+                served_columns(served), read.include_object, f"meta.k8s.io/{read.table_version}"
             )
         else:
             fmt = ObjectWatchFormat(resource.kind, resource.api_version)
@@ -555,7 +485,3 @@ class CachedReads:
             with anyio.move_on_after(write_timeout):  # a client that stopped reading
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         return True
-
-
-def _columns(served: ServedStore) -> Any:
-    return getattr(served.store, "columns", ())  # a TableStore's

@@ -34,9 +34,9 @@ import secrets
 import struct
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from hashlib import sha256
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from ._statuses import ProxyStatusError, bad_request, gone_continue_too_old
 
@@ -45,9 +45,13 @@ __all__ = [
     "MAX_TOKEN_LENGTH",
     "ContinuePosition",
     "ContinueTokens",
+    "PinnedSnapshot",
     "SnapshotPins",
     "remaining_item_count",
+    "take_page",
 ]
+
+Key = tuple[str, str]
 
 LATEST: Final = -1
 """The snapshot id of a token that continues at the latest snapshot (what a 410 offers)."""
@@ -285,3 +289,39 @@ class SnapshotPins(Generic[S]):
             if pins[oldest][1] > deadline:
                 break
             del pins[oldest]
+
+
+def take_page(
+    items: Iterator[tuple[Key, bytes]], limit: int, match: Callable[[Key, bytes], bool] | None
+) -> tuple[list[tuple[Key, bytes]], Key | None]:
+    """Up to ``limit`` selected items (all for 0) and the last key when more follow."""
+    if limit <= 0:
+        if match is None:
+            return list(items), None
+        return [(k, r) for k, r in items if match(k, r)], None
+    page: list[tuple[Key, bytes]] = []
+    for key, raw in items:
+        if match is not None and not match(key, raw):
+            continue
+        if len(page) == limit:
+            return page, page[-1][0]
+        page.append((key, raw))
+    return page, None
+
+
+@dataclasses.dataclass(slots=True)
+class PinnedSnapshot:
+    """A snapshot kept for continue tokens, with the object counts per scope."""
+
+    snapshot: Any
+    counts: dict[str | None, int] = dataclasses.field(default_factory=dict)
+
+    def count(self, namespace: str | None) -> int:
+        found = self.counts.get(namespace)
+        if found is None:
+            if namespace is None:
+                found = len(self.snapshot)
+            else:
+                found = sum(1 for _ in self.snapshot.items(namespace))
+            self.counts[namespace] = found
+        return found

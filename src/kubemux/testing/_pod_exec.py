@@ -20,23 +20,23 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import shlex
 from collections.abc import Mapping
 from typing import Any
 
 import anyio
-import orjson
 from aiohttp import WSMsgType, hdrs, web
 
 from ._api_state import ApiState
 from ._log_book import ContainerLog
+from ._pod_commands import exec_status, missing_status, run_command
 from ._pod_forward import serve_tunnel
 from ._pod_logs import pick_container
+from ._pod_spdy import serve_spdy
 from ._protocol import BadRequest
 from ._resource_state import ResourceState
 from ._responses import status_response
 
-__all__ = ["PROTOCOLS", "exec_status", "missing_status", "run_command", "serve_stream"]
+__all__ = ["PROTOCOLS", "serve_stream"]
 
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 STDIN, STDOUT, STDERR, STATUS, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
@@ -45,69 +45,6 @@ _MAX_STDIN = 16 * 1024 * 1024  # bytes ``cat`` echoes before the exec is cut off
 
 def _flag(query: Mapping[str, str], name: str) -> bool:
     return query.get(name, "").lower() in ("true", "1")
-
-
-def run_command(command: list[str]) -> tuple[bytes, bytes, int] | None:
-    """(stdout, stderr, exit code) of a command that needs no stdin; None for ``cat``.
-
-    Raises:
-        FileNotFoundError: the command is not one this fake knows.
-    """
-    if not command:
-        raise FileNotFoundError("")
-    program, args = command[0], command[1:]
-    if program == "echo":
-        newline = True
-        if args[:1] == ["-n"]:
-            newline, args = False, args[1:]
-        return (" ".join(args) + ("\n" if newline else "")).encode(), b"", 0
-    if program == "cat" and not args:
-        return None
-    if program == "true":
-        return b"", b"", 0
-    if program == "false":
-        return b"", b"", 1
-    if program in ("sh", "/bin/sh", "bash", "/bin/bash") and args[:1] == ["-c"] and len(args) == 2:
-        words = shlex.split(args[1])
-        if len(words) in (1, 2) and words[0] == "exit" and (len(words) == 1 or words[1].isdigit()):
-            return b"", b"", int(words[1]) if len(words) == 2 else 0
-        return run_command(words)
-    raise FileNotFoundError(program)
-
-
-def exec_status(code: int, command: list[str]) -> bytes:
-    if code == 0:
-        return orjson.dumps({"metadata": {}, "status": "Success"})
-    return orjson.dumps(
-        {
-            "metadata": {},
-            "status": "Failure",
-            "message": (
-                f"command terminated with non-zero exit code: error executing command "
-                f"[{' '.join(command)}], exit code {code}"
-            ),
-            "reason": "NonZeroExitCode",
-            "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
-        }
-    )
-
-
-def missing_status(program: str) -> bytes:
-    message = (
-        "Internal error occurred: error executing command in container: failed to exec in container: failed to start "
-        f"exec: OCI runtime exec failed: exec failed: unable to start container process: exec: "
-        f'"{program}": executable file not found in $PATH: unknown'
-    )
-    return orjson.dumps(
-        {
-            "metadata": {},
-            "status": "Failure",
-            "message": message,
-            "reason": "InternalError",
-            "details": {"causes": [{"message": message}]},
-            "code": 500,
-        }
-    )
 
 
 class _Session:
@@ -177,8 +114,6 @@ async def serve_stream(
     if sub == "portforward" and upgrade == "websocket":
         return await serve_tunnel(request, api.port_targets, name, uid)
     if sub != "attach" and upgrade == "spdy/3.1":
-        from ._pod_spdy import serve_spdy  # it imports this module's commands
-
         return await serve_spdy(
             request, sub, targets=api.port_targets, pod=name, uid=uid, command=command
         )

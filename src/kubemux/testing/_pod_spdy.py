@@ -9,7 +9,7 @@ speaks; none in common is a 403 naming both lists), then SPDY/3.1 on the raw con
 - ``portforward.k8s.io``: the streams of :mod:`._pod_forward`.
 - ``v4.channel.k8s.io`` (exec): kubectl opens an ``error`` stream and, as the query asks,
   ``stdin``, ``stdout``, ``stderr`` and ``resize`` (with a tty); once all are there the
-  command runs (:func:`._pod_exec.run_command`), its output goes to ``stdout``/``stderr``,
+  command runs (:func:`._pod_commands.run_command`), its output goes to ``stdout``/``stderr``,
   and the kubelet's ``metav1.Status`` JSON to ``error``; then the streams close and the
   connection ends. Older channel protocols (v3 and before) are not spoken.
 
@@ -25,7 +25,7 @@ import anyio
 from aiohttp import web
 
 from .._raw import ByteQueue
-from ._pod_exec import exec_status, missing_status, run_command
+from ._pod_commands import exec_status, missing_status, run_command
 from ._pod_forward import PORTFORWARD_PROTOCOL, PortForwarder
 from ._spdy import SpdyConnection, SpdyStream
 

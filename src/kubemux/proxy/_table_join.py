@@ -1,0 +1,72 @@
+"""A Table read from the cache that needs the objects: each row joined with the objects
+view's object of the same resourceVersion (``includeObject=Object``, a field selector on
+fields other than the name and namespace). When the two views disagree about an object the
+read raises :class:`Inconsistent`, and :class:`~._cached.CachedReads` asks upstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .._codec import raw_resource_version
+from ._lists import split_table_row
+from ._reads import ReadRequest
+from ._selectors import ObjectFilter
+from ._served import ServedStore
+
+__all__ = ["Inconsistent", "joined_rows", "row_matcher", "served_columns"]
+
+Key = tuple[str, str]
+
+
+class Inconsistent(Exception):
+    """The table and objects views disagree about an object: ask upstream instead."""
+
+
+def served_columns(served: ServedStore) -> Any:
+    """The columns of a table view's store (none for an objects view)."""
+    return getattr(served.store, "columns", ())  # a TableStore's
+
+
+def row_matcher(
+    filt: ObjectFilter, read: ReadRequest, objects: ServedStore | None
+) -> Callable[[Key, bytes], bool] | None:
+    """What selects a LIST's items beyond the namespace (None: every item); a Table
+    filtered on the objects' fields matches each row's object of the same version."""
+    if not filt.filters_content:
+        return None  # the namespace is the snapshot's to select
+    if objects is None or not filt.fields.needs_object:
+        matches_raw = filt.matches_raw
+        return lambda _key, raw: matches_raw(raw)
+    # a Table filtered on the objects' fields: the objects view's object, same version
+    get_raw = objects.store.get_raw
+    obj_match = filt.matches_raw
+
+    def match(key: Key, row: bytes) -> bool:
+        obj = get_raw(key[0] or None, key[1])
+        if obj is None or raw_resource_version(obj) != raw_resource_version(row):
+            raise Inconsistent
+        return obj_match(obj)
+
+    return match
+
+
+def joined_rows(
+    page: list[tuple[Key, bytes]], read: ReadRequest, objects: ServedStore | None
+) -> list[tuple[bytes, bytes | None]]:
+    """A Table page's rows as (cells, object or None), the object joined when asked."""
+    rows: list[tuple[bytes, bytes | None]] = []
+    if read.include_object != "Object":
+        for _key, raw in page:
+            rows.append(split_table_row(raw))
+        return rows
+    assert objects is not None
+    get_raw = objects.store.get_raw
+    for key, raw in page:
+        cells, _meta = split_table_row(raw)
+        obj = get_raw(key[0] or None, key[1])
+        if obj is None or raw_resource_version(obj) != raw_resource_version(raw):
+            raise Inconsistent
+        rows.append((cells, obj))
+    return rows

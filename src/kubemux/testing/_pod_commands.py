@@ -1,0 +1,75 @@
+"""The fake exec's commands (``echo``, ``cat``, ``true``, ``false``, ``sh -c 'exit N'``) and
+the ``metav1.Status`` a kubelet answers when one ends or is missing; shared by exec over
+WebSocket (:mod:`._pod_exec`) and over SPDY (:mod:`._pod_spdy`).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import orjson
+
+__all__ = ["exec_status", "missing_status", "run_command"]
+
+
+def run_command(command: list[str]) -> tuple[bytes, bytes, int] | None:
+    """(stdout, stderr, exit code) of a command that needs no stdin; None for ``cat``.
+
+    Raises:
+        FileNotFoundError: the command is not one this fake knows.
+    """
+    if not command:
+        raise FileNotFoundError("")
+    program, args = command[0], command[1:]
+    if program == "echo":
+        newline = True
+        if args[:1] == ["-n"]:
+            newline, args = False, args[1:]
+        return (" ".join(args) + ("\n" if newline else "")).encode(), b"", 0
+    if program == "cat" and not args:
+        return None
+    if program == "true":
+        return b"", b"", 0
+    if program == "false":
+        return b"", b"", 1
+    if program in ("sh", "/bin/sh", "bash", "/bin/bash") and args[:1] == ["-c"] and len(args) == 2:
+        words = shlex.split(args[1])
+        if len(words) in (1, 2) and words[0] == "exit" and (len(words) == 1 or words[1].isdigit()):
+            return b"", b"", int(words[1]) if len(words) == 2 else 0
+        return run_command(words)
+    raise FileNotFoundError(program)
+
+
+def exec_status(code: int, command: list[str]) -> bytes:
+    if code == 0:
+        return orjson.dumps({"metadata": {}, "status": "Success"})
+    return orjson.dumps(
+        {
+            "metadata": {},
+            "status": "Failure",
+            "message": (
+                f"command terminated with non-zero exit code: error executing command "
+                f"[{' '.join(command)}], exit code {code}"
+            ),
+            "reason": "NonZeroExitCode",
+            "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+        }
+    )
+
+
+def missing_status(program: str) -> bytes:
+    message = (
+        "Internal error occurred: error executing command in container: failed to exec in container: failed to start "
+        f"exec: OCI runtime exec failed: exec failed: unable to start container process: exec: "
+        f'"{program}": executable file not found in $PATH: unknown'
+    )
+    return orjson.dumps(
+        {
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": "InternalError",
+            "details": {"causes": [{"message": message}]},
+            "code": 500,
+        }
+    )
