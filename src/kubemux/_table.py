@@ -493,8 +493,3 @@ def table_fast_path(
 decode_table_page = _page_decoder.decode
 """A Table (a LIST page or a watch event's object) with its rows and columns still encoded,
 or a plain list or object (the fallback)."""
-
-
-# The names share/_redis_table.py imports until it takes the public ones above.
-_ColumnDef = ColumnDef
-_columns = table_columns

@@ -16,11 +16,11 @@ import msgspec
 import orjson
 
 from .._store import Store
-from .._table import FALLBACK_COLUMNS, TableColumn, TableStore, _ColumnDef, _columns
+from .._table import FALLBACK_COLUMNS, ColumnDef, TableColumn, TableStore, table_columns
 
 __all__ = ["columns_value", "parse_columns", "set_columns", "table_of"]
 
-_decoder = msgspec.json.Decoder(list[_ColumnDef])
+_decoder = msgspec.json.Decoder(list[ColumnDef])
 
 
 def table_of(store: Store) -> TableStore | None:
@@ -40,7 +40,7 @@ def parse_columns(raw: bytes) -> tuple[TableColumn, ...]:
         ValueError: not a JSON array of column objects.
     """
     try:
-        return _columns(_decoder.decode(raw))
+        return table_columns(_decoder.decode(raw))
     except msgspec.MsgspecError as exc:
         raise ValueError(f"columns: {exc}") from None
 
