@@ -375,17 +375,28 @@ async def test_log_lines_are_terminal_safe_and_verbosity_is_set(tmp_path: Path) 
             tmp_path / "config", {"ok": alive, "dead" + ESC: FakeContext(cluster=server)}
         )
         argv = ("watch", "pods", "--all-contexts", "--duration", "2", "--kubeconfig", str(path))
-        code, _, err = await kubemux_process(*argv)
+        # four processes of two seconds each, at once: each asserts on its own output
+        runs: dict[str, tuple[int, str, str]] = {}
+
+        async def run(name: str, *extra: str, env: dict[str, str] | None = None) -> None:
+            runs[name] = await kubemux_process(*argv, *extra, env=env)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, "plain")
+            tg.start_soon(run, "-vv", "-vv")
+            tg.start_soon(functools.partial(run, "KUBEMUX_LOG", env={"KUBEMUX_LOG": "debug"}))
+            tg.start_soon(run, "-v", "-v")
+        code, _, err = runs["plain"]
         assert code == 0
         # -A: the failing context is one warning line, escaped, without the password
         warnings = [line for line in err.splitlines() if "dead" in line]
         assert warnings and all(line.startswith("kubemux: WARNING: ") for line in warnings)
         assert "hunter2" not in err and no_raw_controls(err)
-        code, _, err = await kubemux_process(*argv, "-vv")
+        code, _, err = runs["-vv"]
         assert code == 0 and "kubemux: DEBUG: " in err and no_raw_controls(err)
-        code, _, err = await kubemux_process(*argv, env={"KUBEMUX_LOG": "debug"})
+        code, _, err = runs["KUBEMUX_LOG"]
         assert code == 0 and "kubemux: DEBUG: " in err
-        code, _, err = await kubemux_process(*argv, "-v")
+        code, _, err = runs["-v"]
         assert code == 0 and "DEBUG" not in err
     code, _, err = await kubemux_process("status", env={"KUBEMUX_LOG": "chatty"})
     assert code == 2 and err.startswith("kubemux: error: KUBEMUX_LOG=chatty is not one of")
@@ -423,12 +434,16 @@ async def test_status_shows_errors_in_its_table_only(tmp_path: Path) -> None:
     async with FakeCluster() as dead:
         server = dead.server
     path = write_kubeconfig(tmp_path / "config", {"dead": FakeContext(cluster=server)})
-    code, out, err = await kubemux_process(
-        "status", "--probe", "pods", "--timeout", "3", "--kubeconfig", str(path)
-    )
+    runs: dict[str, tuple[int, str, str]] = {}
+
+    async def run(*argv: str) -> None:  # both at once: -f runs for its whole --duration
+        runs[argv[0]] = await kubemux_process("status", *argv, "--kubeconfig", str(path))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, "--probe", "pods", "--timeout", "3")
+        tg.start_soon(run, "-f", "--probe", "pods", "--duration", "3")
+    code, out, err = runs["--probe"]
     assert code == 1 and f"cannot reach {server}" in out
     assert err == "kubemux: error: the probe of pods failed in 1 of 1 contexts: 'dead'\n"
-    code, out, err = await kubemux_process(
-        "status", "-f", "--probe", "pods", "--duration", "3", "--kubeconfig", str(path)
-    )
+    code, out, err = runs["-f"]
     assert code == 0 and f"cannot reach {server}" in out and err == ""

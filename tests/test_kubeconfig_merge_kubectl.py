@@ -12,6 +12,7 @@ or ``n`` as a boolean, PyYAML as a string.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import json
 import os
 import random
@@ -152,13 +153,13 @@ def test_merge_matches_kubectl(tmp_path: Path) -> None:
     home.mkdir(exist_ok=True)
     compared = broken_sets = 0
     seen: collections.Counter[str] = collections.Counter()
-    for index in range(SETS):
-        folder = tmp_path / f"set{index}"
-        files, broken = _make_set(rng, folder)
+    sets = [_make_set(rng, tmp_path / f"set{index}") for index in range(SETS)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:  # kubectl runs mostly wait
+        results = list(pool.map(lambda made: _kubectl_view(made[0], home), sets))
+    for index, ((files, broken), result) in enumerate(zip(sets, results, strict=True)):
         label = f"set {index}: " + ", ".join(
             f"{f.name}{'' if f.exists() else ' (missing)'}" for f in files
         )
-        result = _kubectl_view(files, home)
         if broken:
             broken_sets += 1
             assert result.returncode != 0, label

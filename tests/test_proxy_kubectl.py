@@ -142,9 +142,19 @@ async def test_kubectl_reads_through_the_proxy_match_the_server(
     async with running_proxy(source) as (server, _):
         server.write_kubeconfig(out)
         with anyio.fail_after(120):
+            # a few reads at once (each kubectl mostly waits): the same answers either way
+            results: dict[tuple[str, ...], tuple[Any, Any]] = {}
+            limit = anyio.CapacityLimiter(4)
+
+            async def both(args: tuple[str, ...]) -> None:
+                async with limit:
+                    results[args] = (await kubectl(source, *args), await kubectl(out, *args))
+
+            async with anyio.create_task_group() as tg:
+                for args in READS:
+                    tg.start_soon(both, args)
             for args in READS:
-                direct = await kubectl(source, *args)
-                proxied = await kubectl(out, *args)
+                direct, proxied = results[args]
                 assert proxied[0] == 0, proxied[2]
                 assert proxied[1] == direct[1], args
             # one object as a Table: FakeCluster answers a GET with the object (kubectl then
@@ -156,10 +166,16 @@ async def test_kubectl_reads_through_the_proxy_match_the_server(
             )
             assert one == listed
             cluster.clear_requests()
-            for args in [*READS, ("get", "pod", "web-1")]:  # again: all from the caches,
-                # discovery too (a fresh kubectl cache each time: it asks /api and /apis)
-                code, _, err = await kubectl(out, *args, cache=f"fresh-{len(args)}-{args[-1]}")
+
+            async def again(args: tuple[str, ...]) -> None:
+                async with limit:
+                    code, _, err = await kubectl(out, *args, cache=f"fresh-{len(args)}-{args[-1]}")
                 assert code == 0, err
+
+            async with anyio.create_task_group() as tg:
+                for args in [*READS, ("get", "pod", "web-1")]:  # again: all from the caches,
+                    # discovery too (a fresh kubectl cache each time: it asks /api and /apis)
+                    tg.start_soon(again, args)
     upstream = [r for r in cluster.requests if not r.is_watch]
     assert upstream == []
 
