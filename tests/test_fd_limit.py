@@ -32,8 +32,11 @@ from kubemux._transport import open_watches
 from kubemux.testing import FakeCluster, make_pod
 
 HERE = Path(__file__).parent
-CONTEXTS = 300
-LIMIT = 256
+CONTEXTS = 100
+LIMIT = 64
+"""A soft limit some contexts' watches do not fit in (about 55 of 100 do): the CLI opens
+every context at once and gives them ten seconds together, its cost (~8 ms of CPU per
+context) grows with their number, so a few hundred missed that under a load of 7."""
 
 
 @contextlib.asynccontextmanager
@@ -116,14 +119,14 @@ async def servers() -> AsyncIterator[list[str]]:
         yield found
 
 
-async def test_watch_all_contexts_past_a_soft_limit_of_256(
+async def test_watch_all_contexts_past_a_soft_limit_of_64(
     tmp_path: Path, servers: list[str]
 ) -> None:
     names = write_contexts(tmp_path / "config", servers, CONTEXTS)
     code, out, err = await run_watch(tmp_path / "config", LIMIT, None)
     assert code == 0, err
     printed = _printed(out)
-    assert set(printed) == set(names), err[-2000:]  # before: 247 of 300, then EMFILE
+    assert set(printed) == set(names), err[-2000:]  # before: about 55 of 100, then EMFILE
     assert all(count == 2 for count in printed.values())
     assert "too many open files" not in err.lower()
     assert re.search(rf"raised the open-file limit from {LIMIT} to \d+", err), err[-2000:]
