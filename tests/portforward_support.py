@@ -1,5 +1,6 @@
 """Helpers for the port-forward tests: an echo server, a running ``kubectl port-forward``,
-a byte round trip through it, and a raw SPDY-over-WebSocket client for hostile input."""
+a byte round trip through it, and a raw SPDY-over-WebSocket client for hostile input; the
+fixture ``cluster`` (:func:`pod_cluster`) is a test module's once it imports it."""
 
 from __future__ import annotations
 
@@ -13,18 +14,32 @@ from pathlib import Path
 import aiohttp
 import anyio
 import anyio.abc
+import pytest
 
+from kubemux.testing import FakeCluster, make_pod
 from kubemux.testing._spdy import Frame, FrameReader, HeaderCompressor, encode_syn_stream
 from support import TIMEOUT
 
 __all__ = [
+    "PF_TOKEN",
     "SpdyClient",
     "echo_server",
+    "pod_cluster",
     "port_forward",
     "round_trip",
     "round_trips_at_once",
     "run_kubectl",
 ]
+
+PF_TOKEN = "pf-token"
+
+
+@pytest.fixture(name="cluster")
+async def pod_cluster() -> AsyncIterator[FakeCluster]:
+    """FakeCluster ``pf`` (TLS, token :data:`PF_TOKEN`) with the pod ``web-1`` in ``default``."""
+    async with FakeCluster(tokens={PF_TOKEN}, tls=True, name="pf") as fake:
+        fake.create("pods", make_pod("web-1", "default"))
+        yield fake
 
 
 async def _echo(stream: anyio.abc.SocketStream) -> None:

@@ -2,6 +2,9 @@
 
 The tiny upstream is for what FakeCluster does not serve yet (exec over WebSocket, a
 ``pods/log`` stream): a real aiohttp server on 127.0.0.1 answering a handful of paths.
+
+The fixtures ``cluster`` and ``kubeconfig`` (:func:`upstream_cluster`,
+:func:`upstream_kubeconfig`) are a test module's once it imports them.
 """
 
 from __future__ import annotations
@@ -17,10 +20,16 @@ from typing import Any, Self
 
 import aiohttp
 import anyio
+import pytest
 from aiohttp import web
 
 from kubemux import WatcherRegistry
 from kubemux.proxy import ProxyServer, encode_context
+from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+
+UPSTREAM_TOKEN = "upstream-token"
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+"""The Accept header kubectl sends for a Table."""
 
 
 def kubectl_binary() -> str | None:
@@ -64,6 +73,23 @@ class ProxyClient:
     async def get_json(self, context: str, path: str, **kwargs: Any) -> tuple[int, Any]:
         status, _, body = await self.request("GET", context, path, **kwargs)
         return status, json.loads(body) if body else None
+
+
+@pytest.fixture(name="cluster")
+async def upstream_cluster() -> AsyncIterator[FakeCluster]:
+    """FakeCluster ``up`` (TLS, token :data:`UPSTREAM_TOKEN`) with pods ``web-1`` and
+    ``web-2`` in ``default`` and ``db-1`` in ``data``."""
+    async with FakeCluster(tokens={UPSTREAM_TOKEN}, tls=True, name="up") as fake:
+        fake.create("pods", make_pod("web-1", size=600))
+        fake.create("pods", make_pod("web-2", size=600))
+        fake.create("pods", make_pod("db-1", "data", size=600))
+        yield fake
+
+
+@pytest.fixture(name="kubeconfig")
+def upstream_kubeconfig(cluster: FakeCluster, tmp_path: Path) -> Path:
+    """A kubeconfig with one context, ``prod``, for the ``cluster`` fixture."""
+    return write_kubeconfig(tmp_path / "config", {"prod": cluster})
 
 
 @contextlib.asynccontextmanager

@@ -30,9 +30,10 @@ from kubemux.testing._spdy import (
     encode_ping,
     encode_syn_stream,
 )
-from portforward_support import (
+from portforward_support import (  # and the fixture cluster
     SpdyClient,
     echo_server,
+    pod_cluster,  # noqa: F401
     port_forward,
     round_trip,
     round_trips_at_once,
@@ -43,14 +44,6 @@ from support import TIMEOUT
 
 KUBECTL = kubectl_binary()
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl not on PATH")
-TOKEN = "pf-token"
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[FakeCluster]:
-    async with FakeCluster(tokens={TOKEN}, tls=True, name="pf") as fake:
-        fake.create("pods", make_pod("web-1", "default"))
-        yield fake
 
 
 # ---------------------------------------------------------------------- framing

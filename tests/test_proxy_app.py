@@ -5,37 +5,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import anyio
 import pytest
 
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
-from proxy_support import TinyUpstream, running_proxy
+from proxy_support import (  # the fixtures cluster and kubeconfig
+    TABLE,
+    UPSTREAM_TOKEN,
+    TinyUpstream,
+    running_proxy,
+    upstream_cluster,  # noqa: F401
+    upstream_kubeconfig,  # noqa: F401
+)
 from support import wait_until
 
-TOKEN = "upstream-token"
 AGGREGATED = (
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,"
     "application/json"
 )
-TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
-
-
-@pytest.fixture
-async def cluster() -> Any:
-    async with FakeCluster(tokens={TOKEN}, tls=True, name="up") as fake:
-        fake.create("pods", make_pod("web-1", size=600))
-        fake.create("pods", make_pod("web-2", size=600))
-        fake.create("pods", make_pod("db-1", "data", size=600))
-        yield fake
-
-
-@pytest.fixture
-def kubeconfig(cluster: FakeCluster, tmp_path: Path) -> Path:
-    return write_kubeconfig(tmp_path / "config", {"prod": cluster})
 
 
 def reads(cluster: FakeCluster) -> list[str]:
@@ -92,7 +82,7 @@ async def test_table_lists_and_gets_come_from_a_table_view(
     ):
         with anyio.fail_after(20):
             url = f"{cluster.server}/api/v1/pods?limit=500"
-            headers = {"Authorization": f"Bearer {TOKEN}", "Accept": TABLE}
+            headers = {"Authorization": f"Bearer {UPSTREAM_TOKEN}", "Accept": TABLE}
             async with session.get(url, headers=headers, ssl=cluster.client_ssl_context()) as r:
                 upstream = await r.json()
             status, got = await client.get_json(
@@ -241,7 +231,7 @@ async def test_writes_pass_through_with_the_contexts_credential(
             assert cluster.get("pods", "default", "web-1")["metadata"]["labels"]["a"] == "b"
     sent = [r for r in cluster.requests if r.method in ("POST", "DELETE", "PATCH")]
     assert len(sent) == 3
-    assert {r.token for r in cluster.requests} == {TOKEN}  # never the proxy's own
+    assert {r.token for r in cluster.requests} == {UPSTREAM_TOKEN}  # never the proxy's own
     assert server.token not in json.dumps([r.query for r in cluster.requests])
 
 
@@ -291,10 +281,10 @@ async def test_unknown_contexts_and_escaping_paths_are_404(kubeconfig: Path) -> 
 
 
 async def test_a_context_that_cannot_start_answers_503(tmp_path: Path) -> None:
-    async with FakeCluster(tokens={TOKEN}) as fake:
+    async with FakeCluster(tokens={UPSTREAM_TOKEN}) as fake:
         dead = fake.server
     kubeconfig = write_kubeconfig(
-        tmp_path / "config", {"down": FakeContext(cluster=dead, token=TOKEN)}
+        tmp_path / "config", {"down": FakeContext(cluster=dead, token=UPSTREAM_TOKEN)}
     )
     async with running_proxy(kubeconfig) as (_, client):
         with anyio.fail_after(15):
@@ -304,7 +294,7 @@ async def test_a_context_that_cannot_start_answers_503(tmp_path: Path) -> None:
             assert doc["reason"] == "ServiceUnavailable" and "down" in doc["message"]
             status, _, body = await client.request("GET", "down", "/api/v1/pods")
             assert status in (503, 504)
-    assert TOKEN not in body.decode()
+    assert UPSTREAM_TOKEN not in body.decode()
 
 
 async def test_request_bodies_are_capped(cluster: FakeCluster, kubeconfig: Path) -> None:

@@ -7,17 +7,18 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import pytest
 
 from kubemux.proxy import ProxyServer
-from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from kubemux.testing import FakeCluster, write_kubeconfig
 from kubemux.testing._spdy import GOAWAY, PING, FrameReader, encode_ping
-from portforward_support import (
+from portforward_support import (  # and the fixture cluster
+    PF_TOKEN,
     echo_server,
+    pod_cluster,  # noqa: F401
     port_forward,
     round_trip,
     round_trips_at_once,
@@ -28,15 +29,7 @@ from support import TIMEOUT
 
 KUBECTL = kubectl_binary()
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl not on PATH")
-TOKEN = "pf-token"
 SPDY = {"KUBECTL_PORT_FORWARD_WEBSOCKETS": "false", "KUBECTL_REMOTE_COMMAND_WEBSOCKETS": "false"}
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[FakeCluster]:
-    async with FakeCluster(tokens={TOKEN}, tls=True, name="pf") as fake:
-        fake.create("pods", make_pod("web-1", "default"))
-        yield fake
 
 
 def _tunnels(cluster: FakeCluster) -> int:
@@ -70,7 +63,7 @@ async def test_port_forward_over_websocket_through_the_proxy(
     await _forward_through_proxy(cluster, tmp_path)
     upgrade = [r for r in cluster.requests if r.subresource == "portforward"]
     assert [r.method for r in upgrade] == ["GET"]  # the WebSocket, no SPDY fallback
-    assert all(r.token == TOKEN for r in upgrade)  # the context's credential upstream
+    assert all(r.token == PF_TOKEN for r in upgrade)  # the context's credential upstream
 
 
 async def test_port_forward_through_the_proxy_reports_a_refused_port(
@@ -100,7 +93,7 @@ async def test_port_forward_over_plain_spdy_through_the_proxy(
     stderr = await _forward_through_proxy(cluster, tmp_path, env=SPDY)
     upgrade = [r for r in cluster.requests if r.subresource == "portforward"]
     assert [r.method for r in upgrade] == ["POST"]  # kubectl's SPDY upgrade, bridged as is
-    assert all(r.token == TOKEN for r in upgrade)
+    assert all(r.token == PF_TOKEN for r in upgrade)
     assert "error" not in stderr.lower()
 
 

@@ -16,29 +16,17 @@ from typing import Any
 
 import aiohttp
 import anyio
-import pytest
 
 from kubemux.proxy import ProxySettings
 from kubemux.proxy._watch import WatchSettings
-from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
-from proxy_support import ProxyClient, running_proxy
-
-TOKEN = "upstream-token"
-TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
-
-
-@pytest.fixture
-async def cluster() -> Any:
-    async with FakeCluster(tokens={TOKEN}, tls=True, name="up") as fake:
-        fake.create("pods", make_pod("web-1", size=600))
-        fake.create("pods", make_pod("web-2", size=600))
-        fake.create("pods", make_pod("db-1", "data", size=600))
-        yield fake
-
-
-@pytest.fixture
-def kubeconfig(cluster: FakeCluster, tmp_path: Path) -> Path:
-    return write_kubeconfig(tmp_path / "config", {"prod": cluster})
+from kubemux.testing import FakeCluster, make_pod
+from proxy_support import (  # the fixtures cluster and kubeconfig
+    TABLE,
+    ProxyClient,
+    running_proxy,
+    upstream_cluster,  # noqa: F401
+    upstream_kubeconfig,  # noqa: F401
+)
 
 
 class Watch:
