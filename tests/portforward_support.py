@@ -16,6 +16,7 @@ import anyio
 import anyio.abc
 import pytest
 
+from kubectl_support import kubectl_argv
 from kubemux.testing import FakeCluster, make_pod
 from kubemux.testing._spdy import Frame, FrameReader, HeaderCompressor, encode_syn_stream
 from support import TIMEOUT
@@ -28,7 +29,6 @@ __all__ = [
     "port_forward",
     "round_trip",
     "round_trips_at_once",
-    "run_kubectl",
 ]
 
 PF_TOKEN = "pf-token"
@@ -90,13 +90,7 @@ async def port_forward(
     """``kubectl port-forward ARGS`` (e.g. ``pod/web-1 0:80``) until the block ends (then
     SIGTERM, as Ctrl-C); yields once kubectl printed the local port it listens on."""
     proc = await asyncio.create_subprocess_exec(
-        kubectl,
-        "--kubeconfig",
-        str(kubeconfig),
-        "--cache-dir",
-        str(kubeconfig.parent / "cache"),
-        "port-forward",
-        *args,
+        *kubectl_argv(kubectl, kubeconfig, "port-forward", *args),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env={**os.environ, **(env or {})},
@@ -152,37 +146,6 @@ async def round_trips_at_once(port: int, count: int, size: int) -> None:
         for i in range(count):
             tg.start_soon(one, i)
     assert got == {i: b"%d," % i * size for i in range(count)}
-
-
-async def run_kubectl(
-    kubectl: str,
-    kubeconfig: Path,
-    *args: str,
-    stdin: bytes = b"",
-    env: Mapping[str, str] | None = None,
-) -> tuple[int, str, str]:
-    """``kubectl ARGS`` with ``stdin``, bounded in time: (exit code, stdout, stderr)."""
-    proc = await asyncio.create_subprocess_exec(
-        kubectl,
-        "--kubeconfig",
-        str(kubeconfig),
-        "--cache-dir",
-        str(kubeconfig.parent / "cache"),
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, **(env or {})},
-    )
-    try:
-        with anyio.fail_after(TIMEOUT):
-            out, err = await proc.communicate(stdin)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 class SpdyClient:

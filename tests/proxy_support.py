@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import shutil
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, Self
@@ -30,15 +28,6 @@ from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 UPSTREAM_TOKEN = "upstream-token"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 """The Accept header kubectl sends for a Table."""
-
-
-def kubectl_binary() -> str | None:
-    """kubectl 1.32 where it sits beside the one on PATH, else the one on PATH, or None."""
-    found = shutil.which("kubectl")
-    if not found:
-        return None
-    pinned = os.path.join(os.path.dirname(os.path.realpath(found)), "kubectl.1.32")
-    return pinned if os.access(pinned, os.X_OK) else found
 
 
 class ProxyClient:

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 
 from kubemux import WatcherRegistry
 from kubemux._status import StatusSignal
+from kubemux.testing import FakeCluster
 
-__all__ = ["TIMEOUT", "wait_until"]
+__all__ = ["TIMEOUT", "add_widget_crd", "wait_until"]
 
 TIMEOUT = 15.0
 """Seconds any single wait of a test may take before the test fails."""
@@ -66,3 +68,21 @@ def _version(source: WatcherRegistry | StatusSignal | None) -> int:
     if source is None:
         return 0
     return source.version if isinstance(source, StatusSignal) else source.status_version
+
+
+def add_widget_crd(cluster: FakeCluster, **options: Any) -> None:
+    """The CRD ``widgets.example.com`` (kind Widget, short name ``wd``, category ``all``)
+    with printer columns Size, Color (priority 1) and Age; ``options`` go to ``add_crd``."""
+    cluster.add_crd(
+        "example.com",
+        "widgets",
+        "Widget",
+        short_names=["wd"],
+        categories=["all"],
+        printer_columns=[
+            {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+            {"name": "Color", "type": "string", "jsonPath": ".spec.color", "priority": 1},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+        **options,
+    )

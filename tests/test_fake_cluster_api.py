@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from kubemux.testing import FakeCluster, make_pod
+from support import add_widget_crd as add_widgets
 
 TOKEN = "good-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -48,22 +49,6 @@ async def fetch(
     async with asyncio.timeout(5), http.get(url, params=params, headers={"Accept": accept}) as resp:
         assert resp.status == status, await resp.text()
         return resp.headers["Content-Type"], orjson.loads(await resp.read())
-
-
-def add_widgets(cluster: FakeCluster, **kwargs: Any) -> None:
-    cluster.add_crd(
-        "example.com",
-        "widgets",
-        "Widget",
-        short_names=["wd"],
-        categories=["all"],
-        printer_columns=[
-            {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
-            {"name": "Color", "type": "string", "jsonPath": ".spec.color", "priority": 1},
-            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-        ],
-        **kwargs,
-    )
 
 
 # ------------------------------------------------------------------------------ discovery

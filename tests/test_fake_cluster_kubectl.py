@@ -7,35 +7,27 @@ HTTP), so these tests use a TLS cluster with a token; one test pins that quirk d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
-import os
 import re
 import shutil
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kubectl_support import kubectl_binary, run_kubectl
+from kubectl_support import kubectl_process as running_kubectl
 from kubemux import Resource
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
+from support import add_widget_crd
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not on PATH")
 
 
-def _kubectl_binary() -> str:
-    """kubectl 1.32 where it sits beside the one on PATH, else the one on PATH."""
-    found = shutil.which("kubectl")
-    if found:
-        pinned = os.path.join(os.path.dirname(os.path.realpath(found)), "kubectl.1.32")
-        if os.access(pinned, os.X_OK):
-            return pinned
-    return "kubectl"
-
-
-KUBECTL = _kubectl_binary()
+KUBECTL = kubectl_binary() or "kubectl"
 FIVE_HOURS_AGO = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 TOKEN = "kubectl-token"
@@ -63,26 +55,7 @@ async def kubectl(kubeconfig: Path, *args: str) -> str:
 
 async def kubectl_result(kubeconfig: Path, *args: str) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of one kubectl run, with a discovery cache of its own."""
-    cache = kubeconfig.parent / "kubectl-cache"
-    proc = await asyncio.create_subprocess_exec(
-        KUBECTL,
-        "--kubeconfig",
-        str(kubeconfig),
-        "--cache-dir",
-        str(cache),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        async with asyncio.timeout(20):
-            out, err = await proc.communicate()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await run_kubectl(KUBECTL, kubeconfig, *args, cache="kubectl-cache", run_timeout=20)
 
 
 def json_documents(text: str) -> Iterator[Json]:
@@ -98,26 +71,10 @@ def json_documents(text: str) -> Iterator[Json]:
         rest = rest[end:].lstrip()
 
 
-@asynccontextmanager
-async def kubectl_process(
+def kubectl_process(
     kubeconfig: Path, *args: str
-) -> AsyncIterator[asyncio.subprocess.Process]:
-    proc = await asyncio.create_subprocess_exec(
-        KUBECTL,
-        "--kubeconfig",
-        str(kubeconfig),
-        "--cache-dir",
-        str(kubeconfig.parent / "kubectl-cache"),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
+) -> contextlib.AbstractAsyncContextManager[asyncio.subprocess.Process]:
+    return running_kubectl(KUBECTL, kubeconfig, *args, cache="kubectl-cache")
 
 
 async def test_get_pods_all_namespaces_as_json(cluster: FakeCluster, kubeconfig: Path) -> None:
@@ -259,18 +216,7 @@ async def test_builtin_kinds_print_kubectls_columns(cluster: FakeCluster, kubeco
 
 
 def add_widgets(cluster: FakeCluster) -> None:
-    cluster.add_crd(
-        "example.com",
-        "widgets",
-        "Widget",
-        short_names=["wd"],
-        categories=["all"],
-        printer_columns=[
-            {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
-            {"name": "Color", "type": "string", "jsonPath": ".spec.color", "priority": 1},
-            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-        ],
-    )
+    add_widget_crd(cluster)
     cluster.create("widgets.example.com", {"metadata": {"name": "w1"}, "spec": {"size": 3}})
     cluster.create(
         "widgets.example.com", {"metadata": {"name": "w2"}, "spec": {"size": 5, "color": "red"}}

@@ -13,6 +13,7 @@ import aiohttp
 import anyio
 import pytest
 
+from kubectl_support import kubectl_binary, run_kubectl
 from kubemux._raw import ByteQueue
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from kubemux.testing._spdy import (
@@ -37,9 +38,7 @@ from portforward_support import (  # and the fixture cluster
     port_forward,
     round_trip,
     round_trips_at_once,
-    run_kubectl,
 )
-from proxy_support import kubectl_binary
 from support import TIMEOUT
 
 KUBECTL = kubectl_binary()

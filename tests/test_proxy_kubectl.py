@@ -8,7 +8,6 @@ same paths with raw HTTP.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 from collections.abc import AsyncIterator
@@ -19,8 +18,10 @@ import anyio
 import pytest
 import yaml
 
+from kubectl_support import kubectl_binary, run_kubectl
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
-from proxy_support import TinyUpstream, kubectl_binary, running_proxy
+from proxy_support import TinyUpstream, running_proxy
+from support import add_widget_crd
 
 KUBECTL = kubectl_binary()
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl not on PATH")
@@ -50,18 +51,7 @@ async def cluster() -> AsyncIterator[FakeCluster]:
             old_pod("db-1", "data"),
         ):
             fake.create("pods", pod)
-        fake.add_crd(
-            "example.com",
-            "widgets",
-            "Widget",
-            short_names=["wd"],
-            categories=["all"],
-            printer_columns=[
-                {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
-                {"name": "Color", "type": "string", "jsonPath": ".spec.color", "priority": 1},
-                {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-            ],
-        )
+        add_widget_crd(fake)
         for name, spec in (("w1", {"size": 3}), ("w2", {"size": 5, "color": "red"})):
             meta = {"name": name, "creationTimestamp": FIVE_HOURS_AGO}
             fake.create("widgets.example.com", {"metadata": meta, "spec": spec})
@@ -85,25 +75,7 @@ def event_about(pod: str) -> dict[str, Any]:
 
 async def kubectl(kubeconfig: Path, *args: str, cache: str = "cache") -> tuple[int, str, str]:
     assert KUBECTL is not None
-    proc = await asyncio.create_subprocess_exec(
-        KUBECTL,
-        "--kubeconfig",
-        str(kubeconfig),
-        "--cache-dir",
-        str(kubeconfig.parent / cache),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        async with asyncio.timeout(30):
-            out, err = await proc.communicate()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await run_kubectl(KUBECTL, kubeconfig, *args, cache=cache, run_timeout=30)
 
 
 READS = [

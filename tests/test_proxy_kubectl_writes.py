@@ -14,6 +14,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from kubectl_support import kubectl_process as running_kubectl
 from kubemux.testing import FakeCluster, FakeContext, write_kubeconfig
 from proxy_support import running_proxy
 from test_proxy_kubectl import KUBECTL, cluster, kubectl, old_pod
@@ -36,23 +37,9 @@ data:
 @contextlib.asynccontextmanager
 async def kubectl_process(kubeconfig: Path, *args: str) -> AsyncIterator[asyncio.StreamReader]:
     assert KUBECTL is not None
-    proc = await asyncio.create_subprocess_exec(
-        KUBECTL,
-        "--kubeconfig",
-        str(kubeconfig),
-        "--cache-dir",
-        str(kubeconfig.parent / "cache"),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
+    async with running_kubectl(KUBECTL, kubeconfig, *args) as proc:
         assert proc.stdout is not None
         yield proc.stdout
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
 
 
 def no_age(line: bytes) -> str:

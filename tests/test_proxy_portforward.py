@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from kubectl_support import kubectl_binary, run_kubectl
 from kubemux.proxy import ProxyServer
 from kubemux.testing import FakeCluster, write_kubeconfig
 from kubemux.testing._spdy import GOAWAY, PING, FrameReader, encode_ping
@@ -22,9 +23,8 @@ from portforward_support import (  # and the fixture cluster
     port_forward,
     round_trip,
     round_trips_at_once,
-    run_kubectl,
 )
-from proxy_support import kubectl_binary, running_proxy
+from proxy_support import running_proxy
 from support import TIMEOUT
 
 KUBECTL = kubectl_binary()
