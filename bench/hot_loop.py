@@ -19,7 +19,6 @@ that the machine's load falls on each alike:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import os
@@ -28,62 +27,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _common import server, table
-
-
-def rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def blocks_of(data: bytes, size: int) -> list[tuple[bytes, int, int]]:
-    """Blocks of whole lines, each its own bytes (never slices of one big buffer: the
-    decoder looks at a block's whole buffer when the block is most of it)."""
-    out = []
-    start = 0
-    while start < len(data):
-        end = data.rfind(b"\n", start, start + size) + 1
-        if end <= start:
-            end = data.index(b"\n", start) + 1
-        piece = data[start:end]
-        out.append((piece, 0, len(piece)))
-        start = end
-    return out
+from _common import EventCount, download_watch, line_blocks, replay_watch, rss, server, table
 
 
 async def record(path: str, n: int, size: int) -> None:
-    import aiohttp
-
     with server(n, size) as (url, before, _after):
-        parts: list[bytes] = []
-        lines = 0
-        params = {"watch": "true", "resourceVersion": before}
-        async with (
-            aiohttp.ClientSession() as session,
-            session.get(f"{url}/api/v1/pods", params=params) as resp,
-        ):
-            while lines < n:
-                chunk = await resp.content.readany()
-                if not chunk:
-                    break
-                parts.append(chunk)
-                lines += chunk.count(b"\n")
-    data = b"".join(parts)
-    cut = 0
-    for _ in range(n):
-        cut = data.index(b"\n", cut) + 1
-    Path(path).write_bytes(data[:cut])  # noqa: ASYNC240 - before anything is measured
+        data = await download_watch(url, before, n)
+    Path(path).write_bytes(data)  # noqa: ASYNC240 - before anything is measured
 
 
 async def peer(path: str, block: int) -> dict[str, Any]:
-    import anyio
 
     from kubemux import ContextConfig, Store, WatchSettings, parse_resource
     from kubemux._client import open_client
@@ -92,7 +51,7 @@ async def peer(path: str, block: int) -> dict[str, Any]:
 
     data = Path(path).read_bytes()  # noqa: ASYNC240 - before anything is measured
     n = data.count(b"\n")
-    blocks = blocks_of(data, block)
+    blocks = line_blocks(data, block, copy=True)
     del data
     pods = parse_resource("pods")
     store = Store(pods)
@@ -101,44 +60,20 @@ async def peer(path: str, block: int) -> dict[str, Any]:
     out: dict[str, Any] = {"events": n}
     async with open_client(config) as client:
         for phase in ("empty", "full"):
-            count = 0
-            done = anyio.Event()
-
-            def on_change(_: str, __: Any, ___: Any, done: anyio.Event = done) -> None:
-                nonlocal count
-                count += 1
-                if count >= n:
-                    done.set()
-
+            events = EventCount(n)
             informer = Informer(
                 client,
                 pods,
                 InformerKey("pods"),
                 settings=WatchSettings(),
                 store=store,
-                on_change=on_change,
+                on_change=events,
             )
-
-            @contextlib.asynccontextmanager
-            async def replay(params: Any) -> AsyncIterator[AsyncIterator[Any]]:
-                async def gen() -> AsyncIterator[Any]:
-                    for b in blocks:
-                        yield b
-                    await anyio.sleep_forever()
-
-                yield gen()
-
-            informer._open_watch = replay  # type: ignore[method-assign]
-            informer._rv = "1"
             gc.collect()
             base = rss()
-            async with anyio.create_task_group() as tg:
-                cpu, wall = time.process_time(), time.perf_counter()
-                tg.start_soon(informer._watch_once)
-                await done.wait()
-                out[f"{phase}_wall"] = time.perf_counter() - wall
-                out[f"{phase}_cpu"] = time.process_time() - cpu
-                tg.cancel_scope.cancel()
+            wall, cpu = await replay_watch(informer, blocks, "1", events)
+            out[f"{phase}_wall"] = wall
+            out[f"{phase}_cpu"] = cpu
             if phase == "empty":
                 gc.collect()
                 out["rss_per_object"] = (rss() - base) / len(store)

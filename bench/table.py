@@ -27,7 +27,6 @@ import argparse
 import contextlib
 import gc
 import json
-import os
 import subprocess
 import sys
 import time
@@ -38,14 +37,18 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _common import server, table
+from _common import (
+    EventCount,
+    download_watch,
+    line_blocks,
+    ready_process,
+    replay_watch,
+    rss,
+    server,
+    table,
+)
 
 BLOCK = 64 * 1024
-
-
-def rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _context(url: str) -> Any:
@@ -53,44 +56,6 @@ def _context(url: str) -> Any:
     from kubemux.testing import kubeconfig_dict
 
     return ContextConfig.from_dict("bench", kubeconfig_dict({"bench": url}))
-
-
-async def _download(url: str, rv: str, n: int, accept: str) -> bytes:
-    """The first ``n`` lines of a watch from ``rv``."""
-    import aiohttp
-
-    params = {"watch": "true", "resourceVersion": rv}
-    if "Table" in accept:
-        params["includeObject"] = "Metadata"
-    parts: list[bytes] = []
-    lines = 0
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(f"{url}/api/v1/pods", params=params, headers={"Accept": accept}) as resp,
-    ):
-        while lines < n:
-            chunk = await resp.content.readany()
-            if not chunk:
-                break
-            parts.append(chunk)
-            lines += chunk.count(b"\n")
-    data = b"".join(parts)
-    cut = 0
-    for _ in range(n):
-        cut = data.index(b"\n", cut) + 1
-    return data[:cut]
-
-
-def _blocks(data: bytes) -> list[tuple[bytes, int, int]]:
-    out = []
-    start = 0
-    while start < len(data):
-        end = data.rfind(b"\n", start, start + BLOCK) + 1
-        if end <= start:
-            end = data.index(b"\n", start) + 1
-        out.append((data, start, end))
-        start = end
-    return out
 
 
 async def peer(kind: str, url: str, rv: str, n: int) -> dict[str, Any]:
@@ -119,59 +84,35 @@ async def peer(kind: str, url: str, rv: str, n: int) -> dict[str, Any]:
         stored = sum(len(e.raw) for e in listed._entries(None)) / len(listed)
 
         # then the ingest of a watch replay, from memory
-        data = await _download(url, rv, n, TABLE_ACCEPT if table_view else "application/json")
-        blocks = _blocks(data)
+        accept = TABLE_ACCEPT if table_view else "application/json"
+        extra = {"includeObject": "Metadata"} if table_view else {}
+        data = await download_watch(url, rv, n, {"Accept": accept}, **extra)
+        blocks = line_blocks(data, BLOCK, copy=False)
         line_bytes = len(data) / n
-        count = 0
-        done = anyio.Event()
-
-        def on_change(_: str, __: Any, ___: Any) -> None:
-            nonlocal count
-            count += 1
-            if count >= n:
-                done.set()
-
+        events = EventCount(n)
         informer = Informer(
             client,
             pods,
             key,
             settings=settings,
             store=store_cls(pods),
-            on_change=on_change,
+            on_change=events,
         )
-
-        @contextlib.asynccontextmanager
-        async def replay(params: Any) -> AsyncIterator[AsyncIterator[Any]]:
-            async def gen() -> AsyncIterator[Any]:
-                for block in blocks:
-                    yield block
-                await anyio.sleep_forever()
-
-            yield gen()
-
-        informer._open_watch = replay
-        informer._rv = rv
-        async with anyio.create_task_group() as tg:
-            t0 = time.perf_counter()
-            tg.start_soon(informer._watch_once)
-            await done.wait()
-            seconds = time.perf_counter() - t0
-            tg.cancel_scope.cancel()
+        seconds, _ = await replay_watch(informer, blocks, rv, events)
         blocks.clear()
 
     # end to end: the same stream from a replay server, through the real client
     with replay_server(data) as replay_url:
         del data
         async with open_client(_context(replay_url)) as replay_client:
-            count = 0
-            done = anyio.Event()
+            events = EventCount(n)
             informer = Informer(
                 replay_client,
                 pods,
                 key,
                 settings=settings,
                 store=store_cls(pods),
-                on_change=on_change,
+                on_change=events,
             )
             informer._rv = rv
             started: list[float] = []
@@ -186,11 +127,11 @@ async def peer(kind: str, url: str, rv: str, n: int) -> dict[str, Any]:
             informer._open_watch = timed
             async with anyio.create_task_group() as tg:
                 tg.start_soon(informer._watch_once)
-                await done.wait()
+                await events.done.wait()
                 socket_seconds = time.perf_counter() - started[0]
                 tg.cancel_scope.cancel()
     return {
-        "events": count,
+        "events": events.count,
         "seconds": seconds,
         "rss_per_object": per_object,
         "stored_bytes": stored,
@@ -208,25 +149,10 @@ def replay_server(data: bytes) -> Any:
     with tempfile.NamedTemporaryFile(prefix="kubemux-replay-") as f:
         f.write(data)
         f.flush()
-        proc = subprocess.Popen(
-            [sys.executable, __file__, "--replay", f.name],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline().split()
-            if not line or line[0] != "READY":
-                raise RuntimeError("replay server failed to start")
-            yield line[1]
-        finally:
-            assert proc.stdin is not None
-            proc.stdin.close()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        with ready_process(
+            [sys.executable, __file__, "--replay", f.name], "replay server"
+        ) as words:
+            yield words[0]
 
 
 async def replay_main(data: bytes) -> None:
