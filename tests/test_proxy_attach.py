@@ -150,3 +150,36 @@ async def test_kubectl_offers_v5_first_over_spdy_and_the_fake_picks_it(
             proxied = await run_kubectl(KUBECTL, out, *args, stdin=b"abc\n", env=SPDY)
     assert direct == proxied == (0, "abc\n", "")
     assert choices == [f"SPDY exec: offered {OFFERED}, chose v5.channel.k8s.io"] * 2
+
+
+async def _spdy_handshake(fake: FakeCluster, path: str, offered: str) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", fake.port)
+    try:
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+            f"Upgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: {offered}\r\n"
+            "Content-Length: 0\r\n\r\n".encode()
+        )
+        with anyio.fail_after(TIMEOUT):
+            return await reader.readuntil(b"\r\n\r\n")
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("sub", ["exec?command=true&stdout=true", "attach?stdout=true"])
+async def test_the_fake_negotiates_the_clients_first_channel_protocol_over_spdy(sub: str) -> None:
+    path = f"/api/v1/namespaces/default/pods/web-1/{sub}"
+    async with FakeCluster(name="plain") as fake:
+        fake.create("pods", make_pod("web-1", "default"))
+        for offered, chosen in [
+            ("v5.channel.k8s.io, v4.channel.k8s.io", b"v5.channel.k8s.io"),
+            ("v4.channel.k8s.io, v5.channel.k8s.io", b"v4.channel.k8s.io"),
+            ("v3.channel.k8s.io, v4.channel.k8s.io", b"v4.channel.k8s.io"),
+        ]:
+            head = await _spdy_handshake(fake, path, offered)
+            assert head.startswith(b"HTTP/1.1 101 Switching Protocols\r\n")
+            assert b"X-Stream-Protocol-Version: " + chosen + b"\r\n" in head
+        head = await _spdy_handshake(fake, path, "v3.channel.k8s.io")
+        assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+        assert b"X-Accepted-Stream-Protocol-Versions: v5.channel.k8s.io, v4.channel.k8s.io" in head
+        await fake.wait_for(lambda: fake.open_upgrades == 0, timeout=TIMEOUT)

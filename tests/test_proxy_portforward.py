@@ -401,3 +401,22 @@ async def test_kubectl_exec_cut_under_the_bridge_fails_with_the_reason(
     reason = f"the connection to the API server of context 'prod' ended before the {sub} did"
     stopped = " (the context stopped: removed from the kubeconfig, changed, or stopped)"
     assert f"error: {reason}{stopped if how == 'stop_watcher' else ''}\n" in stderr.decode()
+
+
+@pytest.mark.parametrize("env", [{}, SPDY], ids=["websocket", "spdy"])
+async def test_kubectl_port_forward_ends_when_its_context_stops(
+    cluster: FakeCluster, tmp_path: Path, env: dict[str, str]
+) -> None:
+    assert KUBECTL is not None
+    source = write_kubeconfig(tmp_path / "direct" / "config", {"prod": cluster})
+    out = tmp_path / "proxied" / "config"
+    async with echo_server() as port, running_proxy(source) as (server, _):
+        server.write_kubeconfig(out)
+        cluster.forward_port(80, ("127.0.0.1", port))
+        async with port_forward(KUBECTL, out, "pod/web-1", "0:80", env=env) as forward:
+            assert await round_trip(forward.port, b"before") == b"before"
+            with anyio.fail_after(TIMEOUT):
+                assert await server.registry.stop_watcher("prod") is True
+            assert await forward.wait() == 1  # kubectl ends by itself, promptly
+        await cluster.wait_for(lambda: cluster.open_upgrades == 0, timeout=TIMEOUT)
+    assert forward.stderr.endswith("error: lost connection to pod\n")
