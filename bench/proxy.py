@@ -34,7 +34,7 @@ import anyio
 from _common import table
 
 from kubemux import WatcherRegistry
-from kubemux.proxy import ProxyServer, ProxySettings, create_app
+from kubemux.proxy import ProxyServer, ProxySettings, WatchSettings, create_app
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 
 HERE = Path(__file__).resolve().parent
@@ -448,7 +448,8 @@ async def watches(
     rows: list[list[str]] = []
     count, rate, seconds = args.watchers, args.rate, args.seconds
     events = int(rate * seconds)
-    settings = ProxySettings(max_watches_per_credential=count + 10)
+    pacing = {} if args.write_interval is None else {"write_interval": args.write_interval}
+    settings = ProxySettings(max_watches_per_credential=count + 10, watch=WatchSettings(**pacing))
     async with proxy(source, home, settings) as (server, ca):
         base = f"{server.url}/clusters/bench/api/v1/namespaces/bench/pods"
         await curl(base, token=server.token, ca=ca)
@@ -594,6 +595,10 @@ def main() -> None:
     parser.add_argument(
         "--parts", default="lists,watches,kubectl", help="which rows: lists, watches, kubectl"
     )
+    parser.add_argument(
+        "--write-interval", type=float, help="the watches' pacing (default: the library's)"
+    )
+    parser.add_argument("--uvloop", action="store_true", help="run the proxy on uvloop")
     parser.add_argument("--profile", help="py-spy raw samples of the watch churn to this file")
     args = parser.parse_args()
     args.parts = set(args.parts.split(","))
@@ -602,7 +607,8 @@ def main() -> None:
         raise SystemExit("curl is needed")
     started = time.strftime("%Y-%m-%d %H:%M")
     load = os.getloadavg()[0]
-    rows = anyio.run(run, args)
+    options = {"use_uvloop": True} if args.uvloop else {}
+    rows = anyio.run(run, args, backend_options=options)
     title = (
         f"kubemux proxy vs kubectl proxy ({started}, {os.cpu_count()} CPUs, "
         f"load {load:.1f} at start, Python {sys.version.split()[0]})"

@@ -11,7 +11,7 @@ that leaves it as DELETED with its last state at the event's resourceVersion, as
 watcher's buffer. Appending never blocks and never waits: the informer applying the change
 is not slowed down by any client.
 
-A view wakes its watchers at most once per :attr:`WatchSettings.write_interval` (25 ms): an
+A view wakes its watchers at most once per :attr:`WatchSettings.write_interval` (50 ms): an
 event after a quiet spell goes out at once, events closer together than that go out in one
 write. At 100 events/s to 1,000 watchers a write per event is 100,000 TLS records and
 syscalls a second, which is most of what a watch costs; batching them is what lets one
@@ -98,7 +98,7 @@ class WatchSettings:
     max_buffered_events: int = 1000
     bookmark_period: float = 60.0
     chunk_bytes: int = 256 * 1024
-    write_interval: float = 0.025
+    write_interval: float = 0.05
     wait_timeout: float = 3.0
 
 
