@@ -97,7 +97,7 @@ class WatchSettings:
 
     max_buffered_events: int = 1000
     bookmark_period: float = 60.0
-    chunk_bytes: int = 256 * 1024
+    chunk_bytes: int = 128 * 1024  # as a LIST's chunks (proxy._lists.CHUNK_BYTES)
     write_interval: float = 0.05
     wait_timeout: float = 3.0
 
