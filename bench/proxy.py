@@ -276,14 +276,26 @@ async def watch_client(url: str, ca: str, token: str, count: int, events: int) -
     print(json.dumps(summary), flush=True)
 
 
-async def tls_floor(count: int, read_buffer: int) -> None:
-    """A bare asyncio TLS server (the proxy's certificates, no HTTP, no kubemux) holding
-    ``count`` connections from ``curl --parallel`` as the watches are held: prints the RSS
-    per connection, the floor under what a watch costs in any asyncio TLS server."""
+async def floor(count: int, kind: str, read_buffer: int) -> None:
+    """What ``count`` held connections cost with no kubemux: ``tls``, a bare asyncio TLS
+    server (the proxy's certificates, no HTTP); ``uvicorn``, a streaming ASGI app that
+    answers 200 and waits for the client to go (uvicorn's httptools protocol, TLS). The
+    connections come from ``curl --parallel``, as the watches do; prints the RSS per
+    connection: the floor under what a watch costs."""
+    import socket
+
+    import uvicorn
+
     from kubemux.proxy import make_certificates
 
     answered = 0
     all_answered = asyncio.Event()
+
+    def one_more() -> None:
+        nonlocal answered
+        answered += 1
+        if answered == count:
+            all_answered.set()
 
     class Hold(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -291,17 +303,35 @@ async def tls_floor(count: int, read_buffer: int) -> None:
             self.transport = transport
 
         def data_received(self, data: bytes) -> None:  # an answer that never ends
-            nonlocal answered
             self.transport.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-            answered += 1
-            if answered == count:
-                all_answered.set()
+            one_more()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"", "more_body": True})
+        one_more()
+        while (await receive())["type"] != "http.disconnect":
+            pass
 
     asyncio.sslproto.SSLProtocol.max_size = read_buffer  # as the proxy's tls_read_buffer
     certificates = make_certificates()
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(Hold, "127.0.0.1", 0, ssl=certificates.server_context())
-    port = server.sockets[0].getsockname()[1]
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)
+    port = sock.getsockname()[1]
+    served: Any
+    if kind == "tls":
+        served = await asyncio.get_running_loop().create_server(
+            Hold, sock=sock, ssl=certificates.server_context()
+        )
+    else:
+        config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
+        config.load()
+        config.ssl = certificates.server_context()
+        served = uvicorn.Server(config)
+        serving = asyncio.create_task(served.serve([sock]))
+        while not served.started:  # noqa: ASYNC110 (uvicorn sets a flag, no event)
+            await asyncio.sleep(0.01)
     with tempfile.TemporaryDirectory() as tmp:
         ca = Path(tmp) / "ca.pem"
         ca.write_bytes(certificates.ca_pem)
@@ -324,12 +354,16 @@ async def tls_floor(count: int, read_buffer: int) -> None:
         for proc in curls:
             proc.kill()
             await proc.wait()
-    server.close()
+    if kind == "tls":
+        served.close()
+    else:
+        served.should_exit = True
+        await serving
 
 
-def tls_floor_kib(count: int, read_buffer: int = TLS_READ_BUFFER) -> float:
+def floor_kib(count: int, kind: str, read_buffer: int = TLS_READ_BUFFER) -> float:
     result = subprocess.run(
-        [sys.executable, __file__, "--tls-floor", str(count), str(read_buffer)],
+        [sys.executable, __file__, "--floor", str(count), kind, str(read_buffer)],
         capture_output=True, text=True, check=True, timeout=300,
     )  # fmt: skip
     return float(json.loads(result.stdout.splitlines()[-1])["kib_per_connection"])
@@ -518,15 +552,17 @@ async def watches(
             complete = result["complete"] + sum(1 for g in got if g == events)
             lost = result["lost"] + sum(max(0, events - g) for g in got)
             per_watch = (rss_after - rss_before) / count
-            floor = await anyio.to_thread.run_sync(tls_floor_kib, count)
+            bare_tls = await anyio.to_thread.run_sync(floor_kib, count, "tls")
+            bare_uvicorn = await anyio.to_thread.run_sync(floor_kib, count, "uvicorn")
             rows.append(
                 [f"{count} watches, {rate:g} events/s, {seconds:g} s",
                  "1 upstream watch, p99 <= 100 ms, 0 lost, <= 20 KB/watch",
                  f"p99 {p99:.0f} ms (p50 {p50:.0f}, max {(result['max'] or 0) * 1000:.0f})", "-",
                  (f"{counts['open_watches']} upstream watch open, "
                  f"{counts['watch_requests'] - watches_before} new; {lost} events lost "
-                 f"({complete}/{count} complete, {churned}); {per_watch:.1f} KiB RSS/watch (a bare asyncio TLS server holding "
-                 f"{count} connections: {floor:.1f} KiB each); "
+                 f"({complete}/{count} complete, {churned}); {per_watch:.1f} KiB RSS/watch (without kubemux, "
+                 f"{count} connections held by a bare asyncio TLS server: {bare_tls:.1f} "
+                 f"KiB each, by a streaming app in uvicorn over TLS: {bare_uvicorn:.1f}); "
                  f"proxy CPU {cpu * 1e6:.1f} us per event delivered, the clients' "
                  f"{clients_cpu * 1e6:.1f} us; {line_bytes:.0f} bytes per event")]
             )  # fmt: skip
@@ -579,8 +615,8 @@ def main() -> None:
     if sys.argv[1:2] == ["--serve"]:
         anyio.run(serve, int(sys.argv[2]), int(sys.argv[3]))
         return
-    if sys.argv[1:2] == ["--tls-floor"]:
-        asyncio.run(tls_floor(int(sys.argv[2]), int(sys.argv[3])))
+    if sys.argv[1:2] == ["--floor"]:
+        asyncio.run(floor(int(sys.argv[2]), sys.argv[3], int(sys.argv[4])))
         return
     if sys.argv[1:2] == ["--watch-client"]:
         url, ca, token, count, events = sys.argv[2:7]
