@@ -16,7 +16,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from kubectl_support import kubectl_argv
+from kubectl_support import kubectl_argv, run_kubectl  # noqa: F401 - imported from here before
 from kubemux.testing import FakeCluster, make_pod
 from kubemux.testing._spdy import Frame, FrameReader, HeaderCompressor, encode_syn_stream
 from support import TIMEOUT

@@ -21,6 +21,7 @@ import anyio
 import pytest
 from aiohttp import web
 
+from kubectl_support import kubectl_binary  # noqa: F401 - imported from here before
 from kubemux import WatcherRegistry
 from kubemux.proxy import ProxyServer, encode_context
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
