@@ -25,8 +25,10 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # Three workers: most tests wait on sockets and processes, so even two cores run three at once.
+# worksteal: an idle worker takes tests queued for a busy one, so a few long files do not end
+# the run on one worker.
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -n 3
+	$(BIN)/python -m pytest -n 3 --dist worksteal
 
 # the documentation site into site/ (tests/test_docs.py builds it too, so a broken page fails CI)
 docs: $(STAMP)
