@@ -25,6 +25,8 @@ until it leads its share, at most ``--join-wait`` seconds), the LISTs the cluste
 after the start, the follower's lag p99 (steady for ``--steady`` seconds; from the kill to
 the join, the failover's gap included; from the join to the end, its handovers), and the
 failover time p99 (SIGKILL to a survivor leading, per slot the killed replica led).
+The replicas' Redis URL carries ``?max_connections=10000``: redis-py 8 caps a pool at 100
+connections, fewer than the engine needs when a replica follows 100 slots.
 """
 
 from __future__ import annotations
@@ -286,7 +288,7 @@ async def replica(args: argparse.Namespace) -> None:
     this bench, nothing added to kubemux), ``{"op": "started"}`` once every context has
     synced, and with ``--lags`` answers ``dump`` with the lag of every change seen (wall
     clock of its write in the cluster to this subscriber)."""
-    from kubemux import WatcherRegistry
+    from kubemux import SubscriberOverflow, WatcherRegistry
     from kubemux._settings import Backoff, WatchSettings
     from kubemux.share import Redis
 
@@ -302,7 +304,10 @@ async def replica(args: argparse.Namespace) -> None:
         settings=WatchSettings(backoff=Backoff(initial_delay=0.1, max_delay=1.0)),
         start_backoff=Backoff(initial_delay=0.1, max_delay=1.0),
         share=Redis(
-            redis_url,
+            # redis-py 8 caps a pool at 100 connections and the engine holds one per
+            # followed slot (a blocking XREAD): without this, a replica following 100
+            # slots gets MaxConnectionsError on all of them (reported; the engine's fix)
+            redis_url + "?max_connections=10000",
             prefix=args.prefix,
             lease_ttl=args.lease_ttl,
             acquire_period=args.acquire_period,
@@ -330,15 +335,21 @@ async def replica(args: argparse.Namespace) -> None:
                 await anyio.sleep(0.05)
 
         async def measure() -> None:
-            async with registry.subscribe(resource="pods") as changes:
-                async for change in changes:
-                    if change.type != "MODIFIED" or change.snapshot:
-                        continue
-                    obj = change.object or {}
-                    stamp = (obj.get("metadata", {}).get("labels") or {}).get("t")
-                    if stamp is not None:
-                        now = time.time()
-                        lags.append((now, now - float(stamp)))
+            while True:  # the start's ADDEDs may overflow a loaded process: subscribe again
+                try:
+                    async with registry.subscribe(
+                        resource="pods", snapshot=False, buffer_size=100_000
+                    ) as changes:
+                        async for change in changes:
+                            if change.type != "MODIFIED":
+                                continue
+                            obj = change.object or {}
+                            stamp = (obj.get("metadata", {}).get("labels") or {}).get("t")
+                            if stamp is not None:
+                                now = time.time()
+                                lags.append((now, now - float(stamp)))
+                except SubscriberOverflow:
+                    emit(op="overflow", t=time.time())
 
         tg.start_soon(report)
         if args.lags:
@@ -521,7 +532,10 @@ async def placement_rows(
     rows = []
     for case in args.placement.split(","):
         m, n = (int(x) for x in case.split("x"))
-        rows += await placement_case(args, redis, tmp, m, n)
+        case_rows = await placement_case(args, redis, tmp, m, n)
+        for name, value, target in case_rows:  # as each case ends: a long run shows progress
+            print(f"{name}: {value} (target: {target})", file=sys.stderr, flush=True)
+        rows += case_rows
     return rows
 
 
