@@ -320,7 +320,7 @@ async def test_no_token_reaches_the_logs(
         with anyio.fail_after(20):
             await client.request("GET", "prod", "/api/v1/pods")
             await client.request("GET", "prod", "/api/v1/pods", auth=False)
-            await client.request("GET", "prod", "/api/v1/pods?watch=1&timeoutSeconds=0")
+            await client.request("GET", "prod", "/api/v1/pods?watch=1&timeoutSeconds=1")
             await client.request("POST", "prod", "/api/v1/namespaces/default/pods", data=b"{")
             await client.request("GET", "nope", "/api")
     assert caplog.records  # something was logged
@@ -339,12 +339,27 @@ async def test_a_rotated_token_is_refreshed_for_passed_through_requests(
     )
     async with running_proxy(source) as (_, client):
         with anyio.fail_after(20):
-            status, _, _ = await client.request("GET", "prod", "/api/v1/pods?labelSelector=a")
+            status, _, _ = await client.request("GET", "prod", "/api/v1/pods?pretty=true")
             assert status == 200
             cluster.tokens.add("rotated")
             token_file.write_text("rotated")
             cluster.tokens.discard(TOKEN)
-            status, _, body = await client.request("GET", "prod", "/api/v1/pods?labelSelector=a")
+            status, _, body = await client.request("GET", "prod", "/api/v1/pods?pretty=true")
             assert status == 200, body
-    tokens = [r.token for r in cluster.requests if r.query.get("labelSelector") == "a"]
+    tokens = [r.token for r in cluster.requests if r.query.get("pretty") == "true"]
     assert tokens[0] == TOKEN and tokens[-1] == "rotated"
+
+
+async def test_the_tls_read_buffer_can_be_made_smaller(
+    cluster: FakeCluster, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio.sslproto
+
+    monkeypatch.setattr(asyncio.sslproto.SSLProtocol, "max_size", 256 * 1024)  # restored after
+    with pytest.raises(ValueError, match="at least 4096"):
+        ProxyServer(WatcherRegistry({}), port=0, tls_read_buffer=100)
+    async with running_proxy(kubeconfig, tls_read_buffer=16 * 1024) as (_, client):
+        with anyio.fail_after(20):
+            status, doc = await client.get_json("prod", "/api/v1/pods")
+    assert status == 200 and len(doc["items"]) == 2
+    assert asyncio.sslproto.SSLProtocol.max_size == 16 * 1024

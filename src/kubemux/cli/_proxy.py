@@ -117,6 +117,7 @@ async def proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             port=args.port,
             allow_remote=args.allow_remote,
             settings=settings,
+            tls_read_buffer=16 * 1024,  # not asyncio's 256 KiB per connection (watches)
         )
         url: str = await tg.start(_serve, server, tg)
         if args.write_kubeconfig:

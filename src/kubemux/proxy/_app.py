@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import anyio
 import orjson
@@ -32,24 +31,20 @@ from starlette.routing import Mount
 from starlette.types import Receive, Scope, Send
 
 from .._discovery import parse_resource_list
-from .._errors import ApiError, KubemuxError
+from .._errors import KubemuxError
 from .._registry import WatcherRegistry
 from .._resources import BUILTIN_RESOURCES, Resource
 from .._upstream import Upstream
+from ._cached import CachedReads, CachedSettings, credential_key
 from ._discovery_cache import DiscoveryCache
 from ._passthrough import forward, read_body, request_headers
 from ._paths import ApiPath, decode_context, parse_api_path, split_raw_path
-from ._reads import (
-    ReadPlan,
-    plan_read,
-    query_pairs,
-    serve_get,
-    serve_list,
-    serve_watch,
-    store_covers,
-)
+from ._reads import ReadRequest, classify, query_pairs
 from ._responses import StatusError, send_error, status_for_error
+from ._served import ServedStatus
 from ._upgrade import RefusedUpgrades, bridge, deny, spdy_refusal
+from ._watch import WatchSettings
+from ._writes import written_version
 
 __all__ = ["Proxy", "ProxySettings", "create_app"]
 
@@ -65,6 +60,7 @@ _API_DEFINITIONS = frozenset(
 )
 _BUILTINS = {(r.group, r.version, r.plural): r for r in BUILTIN_RESOURCES}
 _RESOURCE_VERBS = frozenset({"list", "watch", "get"})
+_CAPTURE = 4 * 1024 * 1024  # a write's answer kept for its resourceVersion, at most
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -87,6 +83,17 @@ class ProxySettings:
             context may have open upstream at once; more get a 429 with ``Retry-After``.
             A context's connections are shared with its informers (kubernetes-asyncio's
             pool holds 100), so clients holding streams must not take them all.
+        wait_timeout: Seconds a read of a resourceVersion newer than the cache waits for
+            it (the watch cache's 3 s), then 504 ``Too large resource version``.
+        read_your_writes_timeout: Seconds a read after a write through the proxy waits for
+            the cache to reach the write (then it goes upstream).
+        max_watches_per_credential: Watches (from the cache or upstream) one credential
+            (``Authorization`` header) may hold at once; more get a 429 with
+            ``Retry-After``.
+        watch_write_timeout: Seconds a watch's write may take (a client that stops
+            reading is cut off: its connection closes).
+        watch: Downstream watches: buffers (a watcher that many events behind is cut
+            off), bookmark period.
     """
 
     max_body_size: int = 3 * 1024 * 1024
@@ -97,6 +104,11 @@ class ProxySettings:
     discovery_ttl: float = 600.0
     cache_reads: bool = True
     max_upstream_streams: int = 50
+    wait_timeout: float = 3.0
+    read_your_writes_timeout: float = 3.0
+    max_watches_per_credential: int = 1024
+    watch_write_timeout: float = 30.0
+    watch: WatchSettings = dataclasses.field(default_factory=WatchSettings)
 
 
 class Proxy:
@@ -111,6 +123,27 @@ class Proxy:
         self.refused = RefusedUpgrades()
         self._resources: dict[tuple[str, int, str, str, str], Resource | None] = {}
         self._streams: dict[str, int] = {}  # context -> upstream streams open
+        s = self.settings
+        self.cached = CachedReads(
+            registry,
+            CachedSettings(
+                store_timeout=s.start_timeout + s.response_timeout,
+                wait_timeout=s.wait_timeout,
+                read_your_writes_timeout=s.read_your_writes_timeout,
+                max_watches_per_credential=s.max_watches_per_credential,
+                watch_write_timeout=s.watch_write_timeout,
+                watch=s.watch,
+            ),
+        )
+
+    def status(self) -> tuple[ServedStatus, ...]:
+        """The stores reads are served from: version, lag (seconds since the cache last
+        heard from its API server), downstream watches."""
+        return self.cached.status()
+
+    def close(self) -> None:
+        """End every watch served from the cache (each client sees its stream end)."""
+        self.cached.close()
 
     @property
     def _start_timeout(self) -> float:
@@ -168,11 +201,18 @@ class Proxy:
                     response_timeout=self.settings.response_timeout,
                 )
             return
-        if method == "GET" and self.settings.cache_reads:
-            plan = plan_read(path, query_pairs(query), headers)
-            if plan is not None and await self._serve_read(context, path, plan, receive, send):
-                return
-        await self._forward(context, path, target, scope, receive, send)
+        pairs = query_pairs(query)
+        watching = method == "GET" and any(
+            k == "watch" and v.lower() not in ("0", "false") for k, v in pairs
+        )
+        with self.cached.watch_slot(credential_key(scope)) if watching else _no_slot():
+            if method == "GET" and self.settings.cache_reads:
+                read = classify(path, pairs, headers)
+                if read is not None and await self._serve_read(
+                    context, path, read, scope, receive, send
+                ):
+                    return
+            await self._forward(context, path, target, scope, receive, send)
 
     # ------------------------------------------------------------------ upstream
     @contextlib.asynccontextmanager
@@ -227,9 +267,10 @@ class Proxy:
         streaming = query.get("watch", "").lower() in ("true", "1") or query.get(
             "follow", ""
         ).lower() in ("true", "1")
+        write = method in _API_WRITES and path.kind == "resource"
         with self._stream_slot(context) if streaming else contextlib.nullcontext():
             async with self._upstream(context) as up:
-                await forward(
+                answer = await forward(
                     up,
                     scope,
                     receive,
@@ -239,13 +280,21 @@ class Proxy:
                     streaming=streaming,
                     response_timeout=self.settings.response_timeout,
                     read_timeout=self.settings.read_timeout,
+                    capture=_CAPTURE if write and not streaming else 0,
                 )
-        if (
-            method in _API_WRITES
-            and path.kind == "resource"
-            and (path.group, path.plural) in (_API_DEFINITIONS)
-        ):
+        if write and answer is not None and "dryRun" not in query:
+            self._mark_write(context, path, method, answer)
+        if write and (path.group, path.plural) in (_API_DEFINITIONS):
             self.discovery.invalidate(context)  # an API appeared or went: discovery again
+
+    def _mark_write(self, context: str, path: ApiPath, method: str, answer: bytes) -> None:
+        """Read your writes: later reads of the resource wait for what this write did."""
+        version = written_version(answer)
+        gone = None
+        if version is None and method == "DELETE" and path.is_object:
+            assert path.name is not None
+            gone = (path.namespace or "", path.name)
+        self.cached.marks.record(context, path.group, path.plural, version, gone)
 
     async def _websocket(
         self, context: str, target: str, scope: Scope, receive: Receive, send: Send
@@ -301,38 +350,24 @@ class Proxy:
         return found
 
     async def _serve_read(
-        self, context: str, path: ApiPath, plan: ReadPlan, receive: Receive, send: Send
+        self,
+        context: str,
+        path: ApiPath,
+        read: ReadRequest,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
     ) -> bool:
         """Answer a read from the cache; False if it must go upstream after all."""
         resource = await self.resource_for(context, path)
-        if resource is None or (plan.namespace is not None and not resource.namespaced):
+        if resource is None:
             return False
-        store: Any
-        try:
-            with anyio.fail_after(self._start_timeout + self.settings.response_timeout):
-                if plan.view == "table":
-                    store = await self.registry.table(context, resource)
-                else:
-                    store = await self.registry.watch(context, resource)
-        except TimeoutError:
-            return False
-        except ApiError:
-            return False  # forbidden, gone, ...: the API server's own answer is the one to give
-        except KubemuxError as exc:
-            raise status_for_error(exc, context) from None
-        if not store_covers(store, plan.namespace):
-            return False
-        if plan.view == "table" and getattr(store, "is_fallback", False):
-            return False  # the server has no Table support: let it answer for itself
-        if plan.verb == "list":
-            return await serve_list(store, plan, send)
-        if plan.verb == "get":
-            return await serve_get(store, plan, send)
-        async with self.registry.subscribe(
-            resource, contexts=[context], namespace=plan.namespace, snapshot=True
-        ) as changes:
-            await serve_watch(changes, plan, receive, send)
-        return True
+        return await self.cached.serve(context, resource, read, scope, receive, send)
+
+
+@contextlib.contextmanager
+def _no_slot() -> Iterator[None]:
+    yield
 
 
 def _upgrade_header(scope: Scope) -> bool:

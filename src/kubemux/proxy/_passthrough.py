@@ -140,10 +140,14 @@ async def forward(
     response_timeout: float,
     read_timeout: float,
     headers: Sequence[tuple[str, str]] | None = None,
-) -> None:
+    capture: int = 0,
+) -> bytes | None:
     """Send the request to ``target`` (path and query, encoded) upstream and stream the
     answer back. ``body`` has been read already (so the downstream ``receive`` only waits
     for the client to leave, which ends the exchange).
+
+    With ``capture``, a successful (2xx) answer of at most that many bytes is also
+    returned, whole (what a write answered: read your writes); else None.
 
     An answer that breaks off midway (also because the context stopped or reloaded) ends
     without its last chunk (the ASGI server then closes the connection), so the client
@@ -154,6 +158,7 @@ async def forward(
             downstream yet).
     """
     failure: list[StatusError] = []
+    captured: list[bytes] = []
     async with anyio.create_task_group() as tg:
         tg.start_soon(_wait_disconnect, receive, tg.cancel_scope)
         tg.start_soon(_wait_closed, upstream, tg.cancel_scope)
@@ -168,12 +173,15 @@ async def forward(
                 response_timeout=response_timeout,
                 read_timeout=read_timeout,
                 headers=request_headers(scope) if headers is None else list(headers),
+                capture=capture,
+                captured=captured,
             )
         except StatusError as exc:
             failure.append(exc)
         tg.cancel_scope.cancel("answered")
     if failure:
         raise failure[0]
+    return captured[0] if captured else None
 
 
 async def _exchange(
@@ -187,6 +195,8 @@ async def _exchange(
     response_timeout: float,
     read_timeout: float,
     headers: list[tuple[str, str]],
+    capture: int = 0,
+    captured: list[bytes] | None = None,
 ) -> None:
     method = scope["method"]
     timeout = aiohttp.ClientTimeout(
@@ -213,8 +223,13 @@ async def _exchange(
                 "headers": _response_headers(resp),
             }
         )
+        keep: bytearray | None = bytearray() if capture and 200 <= resp.status < 300 else None
         try:
             async for chunk in resp.content.iter_any():
+                if keep is not None:
+                    keep += chunk
+                    if len(keep) > capture:
+                        keep = None
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except (aiohttp.ClientError, TimeoutError, OSError, RuntimeError) as exc:
             log.info(
@@ -226,3 +241,5 @@ async def _exchange(
             )
             return  # without the final message: the connection is closed, not completed
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if keep is not None and captured is not None:
+            captured.append(bytes(keep))

@@ -1,72 +1,95 @@
-"""LIST, GET and WATCH answered from kubemux's informers.
+"""Which GETs the cache answers, and how their answers are written.
 
-:func:`plan_read` decides, without I/O, whether a GET is a read the cache can answer with
-the API server's semantics, and how (:class:`ReadPlan`); anything it cannot answer exactly
-goes upstream instead (:mod:`._passthrough`), so a client always gets the API's answer. One
-function per verb (:func:`serve_list`, :func:`serve_get`, :func:`serve_watch`) answers a
-plan from a store. What is answered from the cache today:
+:func:`classify` decides, without I/O, whether a GET is a read the cache may answer
+(:class:`ReadRequest`: LIST, GET or WATCH of a resource, as objects or as a Table) or one
+that goes upstream as it is (None): subresources, impersonation, media types the cache does
+not write (protobuf, YAML, ``PartialObjectMetadata``), repeated or unknown query
+parameters (``pretty``, ...). What the parameters mean (selectors, resourceVersions,
+pages) is decided later, per resource, by :mod:`._rv` and :mod:`._cached`.
 
-- LIST and GET with ``resourceVersion`` unset, ``""`` or ``"0"`` (served as fresh as the
-  watch), no selector, no ``continue``, a ``limit`` the whole answer fits in; objects as
-  JSON, or the Table format (``meta.k8s.io`` v1 or v1beta1, ``includeObject`` ``Metadata``
-  or ``None``) from a table-view informer (the server's own columns and cells);
-- WATCH of objects from ``resourceVersion`` unset or ``"0"``: the current objects as
-  ADDED, then the changes, until ``timeoutSeconds`` (or kube-apiserver's 30-60 minutes).
-
-Selectors, pagination, exact and ``NotOlderThan`` resourceVersions, watches resumed from a
-resourceVersion and Table watches go upstream for now; they plug in here verb by verb.
+The writers send an answer as the API server writes it: a whole body with its length for a
+small one, else chunks (``iter_list``/``iter_table``) so no body-sized buffer is built; a
+watch as ``application/json`` lines (a Table watch too: kube-apiserver's watch media type
+is the serializer's, ``application/json``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import random
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-import anyio
-import msgspec
-import orjson
-from starlette.types import Receive, Send
+from starlette.types import Send
 
-from .._errors import SubscriberOverflow
-from .._multistore import MultiStore
-from .._resources import Resource
-from .._store import Store
-from .._table import TableColumn, TableStore
+from ._lists import INCLUDE_OBJECT_VALUES
 from ._paths import ApiPath
 from ._responses import JSON
 
 __all__ = [
-    "ReadPlan",
+    "CACHE_HEADER",
+    "LAG_HEADER",
+    "TABLE_TYPE",
+    "ReadRequest",
+    "classify",
     "parse_accept",
-    "plan_read",
-    "serve_get",
-    "serve_list",
-    "serve_watch",
-    "store_covers",
+    "query_pairs",
+    "send_chunks",
 ]
 
 TABLE_TYPE = "application/json;as=Table;v={v};g=meta.k8s.io"
-_LIST_PARAMS = frozenset({"limit", "resourceVersion", "resourceVersionMatch", "timeout"})
-_TABLE_PARAMS = frozenset({"includeObject"})
-_WATCH_PARAMS = frozenset(
-    {"watch", "resourceVersion", "allowWatchBookmarks", "timeoutSeconds", "timeout"}
+CACHE_HEADER = b"x-kubemux-cache"
+"""``hit`` on every answer the cache gave."""
+LAG_HEADER = b"x-kubemux-cache-lag"
+"""Seconds (three decimals) since the cache last heard from the API server."""
+
+_LIST_PARAMS = frozenset(
+    {
+        "allowWatchBookmarks",
+        "continue",
+        "fieldSelector",
+        "labelSelector",
+        "limit",
+        "resourceVersion",
+        "resourceVersionMatch",
+        "sendInitialEvents",
+        "timeout",
+        "timeoutSeconds",
+        "watch",
+    }
 )
+_GET_PARAMS = frozenset({"resourceVersion", "timeout"})
+_TABLE_PARAMS = frozenset({"includeObject"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ReadPlan:
-    """A read the cache can answer: what to read and how to write it."""
+class ReadRequest:
+    """A read the cache may answer.
 
-    verb: str  # "list", "get" or "watch"
-    view: str  # "objects" or "table"
+    Attributes:
+        verb: ``"list"``, ``"get"`` or ``"watch"``.
+        view: ``"objects"`` or ``"table"``.
+        namespace: The path's namespace (None: all, or a cluster-scoped resource).
+        name: The object's name (GET, or a watch of one object).
+        params: The query parameters (each given once).
+        table_version: ``"v1"`` or ``"v1beta1"`` (Table reads).
+        include_object: ``includeObject`` of a Table read: ``Metadata``, ``None`` or
+            ``Object``.
+    """
+
+    verb: str
+    view: str
     namespace: str | None
     name: str | None
-    limit: int = 0
+    params: Mapping[str, str]
     table_version: str = "v1"
     include_object: str = "Metadata"
-    timeout_seconds: float | None = None
+
+    @property
+    def content_type(self) -> str:
+        """The media type of a LIST or GET answer."""
+        if self.view == "table":
+            return TABLE_TYPE.format(v=self.table_version)
+        return JSON
 
 
 def parse_accept(accept: str) -> tuple[str, str] | None:
@@ -91,23 +114,21 @@ def parse_accept(accept: str) -> tuple[str, str] | None:
             if set(params) <= {"q"}:
                 return ("objects", "")
             continue
-        if (
-            kind == "Table"
-            and params.get("g") == "meta.k8s.io"
-            and params.get("v")
-            in (
-                "v1",
-                "v1beta1",
-            )
-        ):
-            return ("table", params["v"])
+        if kind == "Table" and params.get("g") == "meta.k8s.io":
+            version = params.get("v")
+            if version in ("v1", "v1beta1"):
+                return ("table", version)
     return None
 
 
-def plan_read(
+def _go_bool(text: str | None) -> bool:
+    return text is not None and not (text == "0" or text.lower() == "false")
+
+
+def classify(
     path: ApiPath, query: Sequence[tuple[str, str]], headers: Mapping[str, str]
-) -> ReadPlan | None:
-    """How the cache answers this GET, or None when it goes upstream (see the module)."""
+) -> ReadRequest | None:
+    """The read the cache may answer, or None when the GET goes upstream as it is."""
     if path.kind != "resource" or path.subresource is not None:
         return None
     if any(name.startswith("impersonate-") for name in headers):
@@ -121,260 +142,73 @@ def plan_read(
     if accepted is None:
         return None
     view, table_version = accepted
-    watch = params.get("watch", "").lower()
-    if watch not in ("", "false", "0") and watch not in ("true", "1"):
-        return None
-    rv = params.get("resourceVersion", "")
-    if watch in ("true", "1"):
-        return _plan_watch(path, params, view, rv)
-    allowed = _LIST_PARAMS | (_TABLE_PARAMS if view == "table" else frozenset())
-    if not set(params) <= allowed | {"watch"}:
-        return None
-    if rv not in ("", "0"):
-        return None  # an exact or NotOlderThan version: upstream knows it (for now)
-    match = params.get("resourceVersionMatch", "")
-    if match and not (match == "NotOlderThan" and rv == "0"):
-        return None
-    include = params.get("includeObject", "Metadata") if view == "table" else "Metadata"
-    if include not in ("Metadata", "None"):
-        return None
-    limit = 0
-    if "limit" in params:
-        try:
-            limit = int(params["limit"])
-        except ValueError:
-            return None
-        if limit < 0:
-            return None
-    return ReadPlan(
-        verb="get" if path.name is not None else "list",
+    watch = _go_bool(params.get("watch"))
+    if watch:
+        verb = "watch"
+    elif path.name is not None:
+        verb = "get"
+    else:
+        verb = "list"
+    allowed = _GET_PARAMS if verb == "get" else _LIST_PARAMS
+    if view == "table":
+        allowed = allowed | _TABLE_PARAMS
+    if not set(params) <= allowed:
+        return None  # pretty, export, ...: what the cache does not do
+    include = "Metadata"
+    if view == "table":
+        include = params.get("includeObject", "") or "Metadata"
+        if include not in INCLUDE_OBJECT_VALUES:
+            return None  # the API server's own 400 (it is worded per request)
+    return ReadRequest(
+        verb=verb,
         view=view,
         namespace=path.namespace,
         name=path.name,
-        limit=limit,
+        params=params,
         table_version=table_version or "v1",
         include_object=include,
     )
 
 
-def _plan_watch(path: ApiPath, params: dict[str, str], view: str, rv: str) -> ReadPlan | None:
-    if view != "objects" or not set(params) <= _WATCH_PARAMS:
-        return None
-    if rv not in ("", "0"):
-        return None  # resuming from a version needs the event history (for now: upstream)
-    timeout: float | None = None
-    if "timeoutSeconds" in params:
-        try:
-            timeout = float(int(params["timeoutSeconds"]))
-        except ValueError:
-            return None
-        if timeout < 0:
-            return None
-    return ReadPlan(
-        verb="watch",
-        view="objects",
-        namespace=path.namespace,
-        name=path.name,
-        timeout_seconds=timeout,
-    )
-
-
-def store_covers(store: Store, namespace: str | None) -> bool:
-    """Whether ``store`` holds everything a read of ``namespace`` (None: all) would see."""
-    if isinstance(store, MultiStore):  # a namespace fallback: only its namespaces
-        return namespace is not None and namespace in store.stores
-    return True
-
-
-# ------------------------------------------------------------------------------ LIST
-def _list_body(resource: Resource, resource_version: str, items: list[bytes]) -> bytes:
-    head = orjson.dumps(
-        {
-            "kind": f"{resource.kind}List",
-            "apiVersion": resource.api_version,
-            "metadata": {"resourceVersion": resource_version},
-        }
-    )
-    return head[:-1] + b',"items":[' + b",".join(items) + b"]}"
-
-
-class _RawRow(msgspec.Struct, gc=False):
-    cells: msgspec.Raw = msgspec.Raw(b"[]")
-    metadata: msgspec.Raw = msgspec.Raw(b"{}")
-
-
-_row_decoder = msgspec.json.Decoder(_RawRow)
-
-
-def _table_row(raw: bytes, plan: ReadPlan) -> bytes:
-    row = _row_decoder.decode(raw)
-    cells = bytes(row.cells)
-    if plan.include_object == "None":
-        return b'{"cells":' + cells + b',"object":null}'
-    return (
-        b'{"cells":'
-        + cells
-        + b',"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/'
-        + plan.table_version.encode()
-        + b'","metadata":'
-        + bytes(row.metadata)
-        + b"}}"
-    )
-
-
-def _columns(columns: Sequence[TableColumn]) -> bytes:
-    return orjson.dumps(
-        [
-            {
-                "name": c.name,
-                "type": c.type,
-                "format": c.format,
-                "description": c.description,
-                "priority": c.priority,
-            }
-            for c in columns
-        ]
-    )
-
-
-def _table_body(store: TableStore, plan: ReadPlan, rows: list[bytes], rv: str) -> bytes:
-    head = orjson.dumps(
-        {
-            "kind": "Table",
-            "apiVersion": f"meta.k8s.io/{plan.table_version}",
-            "metadata": {"resourceVersion": rv},
-        }
-    )
-    return (
-        head[:-1]
-        + b',"columnDefinitions":'
-        + _columns(store.columns)
-        + b',"rows":['
-        + b",".join(_table_row(r, plan) for r in rows)
-        + b"]}"
-    )
-
-
-def _headers(content_type: str, length: int) -> list[tuple[bytes, bytes]]:
-    return [
-        (b"content-type", content_type.encode()),
-        (b"content-length", str(length).encode()),
-        (b"x-kubemux-cache", b"hit"),
-    ]
-
-
-async def _send(send: Send, body: bytes, content_type: str) -> None:
-    await send(
-        {"type": "http.response.start", "status": 200, "headers": _headers(content_type, len(body))}
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-async def serve_list(store: Store, plan: ReadPlan, send: Send) -> bool:
-    """Answer a LIST from ``store``; False (nothing sent) if it must go upstream."""
-    rv = store.resource_version
-    items = store.list_raw(plan.namespace)
-    if plan.limit and len(items) > plan.limit:
-        return False  # a page of a larger list: upstream pages it (for now)
-    if plan.view == "table":
-        assert isinstance(store, TableStore)
-        content_type = TABLE_TYPE.format(v=plan.table_version)
-        await _send(send, _table_body(store, plan, items, rv), content_type)
-        return True
-    await _send(send, _list_body(store.resource, rv, items), JSON)
-    return True
-
-
-# ------------------------------------------------------------------------------ GET
-async def serve_get(store: Store, plan: ReadPlan, send: Send) -> bool:
-    """Answer a GET of one object from ``store``; False if it must go upstream (an object
-    the cache does not have: the API server's 404 is the one to give)."""
-    assert plan.name is not None
-    namespace = plan.namespace if store.resource.namespaced else None
-    raw = store.get_raw(namespace, plan.name)
-    if raw is None:
-        return False
-    if plan.view == "table":
-        assert isinstance(store, TableStore)
-        rv = _object_rv(raw)
-        content_type = TABLE_TYPE.format(v=plan.table_version)
-        await _send(send, _table_body(store, plan, [raw], rv), content_type)
-        return True
-    await _send(send, raw, JSON)
-    return True
-
-
-class _Meta(msgspec.Struct, gc=False):
-    resourceVersion: str = ""
-
-
-class _WithMeta(msgspec.Struct, gc=False):
-    metadata: _Meta = msgspec.field(default_factory=_Meta)
-
-
-_meta_decoder = msgspec.json.Decoder(_WithMeta)
-
-
-def _object_rv(raw: bytes) -> str:
-    try:
-        return _meta_decoder.decode(raw).metadata.resourceVersion
-    except msgspec.DecodeError:
-        return ""
-
-
-# ------------------------------------------------------------------------------ WATCH
-_DEFAULT_WATCH_TIMEOUT = (1800.0, 3600.0)  # kube-apiserver: minRequestTimeout .. twice it
-
-
-async def serve_watch(
-    subscription: object,
-    plan: ReadPlan,
-    receive: Receive,
-    send: Send,
-) -> None:
-    """Stream a subscription (entered, with its snapshot) as a watch: one
-    ``{"type":...,"object":...}`` line per change, until ``timeoutSeconds``, the client
-    leaving, or the informer's generation ending (a reload or a removal: the client lists
-    again, as after any watch the server ends)."""
-    timeout = plan.timeout_seconds
-    if timeout is None:
-        timeout = random.uniform(*_DEFAULT_WATCH_TIMEOUT)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [
-                (b"content-type", JSON.encode()),
-                (b"cache-control", b"no-cache, private"),
-                (b"x-kubemux-cache", b"hit"),
-            ],
-        }
-    )
-    async with anyio.create_task_group() as tg:
-
-        async def wait_disconnect() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            tg.cancel_scope.cancel("the client went away")
-
-        tg.start_soon(wait_disconnect)
-        with anyio.move_on_after(timeout):
-            try:
-                async for change in subscription:  # type: ignore[attr-defined]
-                    if change.type not in ("ADDED", "MODIFIED", "DELETED"):
-                        break  # RESET or REMOVED: this watch is over
-                    if plan.name is not None and change.name != plan.name:
-                        continue
-                    line = (
-                        b'{"type":"' + change.type.encode() + b'","object":' + change.raw + b"}\n"
-                    )
-                    await send({"type": "http.response.body", "body": line, "more_body": True})
-            except SubscriberOverflow:
-                pass  # too slow: cut off, as the API server cuts off a slow watcher
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-        tg.cancel_scope.cancel("watch ended")
-
-
 def query_pairs(query_string: bytes) -> list[tuple[str, str]]:
     """The query parameters, in order (repeated ones kept)."""
     return urllib.parse.parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)
+
+
+def _cache_headers(lag: float) -> list[tuple[bytes, bytes]]:
+    return [(CACHE_HEADER, b"hit"), (LAG_HEADER, f"{lag:.3f}".encode())]
+
+
+async def send_chunks(
+    send: Send,
+    chunks: Iterable[bytes],
+    content_type: str,
+    *,
+    lag: float,
+    status: int = 200,
+) -> None:
+    """One answer from ``chunks``: with its length when it is one chunk, else streamed."""
+    iterator: Iterator[bytes] = iter(chunks)
+    first = next(iterator, b"")
+    second = next(iterator, None)
+    headers = [(b"content-type", content_type.encode("latin-1")), *_cache_headers(lag)]
+    if second is None:
+        headers.append((b"content-length", str(len(first)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": first})
+        return
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": first, "more_body": True})
+    await send({"type": "http.response.body", "body": second, "more_body": True})
+    for chunk in iterator:
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def watch_headers(lag: float) -> list[tuple[bytes, bytes]]:
+    """The headers of a watch answered from the cache."""
+    return [
+        (b"content-type", JSON.encode()),
+        (b"cache-control", b"no-cache, private"),
+        *_cache_headers(lag),
+    ]

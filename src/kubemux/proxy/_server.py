@@ -26,6 +26,7 @@ kubeconfig changes (written atomically, mode 0600).
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import base64
 import hmac
 import ipaddress
@@ -211,6 +212,11 @@ class ProxyServer:
         settings: The app's limits (see :class:`ProxySettings`).
         header_timeout: Seconds a request's headers may take to arrive.
         max_header_bytes: Largest request head accepted (Go's default, 1 MiB).
+        tls_read_buffer: The read buffer of each TLS connection, in bytes. Python's asyncio
+            gives every TLS connection a 256 KiB one (``SSLProtocol.max_size``), which makes
+            a thousand idle watches cost 250 MiB; ``kubemux proxy`` sets 16 KiB. asyncio has
+            no per-server setting, so this changes it for every TLS connection the process
+            opens from :meth:`serve` on (upstream ones too); None (the default) leaves it.
 
     Raises:
         ValueError: a non-loopback ``address`` without ``allow_remote``.
@@ -228,6 +234,7 @@ class ProxyServer:
         header_timeout: float = 10.0,
         max_header_bytes: int = 1024 * 1024,
         log_level: str = "warning",
+        tls_read_buffer: int | None = None,
     ) -> None:
         if not is_loopback(address) and not allow_remote:
             raise ValueError(
@@ -247,6 +254,9 @@ class ProxyServer:
         self._header_timeout = header_timeout
         self._max_header_bytes = max_header_bytes
         self._log_level = log_level
+        if tls_read_buffer is not None and tls_read_buffer < 4096:
+            raise ValueError("tls_read_buffer must be at least 4096 bytes")
+        self._tls_read_buffer = tls_read_buffer
         self.url: str | None = None
         self._server: uvicorn.Server | None = None
         self._kubeconfig_written = ""
@@ -294,6 +304,8 @@ class ProxyServer:
         Cancellation: the server is shut down (bounded in time) before it goes on.
         """
         sock = self._bind()
+        if self._tls_read_buffer is not None:
+            asyncio.sslproto.SSLProtocol.max_size = self._tls_read_buffer
         config = uvicorn.Config(
             self._guarded,
             http=_http_protocol(self._header_timeout, self._max_header_bytes),

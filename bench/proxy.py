@@ -1,0 +1,471 @@
+"""kubemux proxy against its peers: LIST of 10k and 100k pods (JSON, Table), the real
+``kubectl proxy`` (a pass-through) to the same upstream, 1,000 downstream watches of one
+resource at 100 events/s, and repeated ``kubectl get`` reads. One table, issue #20's targets.
+
+Run: ``python bench/proxy.py [--sizes 10000,100000] [--watchers 1000] [--rate 100]
+[--seconds 20] [--kubectl-runs 1000]``. FakeCluster runs in its own process (this file with
+``--serve``), the proxy (a :class:`kubemux.proxy.ProxyServer`, TLS) in this one, the
+watching clients in another (``--watch-client``); LISTs are fetched with ``curl`` (best of 3,
+the whole body read), kubectl is the real one (1.32 where installed). Beside each wall-clock
+time, the CPU time the serving process spent per object (for ``kubectl proxy``, its own process
+only: the upstream's work for it is not counted), which a loaded machine disturbs less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+from _common import table
+
+from kubemux import WatcherRegistry
+from kubemux.proxy import ProxyServer, ProxySettings
+from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
+
+HERE = Path(__file__).resolve().parent
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+CHURN_PODS = 200
+
+
+# ----------------------------------------------------------------------- the upstream
+async def serve(n: int, size: int) -> None:
+    """FakeCluster with ``n`` pods in 20 namespaces and 200 small pods in ``bench``;
+    commands on stdin: ``counts`` and ``churn RATE COUNT`` (each change carries the time
+    it was made in the ``bench/sent`` annotation)."""
+    async with FakeCluster(history_limit=200_000, bookmark_period=3600) as cluster:
+        for start in range(0, n, 5000):
+            cluster.create_many(
+                "pods",
+                [
+                    make_pod(f"web-{i:07d}", f"ns-{i % 20}", size=size)
+                    for i in range(start, min(n, start + 5000))
+                ],
+            )
+        bench = [make_pod(f"churn-{i:03d}", "bench", size=300) for i in range(CHURN_PODS)]
+        cluster.create_many("pods", bench)
+        print("READY", cluster.server, cluster.resource_version, flush=True)
+        stdin = anyio.wrap_file(sys.stdin)
+        async for line in stdin:
+            words = line.split()
+            if words == ["counts"]:
+                counts = {
+                    "watch_requests": cluster.request_count("watch", "pods"),
+                    "open_watches": cluster.open_watches,
+                    "list_get": cluster.request_count(("list", "get"), "pods"),
+                    "rv": cluster.resource_version,
+                }
+                print(json.dumps(counts), flush=True)
+            elif words[:1] == ["churn"]:
+                rate, count = float(words[1]), int(words[2])
+                start = time.monotonic()
+                for i in range(count):
+                    await anyio.sleep(max(0.0, start + i / rate - time.monotonic()))
+                    pod = bench[i % CHURN_PODS]
+                    pod["metadata"].setdefault("annotations", {})["bench/sent"] = (
+                        f"{time.time():.6f}"
+                    )
+                    cluster.update("pods", pod)
+                print("CHURNED", count, flush=True)
+
+
+class Upstream:
+    """The FakeCluster process, spoken to over its stdin/stdout."""
+
+    def __init__(self, proc: subprocess.Popen[str], url: str) -> None:
+        self.proc = proc
+        self.url = url
+
+    def ask(self, command: str) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def counts(self) -> dict[str, Any]:
+        counts: dict[str, Any] = json.loads(self.ask("counts"))
+        return counts
+
+
+@contextlib.contextmanager
+def upstream(n: int, size: int) -> Any:
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(n), str(size)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        words = proc.stdout.readline().split()
+        if words[:1] != ["READY"]:
+            raise RuntimeError("the FakeCluster process did not start")
+        yield Upstream(proc, words[1])
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+# ---------------------------------------------------------------------- the clients
+def kubectl_binary() -> str:
+    found = shutil.which("kubectl")
+    if not found:
+        raise SystemExit("kubectl is needed on PATH")
+    pinned = os.path.join(os.path.dirname(os.path.realpath(found)), "kubectl.1.32")
+    return pinned if os.access(pinned, os.X_OK) else found
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def curl(
+    url: str, *, accept: str = "", token: str = "", ca: str = "", pid: int | None = None
+) -> float:
+    """Seconds for one GET with the whole body read: the best of 3 wall-clock times, or
+    with ``pid``, the CPU time that process spent per GET (less sensitive to a loaded
+    machine than wall-clock time)."""
+    args = ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{time_total}"]
+    if accept:
+        args += ["-H", f"Accept: {accept}"]
+    if token:
+        args += ["-H", f"Authorization: Bearer {token}"]
+    if ca:
+        args += ["--cacert", ca]
+    best = float("inf")
+    cpu = cpu_seconds(pid) if pid is not None else 0.0
+    for _ in range(3):
+        result = await anyio.run_process([*args, url])
+        code, seconds = result.stdout.decode().split()
+        if code != "200":
+            raise RuntimeError(f"GET {url}: {code}")
+        best = min(best, float(seconds))
+    if pid is not None:
+        return (cpu_seconds(pid) - cpu) / 3
+    return best
+
+
+@contextlib.asynccontextmanager
+async def kubectl_proxy(kubeconfig: Path) -> AsyncIterator[tuple[str, int]]:
+    """The real ``kubectl proxy`` on a free port: its URL and process id."""
+    proc = await asyncio.create_subprocess_exec(
+        kubectl_binary(),
+        "--kubeconfig",
+        str(kubeconfig),
+        "proxy",
+        "--port=0",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        line = (await proc.stdout.readline()).decode()
+        found = re.search(r"127\.0\.0\.1:(\d+)", line)
+        if found is None:
+            raise RuntimeError(f"kubectl proxy said {line!r}")
+        yield f"http://127.0.0.1:{found.group(1)}", proc.pid
+    finally:
+        proc.kill()
+        await proc.wait()
+
+
+def rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+async def watch_client(url: str, ca: str, token: str, count: int, events: int) -> None:
+    """``count`` watches of ``url``; prints ``OPEN`` once all answered, then, once each has
+    ``events`` events (or 60 s passed), a JSON line: events per watch and delivery delays
+    (from the probes: every 10th watch decodes its events, the others count lines)."""
+    import ssl
+
+    import aiohttp
+
+    context = ssl.create_default_context(cafile=ca)
+    connector = aiohttp.TCPConnector(limit=0, ssl=context)
+    got = [0] * count
+    delays: list[float] = []
+    opened = 0
+    all_open = asyncio.Event()
+    headers = {"Authorization": f"Bearer {token}"}
+
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def one(i: int) -> None:
+            nonlocal opened
+            timeout = aiohttp.ClientTimeout(total=None)
+            async with session.get(url, headers=headers, timeout=timeout) as resp:
+                assert resp.status == 200, resp.status
+                opened += 1
+                if opened == count:
+                    all_open.set()
+                probe = i % 10 == 0
+                pending = b""
+                while got[i] < events:
+                    data = await resp.content.readany()
+                    if not data:
+                        return
+                    if probe:
+                        now = time.time()
+                        *lines, pending = (pending + data).split(b"\n")
+                        for line in lines:
+                            sent = json.loads(line)["object"]["metadata"]["annotations"]
+                            delays.append(now - float(sent["bench/sent"]))
+                        got[i] += len(lines)
+                    else:
+                        got[i] += data.count(b"\n")
+
+        async with asyncio.timeout(600):
+            tasks = [asyncio.create_task(one(i)) for i in range(count)]
+            await all_open.wait()
+            print("OPEN", flush=True)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(60 + events / 50):
+                    await asyncio.gather(*tasks)
+            for task in tasks:
+                task.cancel()
+    delays.sort()
+    summary = {
+        "complete": sum(1 for g in got if g >= events),
+        "lost": sum(max(0, events - g) for g in got),
+        "p50": delays[len(delays) // 2] if delays else None,
+        "p99": delays[int(len(delays) * 0.99)] if delays else None,
+        "max": delays[-1] if delays else None,
+    }
+    print(json.dumps(summary), flush=True)
+
+
+# -------------------------------------------------------------------------- the runs
+def per_object(seconds: float, n: int) -> str:
+    return f"{seconds / n * 1e6:.1f} us"
+
+
+async def run(args: argparse.Namespace) -> list[list[str]]:
+    rows: list[list[str]] = []
+    kubectl = kubectl_binary()
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        for n in args.sizes:
+            with upstream(n, 1000) as up:
+                source = write_kubeconfig(home / f"up-{n}", {"bench": FakeContext(cluster=up.url)})
+                rows += await lists(n, up, source, home, args)
+                print(rows[-2:], file=sys.stderr, flush=True)
+                if n == args.sizes[0]:
+                    rows += await watches(up, source, home, args, kubectl)
+    return rows
+
+
+@contextlib.asynccontextmanager
+async def proxy(
+    source: Path, home: Path, settings: ProxySettings | None = None
+) -> AsyncIterator[tuple[ProxyServer, str]]:
+    async with (
+        WatcherRegistry.from_kubeconfig(str(source), transform=None) as registry,
+        anyio.create_task_group() as tg,
+    ):
+        server = ProxyServer(registry, port=0, settings=settings, tls_read_buffer=16 * 1024)
+        await tg.start(server.serve)
+        ca = home / "proxy-ca.pem"
+        ca.write_bytes(server.certificates.ca_pem)
+        try:
+            yield server, str(ca)
+        finally:
+            server.shutdown()
+
+
+async def lists(
+    n: int, up: Upstream, source: Path, home: Path, args: argparse.Namespace
+) -> list[list[str]]:
+    path = "/api/v1/pods"
+    async with proxy(source, home) as (server, ca):
+        url = f"{server.url}/clusters/bench{path}"
+        token = server.token
+        await curl(url, token=token, ca=ca)  # the informers start
+        await curl(url, token=token, ca=ca, accept=TABLE)
+        before = up.counts()["list_get"]
+        me = os.getpid()
+        mine = await curl(url, token=token, ca=ca)
+        mine_cpu = await curl(url, token=token, ca=ca, pid=me)
+        mine_table = await curl(url, token=token, ca=ca, accept=TABLE)
+        mine_table_cpu = await curl(url, token=token, ca=ca, accept=TABLE, pid=me)
+        upstream_lists = up.counts()["list_get"] - before
+    direct = await curl(up.url + path)
+    async with kubectl_proxy(source) as (kp, pid):
+        theirs = await curl(kp + path)
+        theirs_cpu = await curl(kp + path, pid=pid)
+        theirs_table = await curl(kp + path, accept=TABLE)
+        theirs_table_cpu = await curl(kp + path, accept=TABLE, pid=pid)
+    total = n + CHURN_PODS
+
+    def cell(wall: float, cpu: float) -> str:
+        return f"{per_object(wall, total)} ({per_object(cpu, total)} CPU)"
+
+    return [
+        [f"LIST {n // 1000}k pods, JSON", "<= 2 us/object", cell(mine, mine_cpu),
+         cell(theirs, theirs_cpu), (f"{theirs / mine:.1f}x faster; FakeCluster direct "
+         f"{per_object(direct, total)}; {upstream_lists} upstream LIST")],
+        [f"LIST {n // 1000}k pods, Table", "<= 10 us/object", cell(mine_table, mine_table_cpu),
+         cell(theirs_table, theirs_table_cpu),
+         f"{theirs_table / mine_table:.1f}x faster"],
+    ]  # fmt: skip
+
+
+async def watches(
+    up: Upstream, source: Path, home: Path, args: argparse.Namespace, kubectl: str
+) -> list[list[str]]:
+    rows: list[list[str]] = []
+    count, rate, seconds = args.watchers, args.rate, args.seconds
+    events = int(rate * seconds)
+    settings = ProxySettings(max_watches_per_credential=count + 10)
+    async with proxy(source, home, settings) as (server, ca):
+        base = f"{server.url}/clusters/bench/api/v1/namespaces/bench/pods"
+        await curl(base, token=server.token, ca=ca)
+        rv = up.counts()["rv"]
+        watches_before = up.counts()["watch_requests"]
+        rss_before = rss_kib()
+        url = f"{base}?watch=1&resourceVersion={rv}&timeoutSeconds={int(seconds) + 30}"
+        # the watchers: curl (C, one process each: a Python client of 1,000 TLS streams
+        # is slower than the proxy it measures) writing to files, and a few Python probes
+        # that time each event (the time it was made is in the object)
+        probes = max(1, count // 100)
+        outputs = home / "watches"
+        outputs.mkdir(exist_ok=True)
+        curls = []
+        for i in range(count - probes):
+            with (outputs / f"{i}.json").open("wb") as sink:
+                curls.append(
+                    await asyncio.create_subprocess_exec(
+                        "curl", "-sSN", "--cacert", ca,
+                        "-H", f"Authorization: Bearer {server.token}", url,
+                        stdout=sink,
+                    )
+                )  # fmt: skip
+        client = await asyncio.create_subprocess_exec(
+            sys.executable,
+            __file__,
+            "--watch-client",
+            url,
+            ca,
+            server.token,
+            str(probes),
+            str(events),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert client.stdout is not None
+        assert (await client.stdout.readline()).strip() == b"OPEN"
+        proxy_state = server.app.state.proxy
+        with anyio.fail_after(120):
+            while sum(s.watches for s in proxy_state.status()) < count:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        rss_after = rss_kib()
+        cpu_before = cpu_seconds(os.getpid())
+        churned = await anyio.to_thread.run_sync(up.ask, f"churn {rate} {events}")
+        result = json.loads(await client.stdout.readline())
+        await client.wait()
+        for proc in curls:
+            await proc.wait()  # their watches end at timeoutSeconds
+        cpu = (cpu_seconds(os.getpid()) - cpu_before) / (events * count)
+        got = [(outputs / f"{i}.json").read_bytes().count(b"\n") for i in range(count - probes)]
+        counts = up.counts()
+        p50 = (result["p50"] or float("nan")) * 1000
+        p99 = (result["p99"] or float("nan")) * 1000
+        complete = result["complete"] + sum(1 for g in got if g == events)
+        lost = result["lost"] + sum(max(0, events - g) for g in got)
+        per_watch = (rss_after - rss_before) / count
+        rows.append(
+            [f"{count} watches, {rate:g} events/s, {seconds:g} s",
+             "1 upstream watch, p99 <= 100 ms, 0 lost, <= 20 KB/watch",
+             f"p99 {p99:.0f} ms (p50 {p50:.0f}, max {(result['max'] or 0) * 1000:.0f})", "-",
+             (f"{counts['open_watches']} upstream watch open, "
+             f"{counts['watch_requests'] - watches_before} new; {lost} events lost "
+             f"({complete}/{count} complete, {churned}); {per_watch:.1f} KiB RSS/watch; "
+             f"proxy CPU {cpu * 1e6:.1f} us per event delivered")]
+        )  # fmt: skip
+        # repeated kubectl reads through the proxy's kubeconfig
+        out = home / "proxy.yaml"
+        server.write_kubeconfig(out)
+        runs = args.kubectl_runs
+        limit = anyio.Semaphore(2)
+
+        async def one(i: int) -> None:
+            name = f"web-{i % 1000:07d}"
+            read = (
+                ("get", "pod", name, "-n", f"ns-{i % 1000 % 20}")
+                if i % 2
+                else ("get", "pods", "-n", "bench", "--field-selector", "metadata.name=churn-001")
+            )
+            async with limit:
+                result = await anyio.run_process(
+                    [kubectl, "--kubeconfig", str(out), "--cache-dir", str(home / "kc"), *read],
+                    check=False,
+                )
+            if result.returncode != 0:
+                raise RuntimeError(result.stderr.decode())
+
+        await one(0)  # the informers these reads need start (their LISTs are not counted)
+        await one(1)
+        before = up.counts()["list_get"]
+        started = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for i in range(runs):
+                tg.start_soon(one, i)
+        elapsed = time.perf_counter() - started
+        reads = up.counts()["list_get"] - before
+        rows.append(
+            [f"{runs} kubectl get reads", "0 upstream LIST/GET", f"{reads} upstream", "-",
+             f"{elapsed / runs * 1000:.0f} ms per kubectl run (2 at a time)"]
+        )  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--serve"]:
+        anyio.run(serve, int(sys.argv[2]), int(sys.argv[3]))
+        return
+    if sys.argv[1:2] == ["--watch-client"]:
+        url, ca, token, count, events = sys.argv[2:7]
+        asyncio.run(watch_client(url, ca, token, int(count), int(events)))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--watchers", type=int, default=1000)
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--kubectl-runs", type=int, default=1000)
+    args = parser.parse_args()
+    args.sizes = [int(s) for s in args.sizes.split(",")]
+    if not shutil.which("curl"):
+        raise SystemExit("curl is needed")
+    started = time.strftime("%Y-%m-%d %H:%M")
+    load = os.getloadavg()[0]
+    rows = anyio.run(run, args)
+    title = (
+        f"kubemux proxy vs kubectl proxy ({started}, {os.cpu_count()} CPUs, "
+        f"load {load:.1f} at start, Python {sys.version.split()[0]})"
+    )
+    print(table(title, ["measure", "target", "kubemux proxy", "kubectl proxy", "notes"], rows))
+
+
+if __name__ == "__main__":
+    main()
