@@ -456,6 +456,7 @@ async def placement_case(
             await started([*leading, follower], 300)
             after_start = counts(leading) + await settle(leading)
             lists_at_start = sum([await p.lists() for p in procs])
+            t_steady = time.time()
             await anyio.sleep(args.steady)  # the follower's lag before anything happens
 
             # 2. SIGKILL the busiest
@@ -486,7 +487,7 @@ async def placement_case(
             after_join = counts(group) + await settle(group)
             lists_after = sum([await p.lists() for p in procs]) - lists_at_start
             seen = (await follower.dump(60))["lags"]
-            steady = [lag for t, lag in seen if t < t_kill]
+            steady = [lag for t, lag in seen if t_steady <= t < t_kill]
             failing = [lag for t, lag in seen if t_kill <= t < t_join]
             joining = [lag for t, lag in seen if t >= t_join]
             target = "max - min <= 1" if (m, n) == (12, 3) else f"max <= {1.25 * m / n:.1f}"
