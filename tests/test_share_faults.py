@@ -1,0 +1,149 @@
+"""The Redis share engine under faults found by bench/share.py's 100-cluster runs (issue 22):
+a lease lost while a snapshot is being staged, and a replica following more slots than
+redis-py's default pool holds. Real redis-server, real FakeClusters, real informers."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from kubemux._informer import InformerKey
+from kubemux._kubeconfig import load_kubeconfig
+from kubemux._resources import parse_resource
+from kubemux._settings import Backoff, WatchSettings
+from kubemux._store import Store
+from kubemux.share import Redis, informer_lead, share_key
+from kubemux.share._redis_keys import STAGE_CHUNK
+from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from share_support import RedisServer
+from support import TIMEOUT, wait_until
+
+pytest.importorskip("redis")
+
+SETTINGS = WatchSettings(backoff=Backoff(initial_delay=0.05, max_delay=0.2))
+
+
+def lists(cluster: FakeCluster) -> int:
+    """LISTs of pods (plain or streaming) the cluster received."""
+    return sum(
+        1
+        for r in cluster.requests
+        if r.path.endswith("/pods")
+        and (not r.is_watch or r.query.get("sendInitialEvents") == "true")
+    )
+
+
+@pytest.fixture
+async def big_cluster() -> AsyncIterator[FakeCluster]:
+    """A cluster whose snapshot takes several staging chunks."""
+    async with FakeCluster(tokens={"t"}, bookmark_period=0.5) as c:
+        n = STAGE_CHUNK * 3 + 1
+        c.create_many("pods", (make_pod(f"p-{i}", size=200) for i in range(n)))
+        yield c
+
+
+async def test_lease_lost_while_a_snapshot_is_staged_is_fenced_not_a_crash(
+    redis_server: RedisServer, big_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """bench/share.py 100x5: the renewal lost the lease (token cleared, then an acquire
+    awaited) while the writer staged a snapshot; the writer then met ``assert token is not
+    None`` and the AssertionError failed the slot (InternalError, informer restarted).
+
+    Redis holds the staging (CLIENT PAUSE WRITE) until the next renewal is queued behind
+    it; that renewal finds another writer's token, and its acquire is held here until the
+    writer has finished staging. The snapshot must count as fenced, its stage dropped, and
+    the slot follow: no exception, no second LIST."""
+    import redis.asyncio as aioredis
+
+    from kubemux._client import open_client
+
+    kubeconfig = write_kubeconfig(tmp_path / "config", {"fake": big_cluster})
+    config = load_kubeconfig(str(kubeconfig)).contexts["fake"]
+    pods = parse_resource("pods")
+    key = share_key(server=config.server, ca=None, identity="u", resource=pods)
+    engine = Redis(  # placement off: no membership write waits in the pause too
+        redis_server.url, prefix="t", lease_ttl=1.5, command_timeout=20.0, placement=False
+    )
+    admin = aioredis.Redis.from_url(redis_server.url)
+    store = Store(pods)
+    lease = meta = ""
+    renewals: list[str] = []  # "paused" once the first armed renewal paused Redis
+    renewal_queued = anyio.Event()
+    acquire_held = anyio.Event()
+    release_acquire = anyio.Event()
+    armed = False
+
+    async def blocked_clients() -> int:
+        info = await admin.info("clients")
+        return int(info["blocked_clients"])
+
+    try:
+        async with open_client(config) as client, engine.open() as session:
+            real_renew, real_acquire = session.env.renew, session.env.acquire
+
+            async def renew(*, keys: list[str], args: list[Any]) -> Any:
+                if not armed:
+                    return await real_renew(keys=keys, args=args)
+                if not renewals:
+                    res = await real_renew(keys=keys, args=args)
+                    if len(res) >= 2:  # a snapshot came first (a renewal in flight saw it)
+                        await admin.delete(meta)
+                        return res
+                    # meta is gone: this renewal asks for a snapshot
+                    renewals.append("paused")
+                    await admin.set(lease, "5" * 32, xx=True, px=60_000)  # another writer
+                    await admin.execute_command("CLIENT", "PAUSE", "30000", "WRITE")
+                    return res  # the snapshot's first chunk is held by the pause
+                renewals.append("queued")
+                renewal_queued.set()
+                return await real_renew(keys=keys, args=args)  # held behind that chunk
+
+            async def acquire(*, keys: list[str], args: list[Any]) -> Any:
+                if renewals:
+                    acquire_held.set()
+                    await release_acquire.wait()
+                return await real_acquire(keys=keys, args=args)
+
+            session.env = dataclasses.replace(session.env, renew=renew, acquire=acquire)
+            lead = informer_lead(client, pods, InformerKey("pods"), settings=SETTINGS, store=store)
+            async with anyio.create_task_group() as tg:
+                with anyio.fail_after(TIMEOUT * 2):
+                    await tg.start(
+                        lambda task_status: session.run_slot(
+                            key=key, store=store, on_change=None, lead=lead, task_status=task_status
+                        )
+                    )
+                    await wait_until(lambda: session.slot_status(key).epoch is not None, poll=0.02)
+                    assert session.slot_status(key).role == "leader"
+                    (found,) = [k async for k in admin.scan_iter(match="t:*:lease")]
+                    lease = found.decode()
+                    meta = lease.removesuffix(":lease") + ":meta"
+                    await admin.delete(meta)  # the next renewal sees it gone: a snapshot
+                    armed = True
+                    await renewal_queued.wait()
+                    # the staging's chunk and the renewal both wait in Redis, in that order
+                    await wait_until(lambda: _at_least(blocked_clients, 2), poll=0.02)
+                    await admin.execute_command("CLIENT", "UNPAUSE")
+                    await acquire_held.wait()  # the renewal found the lease taken
+                    n = len(store)
+                    await wait_until(lambda: session.slot_status(key).fenced_writes >= n, poll=0.02)
+                    release_acquire.set()
+                    await wait_until(lambda: session.slot_status(key).role == "follower", poll=0.02)
+                    assert [k async for k in admin.scan_iter(match="t:*:stage*")] == []
+                    assert lists(big_cluster) == 1  # the informer was never restarted
+                    assert session.slot_status(key).last_error is None
+                    tg.cancel_scope.cancel()
+    finally:
+        release_acquire.set()
+        with anyio.move_on_after(5, shield=True):
+            await admin.execute_command("CLIENT", "UNPAUSE")
+            await admin.aclose()
+
+
+async def _at_least(count: Any, n: int) -> bool:
+    return bool(await count() >= n)
