@@ -25,8 +25,6 @@ until it leads its share, at most ``--join-wait`` seconds), the LISTs the cluste
 after the start, the follower's lag p99 (steady for ``--steady`` seconds; from the kill to
 the join, the failover's gap included; from the join to the end, its handovers), and the
 failover time p99 (SIGKILL to a survivor leading, per slot the killed replica led).
-The replicas' Redis URL carries ``?max_connections=10000``: redis-py 8 caps a pool at 100
-connections, fewer than the engine needs when a replica follows 100 slots.
 """
 
 from __future__ import annotations
@@ -304,10 +302,7 @@ async def replica(args: argparse.Namespace) -> None:
         settings=WatchSettings(backoff=Backoff(initial_delay=0.1, max_delay=1.0)),
         start_backoff=Backoff(initial_delay=0.1, max_delay=1.0),
         share=Redis(
-            # redis-py 8 caps a pool at 100 connections and the engine holds one per
-            # followed slot (a blocking XREAD): without this, a replica following 100
-            # slots gets MaxConnectionsError on all of them (reported; the engine's fix)
-            redis_url + "?max_connections=10000",
+            redis_url,
             prefix=args.prefix,
             lease_ttl=args.lease_ttl,
             acquire_period=args.acquire_period,

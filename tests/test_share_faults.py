@@ -4,6 +4,7 @@ redis-py's default pool holds. Real redis-server, real FakeClusters, real inform
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from kubemux._resources import parse_resource
 from kubemux._settings import Backoff, WatchSettings
 from kubemux._store import Store
 from kubemux.share import Redis, informer_lead, share_key
+from kubemux.share._redis import COMMAND_CONNECTIONS
 from kubemux.share._redis_keys import STAGE_CHUNK
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from share_support import RedisServer
@@ -147,3 +149,108 @@ async def test_lease_lost_while_a_snapshot_is_staged_is_fenced_not_a_crash(
 
 async def _at_least(count: Any, n: int) -> bool:
     return bool(await count() >= n)
+
+
+FOLLOWED = 120  # more than redis-py 8's default pool (100 connections)
+
+
+async def test_a_replica_follows_more_slots_than_a_connection_pool_holds(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """bench/share.py 100 clusters: redis-py 8 caps a pool at 100 connections and each
+    followed slot held one in its blocking XREAD, so a replica following 100 slots got
+    ``MaxConnectionsError: Too many connections`` on every slot. 120 slots followed (their
+    streams waited for before any leader exists, then tailed) sync, follow changes, and
+    never meet an error; the follower holds a bounded number of connections."""
+    import redis.asyncio as aioredis
+
+    from kubemux._client import open_client
+
+    async with FakeCluster(tokens={"t"}, bookmark_period=0.5) as cluster:
+        for i in range(FOLLOWED):
+            cluster.create("pods", make_pod("p", f"ns-{i}", size=200))
+        kubeconfig = write_kubeconfig(tmp_path / "config", {"fake": cluster})
+        config = load_kubeconfig(str(kubeconfig)).contexts["fake"]
+        pods = parse_resource("pods")
+        keys = [
+            share_key(
+                server=config.server, ca=None, identity="u", resource=pods, namespace=f"ns-{i}"
+            )
+            for i in range(FOLLOWED)
+        ]
+        engine = Redis(redis_server.url, prefix="m", lease_ttl=3.0, acquire_period=0.25)
+        engine_f = Redis(
+            redis_server.url + "?client_name=follower",
+            prefix="m",
+            lease_ttl=3.0,
+            acquire_period=0.25,
+        )
+        admin = aioredis.Redis.from_url(redis_server.url)
+        followed = [Store(pods) for _ in keys]
+        try:
+            async with (
+                contextlib.AsyncExitStack() as stack,
+                engine.open() as leading,
+                engine_f.open() as following,
+                anyio.create_task_group() as tg,
+            ):
+                for key, store in zip(keys, followed, strict=True):
+                    tg.start_soon(
+                        lambda key=key, store=store: following.run_slot(
+                            key=key, store=store, on_change=None, lead=_no_lead, can_lead=False
+                        )
+                    )
+                with anyio.fail_after(TIMEOUT * 4):
+                    # every follower waits for a first snapshot (a blocking read) before any
+                    # leader: the moment each held a connection of its own
+                    await wait_until(
+                        lambda: all(following.slot_status(k) is not None for k in keys), poll=0.05
+                    )
+                    # a client (an HTTP connection pool) per 30 watches
+                    clients = [
+                        await stack.enter_async_context(open_client(config))
+                        for _ in range(0, FOLLOWED, 30)
+                    ]
+                    for i, key in enumerate(keys):
+                        client = clients[i // 30]
+                        store = Store(pods)
+                        lead = informer_lead(
+                            client,
+                            pods,
+                            InformerKey("pods", namespace=f"ns-{i}"),
+                            settings=SETTINGS,
+                            store=store,
+                        )
+                        tg.start_soon(
+                            lambda key=key, store=store, lead=lead: leading.run_slot(
+                                key=key, store=store, on_change=None, lead=lead
+                            )
+                        )
+                    await wait_until(lambda: all(len(s) == 1 for s in followed), poll=0.05)
+                    for i in range(FOLLOWED):
+                        pod = cluster.get("pods", f"ns-{i}", "p")
+                        assert pod is not None
+                        pod["metadata"]["labels"] = {"step": "1"}
+                        cluster.update("pods", pod)
+                    await wait_until(
+                        lambda: all(
+                            (s.get(f"ns-{i}", "p") or {}).get("metadata", {}).get("labels")
+                            == {"step": "1"}
+                            for i, s in enumerate(followed)
+                        ),
+                        poll=0.05,
+                    )
+                statuses = [following.slot_status(k) for k in keys]
+                assert {s.role for s in statuses if s is not None} == {"follower"}
+                errors = {n for s in statuses if s is not None for n in s.errors_by_type}
+                assert errors == set(), errors
+                assert following.env.tails.readers == 1  # one blocking read for 120 slots
+                names = [c["name"] for c in await admin.client_list()]
+                assert names.count("follower") <= COMMAND_CONNECTIONS + 1
+                tg.cancel_scope.cancel()
+        finally:
+            await admin.aclose()
+
+
+async def _no_lead(resume_rv: str | None, publish: Any, task_status: Any) -> None:
+    raise AssertionError("a follow-only slot never leads")
