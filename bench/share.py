@@ -433,6 +433,11 @@ async def placement_case(
             def all_led(group: list[Replica]) -> bool:
                 return len({c for r in group for c in led(r)}) == m
 
+            def led_once(group: list[Replica]) -> bool:
+                """Every slot led by exactly one replica (no handover half reported)."""
+                seen = [c for r in group for c in led(r)]
+                return len(seen) == m and len(set(seen)) == m
+
             async def settle(group: list[Replica]) -> str:
                 """Empty once every slot has a leader in group, else what was seen."""
                 limit = args.settle_timeout
@@ -457,7 +462,7 @@ async def placement_case(
             )  # fmt: skip
             with anyio.move_on_after(args.join_wait):  # handovers spread the first-come leaders
                 await follower.wait(
-                    lambda: all_led(leading) and bound([len(led(r)) for r in leading]),
+                    lambda: led_once(leading) and bound([len(led(r)) for r in leading]),
                     args.join_wait + 1,
                 )
             settled = time.time() - t_led
@@ -491,7 +496,10 @@ async def placement_case(
             with anyio.move_on_after(max(0.0, args.join_wait - (time.time() - t_join))):
                 await newcomer.wait(lambda: len(led(newcomer)) >= share, args.join_wait + 1)
             waited = time.time() - t_join
-            after_join = counts(group) + await settle(group)
+            unsettled = await settle(group)
+            with anyio.move_on_after(ttl + grace):  # the old leaders report their handovers
+                await newcomer.wait(lambda: led_once(group), ttl + grace + 1)
+            after_join = counts(group) + unsettled
             lists_after = sum([await p.lists() for p in procs]) - lists_at_start
             seen = (await follower.dump(60))["lags"]
             steady = [lag for t, lag in seen if t_steady <= t < t_kill]
