@@ -254,3 +254,90 @@ async def test_a_replica_follows_more_slots_than_a_connection_pool_holds(
 
 async def _no_lead(resume_rv: str | None, publish: Any, task_status: Any) -> None:
     raise AssertionError("a follow-only slot never leads")
+
+
+async def test_a_slot_that_starts_following_interrupts_the_read_in_flight(
+    redis_server: RedisServer, fake_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """One blocking read covers every followed stream of a session: a slot that starts
+    following while that read blocks (here for 20 s, on another slot's stream) must get
+    its changes at once (CLIENT UNBLOCK), not when the read times out."""
+    import redis.asyncio as aioredis
+
+    from kubemux._client import open_client
+
+    kubeconfig = write_kubeconfig(tmp_path / "config", {"fake": fake_cluster})
+    config = load_kubeconfig(str(kubeconfig)).contexts["fake"]
+    pods = parse_resource("pods")
+    idle, busy = (
+        share_key(server=config.server, ca=None, identity="u", resource=pods, namespace=ns)
+        for ns in ("nobody-leads", "default")
+    )
+    # acquire_period 10 s: a follower's read blocks 20 s
+    engine = Redis(redis_server.url, prefix="k", lease_ttl=3.0, acquire_period=10.0)
+    admin = aioredis.Redis.from_url(redis_server.url)
+    leader_store, followed = Store(pods), Store(pods)
+    try:
+        async with (
+            open_client(config) as client,
+            engine.open() as leading,
+            engine.open() as following,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(
+                lambda: following.run_slot(
+                    key=idle, store=Store(pods), on_change=None, lead=_no_lead, can_lead=False
+                )
+            )
+            lead = informer_lead(
+                client,
+                pods,
+                InformerKey("pods", namespace="default"),
+                settings=SETTINGS,
+                store=leader_store,
+            )
+            with anyio.fail_after(TIMEOUT):
+                await tg.start(
+                    lambda task_status: leading.run_slot(
+                        key=busy,
+                        store=leader_store,
+                        on_change=None,
+                        lead=lead,
+                        task_status=task_status,
+                    )
+                )
+                # the follower's reader blocks on the idle slot's stream
+                await wait_until(lambda: _at_least(blocked_clients(admin), 1), poll=0.02)
+                await tg.start(
+                    lambda task_status: following.run_slot(
+                        key=busy,
+                        store=followed,
+                        on_change=None,
+                        lead=_no_lead,
+                        task_status=task_status,
+                        can_lead=False,
+                    )
+                )
+                assert following.env.tails.readers == 1  # both streams in one read
+            pod = fake_cluster.get("pods", "default", "p-1")
+            assert pod is not None
+            pod["metadata"]["labels"] = {"step": "1"}
+            fake_cluster.update("pods", pod)
+            with anyio.fail_after(5):  # the read in flight would return after 20 s
+                await wait_until(
+                    lambda: (
+                        (followed.get("default", "p-1") or {})["metadata"].get("labels")
+                        == {"step": "1"}
+                    ),
+                    poll=0.02,
+                )
+            tg.cancel_scope.cancel()
+    finally:
+        await admin.aclose()
+
+
+def blocked_clients(admin: Any) -> Any:
+    async def count() -> int:
+        return int((await admin.info("clients"))["blocked_clients"])
+
+    return count

@@ -132,7 +132,7 @@ class StreamTails:
             reader = _Reader(self)
             self._readers.append(reader)
             self._tg.start_soon(reader.run, name="kubemux share stream reader")
-        if kb in reader.tails:
+        if any(kb in r.tails for r in self._readers):
             raise RuntimeError(f"kubemux.share: stream {key} is already followed")
         tail = reader.tails[kb] = StreamTail(kb, reader)
         reader.changed()
