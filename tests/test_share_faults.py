@@ -20,7 +20,7 @@ from kubemux._settings import Backoff, WatchSettings
 from kubemux._store import Store
 from kubemux.share import Redis, informer_lead, share_key
 from kubemux.share._redis import COMMAND_CONNECTIONS
-from kubemux.share._redis_keys import STAGE_CHUNK
+from kubemux.share._redis_keys import STAGE_CHUNK, slot_digest
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from share_support import RedisServer
 from support import TIMEOUT, wait_until
@@ -341,3 +341,90 @@ def blocked_clients(admin: Any) -> Any:
         return int((await admin.info("clients"))["blocked_clients"])
 
     return count
+
+
+async def test_a_forged_stream_key_fails_only_its_own_slot(
+    redis_server: RedisServer, fake_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """Redis is untrusted input: one slot's stream replaced by a string makes a
+    multi-stream XREAD fail as a whole (WRONGTYPE). Only that slot may see the error; the
+    other slot read with it keeps tailing (no error, no rehydration)."""
+    import redis.asyncio as aioredis
+
+    from kubemux._client import open_client
+
+    kubeconfig = write_kubeconfig(tmp_path / "config", {"fake": fake_cluster})
+    config = load_kubeconfig(str(kubeconfig)).contexts["fake"]
+    pods = parse_resource("pods")
+    namespaces = ("default", "other")
+    keys = {
+        ns: share_key(server=config.server, ca=None, identity="u", resource=pods, namespace=ns)
+        for ns in namespaces
+    }
+    engine = Redis(redis_server.url, prefix="w", lease_ttl=3.0, acquire_period=0.25)
+    admin = aioredis.Redis.from_url(redis_server.url)
+    followed = {ns: Store(pods) for ns in namespaces}
+    try:
+        async with (
+            open_client(config) as client,
+            engine.open() as leading,
+            engine.open() as following,
+            anyio.create_task_group() as tg,
+        ):
+            with anyio.fail_after(TIMEOUT):
+                for ns in namespaces:
+                    store = Store(pods)
+                    lead = informer_lead(
+                        client,
+                        pods,
+                        InformerKey("pods", namespace=ns),
+                        settings=SETTINGS,
+                        store=store,
+                    )
+                    await tg.start(
+                        lambda task_status, ns=ns, store=store, lead=lead: leading.run_slot(
+                            key=keys[ns],
+                            store=store,
+                            on_change=None,
+                            lead=lead,
+                            task_status=task_status,
+                        )
+                    )
+                    await tg.start(
+                        lambda task_status, ns=ns: following.run_slot(
+                            key=keys[ns],
+                            store=followed[ns],
+                            on_change=None,
+                            lead=_no_lead,
+                            task_status=task_status,
+                            can_lead=False,
+                        )
+                    )
+                # the "other" slot's stream becomes a string (its leader writes nothing)
+                log_key = f"w:{{{slot_digest(keys['other'])}}}:log"
+                assert await admin.exists(log_key)
+                await admin.delete(log_key)
+                await admin.set(log_key, "forged")
+                await wait_until(
+                    lambda: "ResponseError" in following.slot_status(keys["other"]).errors_by_type,
+                    poll=0.02,
+                )
+                for step in range(3):  # the healthy slot keeps tailing meanwhile
+                    pod = fake_cluster.get("pods", "default", "p-1")
+                    assert pod is not None
+                    pod["metadata"]["labels"] = {"step": str(step)}
+                    fake_cluster.update("pods", pod)
+                    await wait_until(
+                        lambda step=step: (
+                            (followed["default"].get("default", "p-1") or {})["metadata"].get(
+                                "labels"
+                            )
+                            == {"step": str(step)}
+                        ),
+                        poll=0.02,
+                    )
+            healthy = following.slot_status(keys["default"])
+            assert healthy.errors_by_type == {} and healthy.rehydrations == 1
+            tg.cancel_scope.cancel()
+    finally:
+        await admin.aclose()

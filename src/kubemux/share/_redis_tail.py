@@ -39,7 +39,17 @@ Entries = list[tuple[bytes, dict[bytes, bytes]]]
 class StreamTail:
     """One stream followed through a reader: what was read ahead and not yet taken."""
 
-    __slots__ = ("_reader", "entries", "error", "fetched", "generation", "key", "ready", "taken")
+    __slots__ = (
+        "_reader",
+        "entries",
+        "error",
+        "fetched",
+        "generation",
+        "key",
+        "ready",
+        "refused",
+        "taken",
+    )
 
     def __init__(self, key: bytes, reader: _Reader) -> None:
         self.key = key
@@ -49,6 +59,7 @@ class StreamTail:
         self.entries: collections.deque[tuple[bytes, dict[bytes, bytes]]] = collections.deque()
         self.error: BaseException | None = None  # what the last read met (Redis down)
         self.generation = 0  # moves with each jump: a read in flight from before is dropped
+        self.refused = False  # not a stream (forged): left out until its error is raised
         self.ready = anyio.Event()
 
     async def read(self, last_id: bytes, count: int, wait: float) -> Entries:
@@ -62,6 +73,7 @@ class StreamTail:
             self.taken = self.fetched = last_id
             self.generation += 1
             self.error = None
+            self.refused = False
             self._reader.changed()
         if not self.entries and self.error is None:
             self.ready = anyio.Event()
@@ -69,6 +81,9 @@ class StreamTail:
                 await self.ready.wait()
         if self.error is not None:
             exc, self.error = self.error, None
+            if self.refused:  # read again next time (the follower backs off meanwhile)
+                self.refused = False
+                self._reader.changed()
             raise exc
         was_full = len(self.entries) >= SLICE
         n = min(count, len(self.entries))
@@ -184,7 +199,9 @@ class _Reader:
         reads = 0
         while True:
             self._changed = anyio.Event()
-            wanted = {k: t for k, t in self.tails.items() if len(t.entries) < SLICE}
+            wanted = {
+                k: t for k, t in self.tails.items() if len(t.entries) < SLICE and not t.refused
+            }
             if not wanted:
                 await self._changed.wait()
                 continue
@@ -203,6 +220,8 @@ class _Reader:
                 finally:
                     self._blocked = 0
             except owner.errors as exc:
+                if await self._refuse_forged(wanted, exc):
+                    continue  # the others are read again at once
                 self._client_id = None  # a new connection next time: another id
                 for k, tail in wanted.items():
                     if self.tails.get(k) is tail:
@@ -225,6 +244,34 @@ class _Reader:
                 got.entries.extend(entries)
                 got.fetched = entries[-1][0]
                 got.ready.set()
+
+    async def _refuse_forged(self, wanted: dict[bytes, StreamTail], exc: BaseException) -> bool:
+        """After a read failed with ``WRONGTYPE``: a key that is not a stream (written by
+        someone else: Redis is untrusted input) fails the whole multi-stream XREAD, so the
+        keys are looked at and only those tails get the error (their followers retry after
+        a backoff, as before); True if one was found."""
+        from redis.exceptions import ResponseError
+
+        if not isinstance(exc, ResponseError) or not str(exc).startswith("WRONGTYPE"):
+            return False
+        keys = list(wanted)
+        try:
+            with anyio.fail_after(self.owner.command_timeout):
+                pipe = self.owner.client.pipeline(transaction=False)
+                for key in keys:
+                    pipe.type(key)
+                types = await pipe.execute()
+        except self.owner.errors:
+            return False
+        found = False
+        for key, kind in zip(keys, types, strict=True):
+            tail = wanted[key]
+            if kind not in (b"stream", b"none", "stream", "none") and self.tails.get(key) is tail:
+                tail.refused = True
+                tail.error = exc
+                tail.ready.set()
+                found = True
+        return found
 
     async def _ask_id(self, conn: aioredis.Redis) -> int:
         """This reader's connection id; 0 where ``CLIENT`` is not allowed (an ACL): its
