@@ -3,6 +3,7 @@ writes (and keeps current), and the ``kubemux proxy`` command."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -21,7 +22,7 @@ from kubernetes_asyncio import config as k8s_config
 
 from kubemux import WatcherRegistry
 from kubemux.cli import run
-from kubemux.proxy import ProxyServer, ProxySettings, encode_context
+from kubemux.proxy import ProxyServer, ProxySettings, encode_context, make_certificates
 from kubemux.testing import FakeCluster, make_pod, rewrite_kubeconfig, write_kubeconfig
 from proxy_support import running_proxy
 
@@ -106,6 +107,26 @@ async def test_the_certificate_is_for_the_loopback_names(kubeconfig: Path) -> No
                 ):
                     pass
     assert b"PRIVATE KEY" not in repr(server.certificates).encode()
+
+
+def test_the_server_issues_no_session_tickets() -> None:
+    certificates = make_certificates()
+    server_in, server_out, client_in, client_out = (ssl.MemoryBIO() for _ in range(4))
+    server = certificates.server_context().wrap_bio(server_in, server_out, server_side=True)
+    client = certificates.client_context().wrap_bio(
+        client_in, client_out, server_hostname="127.0.0.1"
+    )
+    for _ in range(10):  # the handshake, then what the server sends after it
+        for end, out, into in ((client, client_out, server_in), (server, server_out, client_in)):
+            with contextlib.suppress(ssl.SSLWantReadError):
+                if end is server:
+                    end.do_handshake()
+                else:  # its handshake, then the tickets a server sends after it
+                    end.read(1)
+            if data := out.read():
+                into.write(data)
+    assert client.version() == "TLSv1.3"
+    assert client.session is not None and not client.session.has_ticket
 
 
 def test_listening_beyond_the_loopback_needs_a_flag(tmp_path: Path) -> None:

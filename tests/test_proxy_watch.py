@@ -655,3 +655,44 @@ async def test_resuming_from_a_version_ahead_of_the_cache_skips_up_to_it() -> No
             await sink.wait_lines(1)
             tg.cancel_scope.cancel()
     assert sink.summary() == [("ADDED", "c", "13")]
+
+
+# ------------------------------------------------------------------------------ pacing
+async def test_events_closer_than_the_write_interval_go_out_in_one_write() -> None:
+    store = Store()
+    broadcaster = _broadcaster(store, write_interval=2.0)
+    sink = Sink()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            _start(tg, broadcaster, WatchPlan(WatchStart.NOW), sink)
+            await _until(lambda: broadcaster.watchers == 1)
+            store.put("p0")  # after a quiet spell: written at once
+            await sink.wait_lines(1)
+            store.put("p1")
+            for _ in range(20):  # the watcher could run: it is not woken before the round
+                await anyio.lowlevel.checkpoint()
+            assert len(sink.lines) == 1
+            store.put("p2")
+            await sink.wait_lines(3)  # the round: both in one write
+            tg.cancel_scope.cancel()
+    assert [len(chunk.splitlines()) for chunk in sink.chunks] == [1, 2]
+    assert [s[1] for s in sink.summary()] == ["p0", "p1", "p2"]
+
+
+async def test_pacing_never_cuts_a_watcher_off_in_a_burst() -> None:
+    store = Store()
+    broadcaster = _broadcaster(store, write_interval=60.0, max_buffered_events=10)
+    sink = Sink()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            run = _start(tg, broadcaster, WatchPlan(WatchStart.NOW), sink)
+            await _until(lambda: broadcaster.watchers == 1)
+            store.put("p0")
+            await sink.wait_lines(1)
+            for i in range(1, 31):  # three buffers' worth, well inside the 60 s interval
+                store.put(f"p{i}")
+                await anyio.lowlevel.checkpoint()
+            await sink.wait_lines(31)  # half a buffer behind wakes the watchers at once
+            assert not run.done.is_set()
+            tg.cancel_scope.cancel()
+    assert [s[1] for s in sink.summary()] == [f"p{i}" for i in range(31)]

@@ -21,12 +21,14 @@ from ._paths import encode_context as encode_context
 from ._server import ProxyServer as ProxyServer
 from ._tls import ProxyCertificates as ProxyCertificates
 from ._tls import make_certificates as make_certificates
+from ._watch import WatchSettings as WatchSettings  # downstream watches (ProxySettings.watch)
 
 __all__ = [
     "Proxy",
     "ProxyCertificates",
     "ProxyServer",
     "ProxySettings",
+    "WatchSettings",
     "create_app",
     "decode_context",
     "encode_context",

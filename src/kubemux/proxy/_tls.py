@@ -48,6 +48,9 @@ class ProxyCertificates:
         """A server-side TLS context with this certificate (TLS 1.2 or later)."""
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
+        # no TLS 1.3 session tickets: kubectl and client-go keep no session cache to resume
+        # from, and two tickets per handshake cost CPU and ~3 KiB per held connection
+        context.num_tickets = 0
         folder = tempfile.mkdtemp(prefix="kubemux-proxy-")
         try:
             cert, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
