@@ -27,6 +27,7 @@ import collections
 import contextlib
 import hashlib
 import hmac
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
@@ -39,7 +40,7 @@ from .._informer import OnChange
 from .._redact import redact_text, redact_url
 from .._settings import WatchSettings
 from .._store import Store
-from ._base import Lead, PlacementStatus, ShareError, SlotStatus
+from ._base import Lead, MemberStatus, PlacementStatus, ShareError, SlotStatus
 from ._placement import Membership
 from ._redis_crypt import (
     SealedValues,
@@ -332,12 +333,24 @@ class RedisSession:
         """This replica's part in placement (see :class:`PlacementStatus`)."""
         placer = self.placer
         led, preferred = placer.counts()
+        me = placer.member_id
+        since = max(0.0, time.monotonic() - placer.view_at)  # the members' ages go on
+        replicas = tuple(
+            MemberStatus(
+                member_id=m.id,
+                leads=led if m.id == me else m.led,
+                prefers=preferred if m.id == me else m.preferred,
+                age=m.age + since,
+            )
+            for m in sorted(placer.members, key=lambda m: m.id)
+        )
         return PlacementStatus(
-            member_id=placer.member_id,
+            member_id=me,
             leads=led,
             prefers=preferred,
             members=len(placer.members),
             handovers=placer.handovers,
+            replicas=replicas,
         )
 
     def slot_status(self, key: bytes | str) -> SlotStatus | None:
