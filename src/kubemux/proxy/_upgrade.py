@@ -34,7 +34,7 @@ from .._errors import KubemuxError
 from .._upstream import Upstream
 from ._passthrough import request_headers
 from ._raw_upgrade import is_streaming
-from ._responses import REASONS, StatusError, status_for_error
+from ._responses import REASONS, StatusError, status_body, status_for_error
 
 __all__ = ["RefusedUpgrades", "bridge", "deny", "spdy_refusal"]
 
@@ -118,7 +118,7 @@ async def bridge(
             target, protocols=protocols, headers=headers, handshake_timeout=handshake_timeout
         ) as ws:
             await send({"type": "websocket.accept", "subprotocol": ws.protocol})
-            await _pump(upstream, ws, receive, send)
+            await _pump(upstream, ws, receive, send, target)
     except aiohttp.WSServerHandshakeError as exc:
         error = _refusal(exc, upstream.context)
         if error.code >= 400 and is_streaming(target):
@@ -164,15 +164,71 @@ async def _reason(
     return StatusError(error.code, message, reason=reason, headers=error.headers, raw=body)
 
 
+# exec and attach subprotocols whose channel 3 carries a JSON ``metav1.Status`` (v4 on)
+_STATUS_PROTOCOLS = frozenset(("v4.channel.k8s.io", "v5.channel.k8s.io"))
+_STATUS = 3
+_GOING_AWAY = 1001
+_STOP_GRACE = 0.5  # how long a connection ended under a bridge waits to learn why
+
+
+def _subresource(target: str) -> str:
+    return target.partition("?")[0].rpartition("/")[2]
+
+
+class _Cut:
+    """How a bridge tells its client that the upstream side ended under it (the context
+    stopped or reloaded, or the API server's connection dropped without a close frame).
+
+    kubectl treats a WebSocket closed without a status as a command that ended well
+    (measured with kubectl 1.32: ``exec`` exits 0). So an exec or attach whose subprotocol
+    carries a Status on channel 3 (v4, v5) gets a ``Failure`` there first, unless the API
+    server has written one already (the command ended), and the WebSocket closes with 1000,
+    as an exec ends (client-go reads channel 3 to its end, and any other close code is a
+    read error that hides the status); kubectl prints the message and exits 1. Other
+    bridges (port-forward's tunnel, older subprotocols) close with 1001 (going away).
+    """
+
+    def __init__(self, context: str, target: str, protocol: str | None) -> None:
+        self.context = context
+        self.sub = _subresource(target)
+        self.with_status = protocol in _STATUS_PROTOCOLS and self.sub in ("exec", "attach")
+        self.status_seen = False
+        self.done = False
+
+    def saw(self, data: bytes) -> None:
+        if data[:1] == bytes((_STATUS,)):
+            self.status_seen = True
+
+    async def cut(self, send: Send, *, stopped: bool) -> None:
+        if self.done:
+            return
+        self.done = True
+        message = f"the connection to the API server of context {self.context!r} ended"
+        message += f" before the {self.sub} did" if self.with_status else ""
+        if stopped:
+            message += " (the context stopped: removed from the kubeconfig, changed, or stopped)"
+        code = _GOING_AWAY
+        with contextlib.suppress(OSError, RuntimeError):  # the client left meanwhile
+            if self.with_status and not self.status_seen:
+                status = status_body(503, "ServiceUnavailable", message)
+                await send({"type": "websocket.send", "bytes": bytes((_STATUS,)) + status})
+                code = 1000  # as an exec ends: client-go reads the status only up to a 1000
+            await send({"type": "websocket.close", "code": code, "reason": ""})
+
+
 async def _pump(
-    upstream: Upstream, ws: aiohttp.ClientWebSocketResponse, receive: Receive, send: Send
+    upstream: Upstream,
+    ws: aiohttp.ClientWebSocketResponse,
+    receive: Receive,
+    send: Send,
+    target: str,
 ) -> None:
+    cut = _Cut(upstream.context, target, ws.protocol)
     async with anyio.create_task_group() as tg:
 
         async def context_stopped() -> None:
             await upstream.wait_closed()
-            with contextlib.suppress(OSError, RuntimeError):
-                await send({"type": "websocket.close", "code": 1001})  # going away
+            await cut.cut(send, stopped=True)
             tg.cancel_scope.cancel("the context stopped")
 
         async def downstream_to_upstream() -> None:
@@ -185,23 +241,34 @@ async def _pump(
                     elif message.get("text") is not None:
                         await ws.send_str(message["text"])
                 elif kind == "websocket.disconnect":
+                    cut.done = True  # nobody left to tell
                     await ws.close(code=_close_code(message.get("code")))
                     tg.cancel_scope.cancel("the client closed")
                     return
 
         async def upstream_to_downstream() -> None:
-            async for msg in ws:
+            while True:
+                msg = await ws.receive()
                 if msg.type is aiohttp.WSMsgType.BINARY:
+                    cut.saw(msg.data)
                     await send({"type": "websocket.send", "bytes": msg.data})
                 elif msg.type is aiohttp.WSMsgType.TEXT:
                     await send({"type": "websocket.send", "text": msg.data})
-                else:  # CLOSE, CLOSING, CLOSED, ERROR
+                elif msg.type in (aiohttp.WSMsgType.PING, aiohttp.WSMsgType.PONG):
+                    continue
+                else:
                     break
-            code = ws.close_code or 1000
-            try:
-                await send({"type": "websocket.close", "code": _close_code(code)})
-            except (OSError, RuntimeError):  # the client left meanwhile
-                pass
+            if msg.type is aiohttp.WSMsgType.CLOSE:  # the API server closed: pass it on
+                cut.done = True
+                code = ws.close_code or 1000
+                with contextlib.suppress(OSError, RuntimeError):  # the client left meanwhile
+                    await send({"type": "websocket.close", "code": _close_code(code)})
+            else:  # the connection ended under the bridge (CLOSED, ERROR)
+                stopped = False
+                with anyio.move_on_after(_STOP_GRACE):  # a stop closes the session first
+                    await upstream.wait_closed()
+                    stopped = True
+                await cut.cut(send, stopped=stopped)
             tg.cancel_scope.cancel("the server closed")
 
         tg.start_soon(context_stopped)

@@ -66,12 +66,13 @@ Faithful to kube-apiserver:
   its container terminated; ``kubectl logs [-f]`` works;
 * ``pods/exec`` and ``pods/attach`` over WebSocket (``v5``/``v4.channel.k8s.io``, kubectl
   1.32's default): a minimal exec (``echo``, ``cat`` echoing stdin, ``true``, ``false``,
-  ``sh -c 'exit N'``), the kubelet's status on channel 3; ``attach`` streams appended logs;
+  ``sh -c 'exit N'``), the kubelet's status on channel 3; ``attach`` streams the lines
+  appended once the request arrived (and echoes stdin) until the pod goes or stdin ends;
 * ``pods/portforward`` over WebSocket with SPDY/3.1 inside (``SPDY/3.1+portforward.k8s.io``,
   kubectl 1.32's default): the kubelet's error and data stream per connection, each
   connection to pod port P forwarded to the address :meth:`forward_port` gave for P;
   ``kubectl port-forward`` works;
-* exec and port-forward over a plain ``Upgrade: SPDY/3.1`` too (kubectl's SPDY path,
+* exec, attach and port-forward over a plain ``Upgrade: SPDY/3.1`` too (kubectl's SPDY path,
   ``KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false`` / ``KUBECTL_PORT_FORWARD_WEBSOCKETS=false``),
   with the kubelet's ``X-Stream-Protocol-Version`` negotiation; :attr:`open_upgrades`
   counts the upgraded connections open;
@@ -91,9 +92,9 @@ Simplified:
   patch: no field ownership, so fields a manager stops applying stay and there are no
   conflicts between managers (``force`` is accepted and changes nothing);
   ``fieldValidation`` is accepted and not enforced;
-* attach answers only WebSocket upgrades (over SPDY: 400); exec over SPDY speaks
-  ``v4.channel.k8s.io`` only (what kubectl 1.32 picks); SPDY has no flow control (neither
-  has spdystream, kubectl's side);
+* exec and attach over SPDY speak ``v5.channel.k8s.io`` (kubectl 1.32's first offer, v4's
+  semantics over SPDY, as a current kubelet) and ``v4.channel.k8s.io``, not v3 and before;
+  SPDY has no flow control (neither has spdystream, kubectl's side);
 * field selectors accept any dotted path (the real server allows a per-type list) and
   compare the field's string form; missing fields compare as ``""``;
 * no protobuf answers: JSON only (kubectl copes); ``/openapi/v2`` is 404 (kubectl then

@@ -1,15 +1,22 @@
-"""The fake exec's commands (``echo``, ``cat``, ``true``, ``false``, ``sh -c 'exit N'``) and
-the ``metav1.Status`` a kubelet answers when one ends or is missing; shared by exec over
-WebSocket (:mod:`._pod_exec`) and over SPDY (:mod:`._pod_spdy`).
+"""The fake exec's commands (``echo``, ``cat``, ``true``, ``false``, ``sh -c 'exit N'``), what
+an attached container prints (:func:`follow_attached`), and the ``metav1.Status`` a kubelet
+answers when one ends or is missing; shared by exec and attach over WebSocket
+(:mod:`._pod_exec`) and over SPDY (:mod:`._pod_spdy`).
 """
 
 from __future__ import annotations
 
+import itertools
 import shlex
+from collections.abc import Awaitable, Callable
 
 import orjson
 
-__all__ = ["exec_status", "missing_status", "run_command"]
+from ._api_state import ApiState
+from ._log_book import ContainerLog
+from ._resource_state import ResourceState
+
+__all__ = ["exec_status", "follow_attached", "log_position", "missing_status", "run_command"]
 
 
 def run_command(command: list[str]) -> tuple[bytes, bytes, int] | None:
@@ -73,3 +80,37 @@ def missing_status(program: str) -> bytes:
             "code": 500,
         }
     )
+
+
+def log_position(api: ApiState, uid: str, container: str) -> int:
+    """How many lines the container has logged so far (trimmed ones too)."""
+    log = api.logs.logs.get((uid, container)) or ContainerLog()
+    return log.dropped + len(log.lines)
+
+
+async def follow_attached(
+    api: ApiState,
+    state: ResourceState,
+    key: tuple[str, str],
+    uid: str,
+    container: str,
+    position: int,
+    write: Callable[[bytes], Awaitable[None]],
+) -> None:
+    """Write the lines the container logs from ``position`` on (:func:`log_position` when
+    the attach request arrived), as an attached client sees them; return once the pod is
+    gone (deleted, or created again with another uid) or the fake stops.
+
+    Cancellation (the client leaving) stops it at once.
+    """
+    while True:
+        current = state.objects.get(key)
+        if current is None or current.obj["metadata"].get("uid") != uid or api.stopping:
+            return
+        log = api.logs.logs.get((uid, container)) or ContainerLog()
+        start = max(0, position - log.dropped)
+        lines = list(itertools.islice(log.lines, start, None))
+        position = log.dropped + len(log.lines)
+        if lines:
+            await write("".join(f"{line}\n" for _, line in lines).encode())
+        await api.wait_changed(1.0)

@@ -12,26 +12,30 @@ arguments; ``cat`` copies stdin to stdout until stdin ends; ``true``; ``false`` 
 ends are written ``\\r\\n`` and stderr is merged into stdout, as a terminal does. ``attach``
 streams the lines appended to the container's log from then on (and echoes stdin) until the
 pod goes away or the client leaves. ``portforward`` (SPDY/3.1 inside the WebSocket) is
-served by ``_pod_forward``; ``Upgrade: SPDY/3.1`` (kubectl's SPDY path) of exec and
-port-forward by ``_pod_spdy``. Any other request gets 400 (attach over SPDY too).
+served by ``_pod_forward``; ``Upgrade: SPDY/3.1`` (kubectl's SPDY path) of exec, attach
+and port-forward by ``_pod_spdy``. Any other request gets 400.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
+import functools
 from collections.abc import Mapping
-from typing import Any
 
 import anyio
 from aiohttp import WSMsgType, hdrs, web
 
 from ._api_state import ApiState
-from ._log_book import ContainerLog
-from ._pod_commands import exec_status, missing_status, run_command
+from ._pod_commands import (
+    exec_status,
+    follow_attached,
+    log_position,
+    missing_status,
+    run_command,
+)
 from ._pod_forward import serve_tunnel
 from ._pod_logs import pick_container
-from ._pod_spdy import serve_spdy
+from ._pod_spdy import Follow, serve_spdy
 from ._protocol import BadRequest
 from ._resource_state import ResourceState
 from ._responses import status_response
@@ -108,14 +112,31 @@ async def serve_stream(
         )
     upgrade = request.headers.get(hdrs.UPGRADE, "").lower()
     uid = str(pod["metadata"].get("uid", ""))
+    # an attach shows what the container logs once the request is here (taken before any
+    # await: a test that sees the upgrade counted can append lines and know they are shown)
+    follow: Follow = functools.partial(
+        follow_attached,
+        api,
+        state,
+        (namespace, name),
+        uid,
+        container,
+        log_position(api, uid, container),
+    )
     command = request.query.getall("command", []) if sub == "exec" else []
     if sub == "exec" and not command and upgrade in ("websocket", "spdy/3.1"):
         raise BadRequest("you must specify at least 1 command")
     if sub == "portforward" and upgrade == "websocket":
         return await serve_tunnel(request, api.port_targets, name, uid)
-    if sub != "attach" and upgrade == "spdy/3.1":
+    if upgrade == "spdy/3.1":
         return await serve_spdy(
-            request, sub, targets=api.port_targets, pod=name, uid=uid, command=command
+            request,
+            sub,
+            targets=api.port_targets,
+            pod=name,
+            uid=uid,
+            command=command,
+            follow=follow,
         )
     if upgrade != "websocket":
         raise BadRequest("Upgrade request required")
@@ -126,9 +147,7 @@ async def serve_stream(
         if sub == "exec":
             await _exec(session, command, stdin=_flag(query, "stdin"))
         else:
-            await _attach(
-                api, session, state, (namespace, name), uid, container, _flag(query, "stdin")
-            )
+            await _attach(session, follow, stdin=_flag(query, "stdin"))
     except ConnectionError:
         pass
     finally:
@@ -162,17 +181,7 @@ async def _exec(session: _Session, command: list[str], *, stdin: bool) -> None:
     await session.send(STATUS, exec_status(0, command))
 
 
-async def _attach(
-    api: ApiState,
-    session: _Session,
-    state: ResourceState,
-    key: tuple[str, str],
-    uid: str,
-    container: str,
-    stdin: bool,
-) -> None:
-    log = api.logs.logs.get((uid, container)) or ContainerLog()
-    position = log.dropped + len(log.lines)
+async def _attach(session: _Session, follow: Follow, *, stdin: bool) -> None:
     async with anyio.create_task_group() as tg:
 
         async def read() -> None:  # echo stdin; the client leaving ends the attach
@@ -181,18 +190,11 @@ async def _attach(
                     await session.send(STDOUT, data)
             tg.cancel_scope.cancel()
 
+        async def out(data: bytes) -> None:
+            await session.send(STDOUT, data)
+
         tg.start_soon(read)
-        while True:
-            current = state.objects.get(key)
-            if current is None or current.obj["metadata"].get("uid") != uid or api.stopping:
-                break
-            log = api.logs.logs.get((uid, container)) or ContainerLog()
-            start = max(0, position - log.dropped)
-            lines: list[Any] = list(itertools.islice(log.lines, start, None))
-            position = log.dropped + len(log.lines)
-            if lines:
-                await session.send(STDOUT, "".join(f"{line}\n" for _, line in lines).encode())
-            await api.wait_changed(1.0)
+        await follow(out)
         tg.cancel_scope.cancel()
-        if not session.ws.closed:
-            await session.send(STATUS, exec_status(0, []))
+    if not session.ws.closed:  # the pod went away, or stdin ended: the attach succeeded
+        await session.send(STATUS, exec_status(0, []))

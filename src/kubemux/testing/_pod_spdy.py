@@ -1,4 +1,4 @@
-"""``exec`` and ``portforward`` over a plain ``Upgrade: SPDY/3.1`` (kubectl's SPDY path).
+"""``exec``, ``attach`` and ``portforward`` over a plain ``Upgrade: SPDY/3.1`` (kubectl's SPDY path).
 
 kubectl falls back to SPDY when the WebSocket upgrade fails, and uses it from the start with
 ``KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false`` / ``KUBECTL_PORT_FORWARD_WEBSOCKETS=false``.
@@ -7,19 +7,23 @@ one chosen (the kubelet's ``httpstream.Handshake``: the client's first that the 
 speaks; none in common is a 403 naming both lists), then SPDY/3.1 on the raw connection.
 
 - ``portforward.k8s.io``: the streams of :mod:`._pod_forward`.
-- ``v4.channel.k8s.io`` (exec): kubectl opens an ``error`` stream and, as the query asks,
-  ``stdin``, ``stdout``, ``stderr`` and ``resize`` (with a tty); once all are there the
-  command runs (:func:`._pod_commands.run_command`), its output goes to ``stdout``/``stderr``,
-  and the kubelet's ``metav1.Status`` JSON to ``error``; then the streams close and the
-  connection ends. Older channel protocols (v3 and before) are not spoken.
-
-``attach`` over SPDY is not served (400, as before): kubectl 1.32 attaches over WebSocket.
+- ``v5.channel.k8s.io`` / ``v4.channel.k8s.io`` (exec, attach): kubectl 1.32 offers v5, v4,
+  v3, v2, v1 in that order and this side picks v5, as a current kubelet does; over SPDY, v5
+  means what v4 means (the kubelet's SPDY handler and client-go's ``streamProtocolV5`` are
+  v4's: v5's close signal is WebSocket's channel 255, and SPDY half-closes a stream with
+  FIN). kubectl opens an ``error`` stream and, as the query asks, ``stdin``, ``stdout``,
+  ``stderr`` and ``resize`` (with a tty); once all are there the exec's command runs
+  (:func:`._pod_commands.run_command`) or the attach follows the container's log
+  (:func:`._pod_commands.follow_attached`, stdin echoed to stdout, until the pod goes away
+  or stdin ends); the output goes to ``stdout``/``stderr``, and the kubelet's
+  ``metav1.Status`` JSON to ``error``; then the streams close and the connection ends.
+  Older channel protocols (v3 and before) are not spoken.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import anyio
 from aiohttp import web
@@ -29,23 +33,32 @@ from ._pod_commands import exec_status, missing_status, run_command
 from ._pod_forward import PORTFORWARD_PROTOCOL, PortForwarder
 from ._spdy import SpdyConnection, SpdyStream
 
-__all__ = ["EXEC_PROTOCOL", "serve_spdy"]
+__all__ = ["CHANNEL_PROTOCOLS", "Follow", "serve_spdy"]
 
 log = logging.getLogger(__name__)
 
-EXEC_PROTOCOL = "v4.channel.k8s.io"
+CHANNEL_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")  # v5 = v4 over SPDY
 _MAX_STDIN = 16 * 1024 * 1024
+
+Write = Callable[[bytes], Awaitable[None]]
+Follow = Callable[[Write], Awaitable[None]]  # an attach: writes the container's output
 
 
 def _flag(query: Mapping[str, str], name: str) -> bool:
     return query.get(name, "").lower() in ("true", "1")
 
 
-class _Exec:
-    """The streams of one exec; the command runs once they are all open."""
+class _Session:
+    """The streams of one exec or attach; it runs once they are all open.
 
-    def __init__(self, command: list[str], query: Mapping[str, str]) -> None:
+    ``command`` is the exec's; ``follow`` makes it an attach instead.
+    """
+
+    def __init__(
+        self, query: Mapping[str, str], *, command: list[str], follow: Follow | None = None
+    ) -> None:
         self.command = command
+        self.follow = follow
         self.tty = _flag(query, "tty")
         expected = {"error"}
         for name in ("stdin", "stdout", "stderr"):
@@ -86,18 +99,10 @@ class _Exec:
             if kind in self.streams:
                 self.streams[kind].discard()  # nothing is read from them
         try:
-            try:
-                result = run_command(self.command)
-            except FileNotFoundError as exc:
-                status = missing_status(str(exc))
+            if self.follow is not None:
+                status = await self._attach(self.follow)
             else:
-                if result is None:  # cat: stdin back to stdout
-                    code = await self._cat()
-                else:
-                    out, err, code = result
-                    await self._out("stdout", out)
-                    await self._out("stderr", err)
-                status = exec_status(code, self.command)
+                status = await self._exec()
             await self.streams["error"].send(status)
         finally:
             with anyio.CancelScope(shield=True):
@@ -105,6 +110,19 @@ class _Exec:
                     await stream.close()
                 assert self.connection is not None
                 await self.connection.goaway()
+
+    async def _exec(self) -> bytes:
+        try:
+            result = run_command(self.command)
+        except FileNotFoundError as exc:
+            return missing_status(str(exc))
+        if result is None:  # cat: stdin back to stdout
+            code = await self._cat()
+        else:
+            out, err, code = result
+            await self._out("stdout", out)
+            await self._out("stderr", err)
+        return exec_status(code, self.command)
 
     async def _cat(self) -> int:
         stdin = self.streams.get("stdin")
@@ -115,6 +133,23 @@ class _Exec:
                 return 1
             await self._out("stdout", data)
         return 0
+
+    async def _attach(self, follow: Follow) -> bytes:
+        async def out(data: bytes) -> None:
+            await self._out("stdout", data)
+
+        async with anyio.create_task_group() as tg:
+
+            async def echo(stdin: SpdyStream) -> None:  # stdin ending ends the attach
+                while data := await stdin.receive():
+                    await out(data)
+                tg.cancel_scope.cancel()
+
+            if "stdin" in self.streams:
+                tg.start_soon(echo, self.streams["stdin"])
+            await follow(out)
+            tg.cancel_scope.cancel()
+        return exec_status(0, [])
 
 
 def _offered(request: web.BaseRequest) -> list[str]:
@@ -134,11 +169,14 @@ async def serve_spdy(
     pod: str,
     uid: str,
     command: list[str],
+    follow: Follow,
 ) -> web.StreamResponse:
-    """Answer an ``Upgrade: SPDY/3.1`` of ``exec`` or ``portforward`` and serve it."""
-    supported = [PORTFORWARD_PROTOCOL] if sub == "portforward" else [EXEC_PROTOCOL]
+    """Answer an ``Upgrade: SPDY/3.1`` of ``exec``, ``attach`` or ``portforward`` and serve it
+    (``follow``: what an attach writes)."""
+    supported = [PORTFORWARD_PROTOCOL] if sub == "portforward" else list(CHANNEL_PROTOCOLS)
     offered = _offered(request)
     chosen = next((p for p in offered if p in supported), None)
+    log.debug("SPDY %s: offered %s, chose %s", sub, ", ".join(offered), chosen)
     if offered and chosen is None:
         return web.Response(
             status=403,
@@ -171,11 +209,14 @@ async def serve_spdy(
         transport.write(data)
         await protocol._drain_helper()
 
-    handler: PortForwarder | _Exec
+    handler: PortForwarder | _Session
+    query = dict(request.query.items())
     if sub == "portforward":
         handler = PortForwarder(targets, pod, uid)
+    elif sub == "attach":
+        handler = _Session(query, command=[], follow=follow)
     else:
-        handler = _Exec(command, dict(request.query.items()))
+        handler = _Session(query, command=command)
     connection = SpdyConnection(receive, send, handler)
     handler.connection = connection
     try:
