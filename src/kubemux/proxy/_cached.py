@@ -70,7 +70,7 @@ from ._rv import (
 from ._selectors import ObjectFilter
 from ._served import ServedStatus, ServedStore, ServedStores
 from ._statuses import ProxyStatusError, too_many_requests
-from ._table_join import Inconsistent, joined_rows, row_matcher, served_columns
+from ._table_join import Inconsistent, joined_rows, row_matcher, served_ages, served_columns
 from ._watch import ObjectWatchFormat, TableWatchFormat, WatchFormat, WatchSettings
 from ._writes import WriteMarks
 
@@ -324,6 +324,9 @@ class CachedReads:
             await send_chunks(send, (raw,), read.content_type, lag=served.lag)
             return True
         cells, meta = split_table_row(raw)
+        ages = served_ages(served)
+        if ages is not None:
+            cells = ages.refresh(cells, meta)
         obj: bytes | None = meta
         rv = raw_resource_version(raw)
         if read.include_object == "Object":
@@ -423,7 +426,7 @@ class CachedReads:
             )
             await send_chunks(send, chunks, read.content_type, lag=lag)
             return True
-        rows = joined_rows(page, read, objects)
+        rows = joined_rows(page, read, objects, served_ages(served))
         chunks = iter_table(
             served_columns(served),
             rows,
