@@ -634,7 +634,6 @@ def main() -> None:
     parser.add_argument(
         "--write-interval", type=float, help="the watches' pacing (default: the library's)"
     )
-    parser.add_argument("--uvloop", action="store_true", help="run the proxy on uvloop")
     parser.add_argument("--profile", help="py-spy raw samples of the watch churn to this file")
     args = parser.parse_args()
     args.parts = set(args.parts.split(","))
@@ -643,8 +642,7 @@ def main() -> None:
         raise SystemExit("curl is needed")
     started = time.strftime("%Y-%m-%d %H:%M")
     load = os.getloadavg()[0]
-    options = {"use_uvloop": True} if args.uvloop else {}
-    rows = anyio.run(run, args, backend_options=options)
+    rows = anyio.run(run, args)
     title = (
         f"kubemux proxy vs kubectl proxy ({started}, {os.cpu_count()} CPUs, "
         f"load {load:.1f} at start, Python {sys.version.split()[0]})"

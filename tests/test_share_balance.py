@@ -359,3 +359,46 @@ async def test_status_and_metrics_show_what_a_replica_leads_and_prefers(
     assert "kubemux_share_slots_led 4.0" in lines
     assert "kubemux_share_slots_preferred 4.0" in lines
     assert "kubemux_share_handovers_total 0.0" in lines
+
+
+async def test_status_shows_every_replicas_leads_and_prefers(
+    redis_server: RedisServer, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """Issue 22: status shows, per replica, how many slots it leads and prefers: every
+    registry's ``status().share.replicas`` lists the live members from their records
+    (a follow-only one too), sorted by id, and the JSON form carries them."""
+    from kubemux import WatcherRegistry
+    from kubemux.share import MemberStatus
+
+    kubeconfig = write_kubeconfig(tmp_path / "config", {"fake": cluster})
+    engine = Redis(redis_server.url, prefix="r", lease_ttl=1.5, acquire_period=0.1)
+    one, two = (
+        WatcherRegistry.from_kubeconfig(str(kubeconfig), settings=FAST, share=engine)
+        for _ in range(2)
+    )
+    follow = WatcherRegistry.from_kubeconfig(
+        str(kubeconfig), settings=FAST, share=engine, share_lead=False
+    )
+
+    def figures(registry: WatcherRegistry) -> list[tuple[int, int]]:
+        return [(r.leads, r.prefers) for r in registry.status().share.replicas]
+
+    async with one, two, follow:
+        for ns in NAMESPACES:
+            for registry in (one, two, follow):
+                await registry.watch("fake", "pods", namespace=ns)
+        with anyio.fail_after(30):
+            for registry in (one, two, follow):  # handovers spread them; records follow
+                await wait_until(lambda r=registry: figures(r) == [(2, 2), (2, 2)], poll=0.05)
+        ids = sorted(str(r.status().share.member_id) for r in (one, two))
+        for registry in (one, two, follow):
+            replicas = registry.status().share.replicas
+            assert [r.member_id for r in replicas] == ids
+            assert all(isinstance(r, MemberStatus) and 0 < r.age < 60 for r in replicas)
+        st = one.status().share
+        (mine,) = [r for r in st.replicas if r.member_id == st.member_id]
+        assert (mine.leads, mine.prefers) == (st.leads, st.prefers)
+        assert follow.status().share.member_id is None  # it lists them, it is not one
+        shown = follow.status().to_json()["share"]["replicas"]
+        assert sorted(r["member_id"] for r in shown) == ids
+        assert {(r["leads"], r["prefers"]) for r in shown} == {(2, 2)}

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from kubemux.share._placement import (
     MAX_MEMBERS,
+    MAX_SLOTS_PER_MEMBER,
     Member,
     Membership,
     assign,
@@ -372,6 +373,19 @@ async def test_a_flood_of_forged_members_is_capped(client: object) -> None:
         got = await m.members()
     assert len(got) == MAX_MEMBERS
     assert "honest" in {x.id for x in got}  # it expires first, so it is read first
+
+
+async def test_a_slot_set_over_the_cap_is_not_read(client: object) -> None:
+    m = Membership(client, prefix="p", member_id="honest", ttl=5)  # type: ignore[arg-type]
+    await m.join()
+    await client.zadd(m.k_members, {b"huge": 10**15})  # type: ignore[attr-defined]
+    pipe = client.pipeline(transaction=False)  # type: ignore[attr-defined]
+    for i in range(0, MAX_SLOTS_PER_MEMBER + 1, 10_000):
+        pipe.sadd(m.slots_key("huge"), *(digest(j) for j in range(i, i + 10_000)))
+    await pipe.execute()
+    got = {x.id: x for x in await m.members()}
+    assert got["huge"].slots == frozenset()
+    assert m.skipped == 1 and "publishes" in (m.last_skipped or "")
 
 
 def test_bad_arguments_are_refused() -> None:

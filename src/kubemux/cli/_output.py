@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 import orjson
 
+from .._ages import human_duration
 from .._errors import KubemuxError
 from .._redact import redact_text, terminal_safe
 
@@ -216,33 +217,6 @@ class TabWriter:
             cells = [c.ljust(w) for c, w in zip(safe[:-1], self.widths, strict=False)]
             self.out.write("".join(cells) + (safe[-1] if safe else "") + "\n")
         self.out.flush()
-
-
-def human_duration(seconds: float) -> str:
-    """kubectl's age of something ``seconds`` old (``duration.HumanDuration``)."""
-    if seconds < -1:
-        return "<invalid>"
-    s = max(0, int(seconds))
-    if s < 120:
-        return f"{s}s"
-    m = s // 60
-    if m < 10:
-        return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
-    if m < 180:
-        return f"{m}m"
-    h = m // 60
-    if h < 8:
-        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
-    if h < 48:
-        return f"{h}h"
-    if h < 24 * 8:
-        return f"{h // 24}d{h % 24}h" if h % 24 else f"{h // 24}d"
-    if h < 24 * 365 * 2:
-        return f"{h // 24}d"
-    if h < 24 * 365 * 8:
-        y, d = h // (24 * 365), (h // 24) % 365
-        return f"{y}y{d}d" if d else f"{y}y"
-    return f"{h // (24 * 365)}y"
 
 
 def cell_text(value: Any, kind: str = "string") -> str:

@@ -95,7 +95,7 @@ class ProxySettings:
             (``Authorization`` header) may hold at once; more get a 429 with
             ``Retry-After``.
         watch_write_timeout: Seconds a watch's write may take (a client that stops
-            reading is cut off: its connection closes).
+            reading is cut off: its connection closes; checked every quarter of it).
         watch: Downstream watches: buffers (a watcher that many events behind is cut
             off), bookmark period.
     """

@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import math
 from collections.abc import Iterator
 from operator import itemgetter
 from typing import Any
@@ -57,7 +56,7 @@ from ._continue import (
 )
 from ._field_selector import BUILTIN_GROUPS
 from ._lists import iter_list, iter_table, join_table, split_table_row
-from ._reads import ReadRequest, send_chunks, watch_headers
+from ._reads import ReadRequest, send_chunks, stream_watch
 from ._responses import StatusError, status_for_error
 from ._rv import (
     ListOptions,
@@ -71,7 +70,7 @@ from ._rv import (
 from ._selectors import ObjectFilter
 from ._served import ServedStatus, ServedStore, ServedStores
 from ._statuses import ProxyStatusError, too_many_requests
-from ._table_join import Inconsistent, joined_rows, row_matcher, served_columns
+from ._table_join import Inconsistent, joined_rows, row_matcher, served_ages, served_columns
 from ._watch import ObjectWatchFormat, TableWatchFormat, WatchFormat, WatchSettings
 from ._writes import WriteMarks
 
@@ -325,6 +324,9 @@ class CachedReads:
             await send_chunks(send, (raw,), read.content_type, lag=served.lag)
             return True
         cells, meta = split_table_row(raw)
+        ages = served_ages(served)
+        if ages is not None:
+            cells = ages.refresh(cells, meta)
         obj: bytes | None = meta
         rv = raw_resource_version(raw)
         if read.include_object == "Object":
@@ -424,7 +426,7 @@ class CachedReads:
             )
             await send_chunks(send, chunks, read.content_type, lag=lag)
             return True
-        rows = joined_rows(page, read, objects)
+        rows = joined_rows(page, read, objects, served_ages(served))
         chunks = iter_table(
             served_columns(served),
             rows,
@@ -457,36 +459,12 @@ class CachedReads:
             fmt = ObjectWatchFormat(resource.kind, resource.api_version)
         filt = ObjectFilter(read.namespace, options.label_selector, options.field_selector)
         lifetime = watch_timeout(options.timeout_seconds)
-        write_timeout = self.settings.watch_write_timeout
-        await send(
-            {"type": "http.response.start", "status": 200, "headers": watch_headers(served.lag)}
+        await stream_watch(
+            lambda write: served.broadcaster.serve(plan, fmt, filt, write, watch_timeout=lifetime),
+            receive,
+            send,
+            lag=served.lag,
+            write_timeout=self.settings.watch_write_timeout,
+            touch=served.touch,
         )
-
-        # a write that takes longer than write_timeout ends the watch: one scope whose
-        # deadline each write moves (entering a fail_after per write cost more than the
-        # rest of the write but the TLS record and the syscall)
-        stuck = anyio.CancelScope()
-
-        async def write(data: bytes) -> None:
-            served.touch()
-            stuck.deadline = anyio.current_time() + write_timeout
-            await send({"type": "http.response.body", "body": data, "more_body": True})
-            stuck.deadline = math.inf
-
-        completed = False
-        async with anyio.create_task_group() as tg:
-
-            async def wait_disconnect() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                tg.cancel_scope.cancel("the client went away")
-
-            tg.start_soon(wait_disconnect)
-            with stuck:  # cancelled: a client that does not read, the connection closes
-                await served.broadcaster.serve(plan, fmt, filt, write, watch_timeout=lifetime)
-                completed = True
-            tg.cancel_scope.cancel("watch ended")
-        if completed:
-            with anyio.move_on_after(write_timeout):  # a client that stopped reading
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
         return True

@@ -15,11 +15,14 @@ is the serializer's, ``application/json``).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import math
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 
-from starlette.types import Send
+import anyio
+from starlette.types import Receive, Send
 
 from ._lists import INCLUDE_OBJECT_VALUES
 from ._paths import ApiPath
@@ -212,3 +215,63 @@ def watch_headers(lag: float) -> list[tuple[bytes, bytes]]:
         (b"cache-control", b"no-cache, private"),
         *_cache_headers(lag),
     ]
+
+
+async def stream_watch(
+    serve: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[object]],
+    receive: Receive,
+    send: Send,
+    *,
+    lag: float,
+    write_timeout: float,
+    touch: Callable[[], None],
+) -> None:
+    """One watch answered from the cache: the headers, then what ``serve`` writes through
+    the ``write`` it is given, then the last chunk.
+
+    A client that goes away ends it (its disconnect cancels ``serve``); a write that takes
+    longer than ``write_timeout`` ends it and closes the connection (a client that stopped
+    reading): a watchdog looks every quarter of the timeout, since arming a timeout per
+    write (a ``fail_after`` or a moved deadline) was a tenth of what a write cost.
+    ``touch`` counts each write as a use of the store.
+    """
+    await send({"type": "http.response.start", "status": 200, "headers": watch_headers(lag)})
+    stuck = anyio.CancelScope()
+    loop = asyncio.get_running_loop()
+    writing_since = math.inf
+    watchdog: asyncio.TimerHandle | None = None
+
+    async def write(data: bytes) -> None:
+        nonlocal writing_since
+        touch()
+        writing_since = loop.time()
+        await send({"type": "http.response.body", "body": data, "more_body": True})
+        writing_since = math.inf
+
+    def look() -> None:
+        nonlocal watchdog
+        if loop.time() - writing_since >= write_timeout:
+            stuck.cancel("a write took longer than the write timeout")
+        else:
+            watchdog = loop.call_later(write_timeout / 4, look)
+
+    completed = False
+    async with anyio.create_task_group() as tg:
+
+        async def wait_disconnect() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            tg.cancel_scope.cancel("the client went away")
+
+        tg.start_soon(wait_disconnect)
+        watchdog = loop.call_later(write_timeout / 4, look)
+        try:
+            with stuck:  # cancelled: a client that does not read, the connection closes
+                await serve(write)
+                completed = True
+        finally:
+            watchdog.cancel()
+        tg.cancel_scope.cancel("watch ended")
+    if completed:
+        with anyio.move_on_after(write_timeout):  # a client that stopped reading
+            await send({"type": "http.response.body", "body": b"", "more_body": False})

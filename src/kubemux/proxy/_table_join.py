@@ -6,16 +6,18 @@ read raises :class:`Inconsistent`, and :class:`~._cached.CachedReads` asks upstr
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
+from .._ages import AgeCells
 from .._codec import raw_resource_version
 from ._lists import split_table_row
 from ._reads import ReadRequest
 from ._selectors import ObjectFilter
 from ._served import ServedStore
 
-__all__ = ["Inconsistent", "joined_rows", "row_matcher", "served_columns"]
+__all__ = ["Inconsistent", "joined_rows", "row_matcher", "served_ages", "served_columns"]
 
 Key = tuple[str, str]
 
@@ -27,6 +29,12 @@ class Inconsistent(Exception):
 def served_columns(served: ServedStore) -> Any:
     """The columns of a table view's store (none for an objects view)."""
     return getattr(served.store, "columns", ())  # a TableStore's
+
+
+def served_ages(served: ServedStore) -> AgeCells | None:
+    """The Age cells of a table view's rows, rendered again at each read (see
+    :mod:`kubemux._ages`); None for an objects view or columns without an Age."""
+    return AgeCells.of(served_columns(served))
 
 
 def row_matcher(
@@ -53,18 +61,24 @@ def row_matcher(
 
 
 def joined_rows(
-    page: list[tuple[Key, bytes]], read: ReadRequest, objects: ServedStore | None
+    page: list[tuple[Key, bytes]],
+    read: ReadRequest,
+    objects: ServedStore | None,
+    ages: AgeCells | None = None,
 ) -> list[tuple[bytes, bytes | None]]:
-    """A Table page's rows as (cells, object or None), the object joined when asked."""
+    """A Table page's rows as (cells, object or None), the object joined when asked, the
+    Age cells (``ages``) rendered for now."""
     rows: list[tuple[bytes, bytes | None]] = []
-    if read.include_object != "Object":
-        for _key, raw in page:
-            rows.append(split_table_row(raw))
-        return rows
-    assert objects is not None
-    get_raw = objects.store.get_raw
+    now = time.time()
+    get_raw = objects.store.get_raw if objects is not None else None
     for key, raw in page:
-        cells, _meta = split_table_row(raw)
+        cells, meta = split_table_row(raw)
+        if ages is not None:
+            cells = ages.refresh(cells, meta, now)
+        if read.include_object != "Object":
+            rows.append((cells, meta))
+            continue
+        assert get_raw is not None
         obj = get_raw(key[0] or None, key[1])
         if obj is None or raw_resource_version(obj) != raw_resource_version(raw):
             raise Inconsistent

@@ -32,7 +32,8 @@ next. BOOKMARKs go out every :attr:`WatchSettings.bookmark_period` (60 s, the ca
 2 s before the watch's deadline when the client allows them. A ``RESET`` from the history
 (the store was cleared: its context stopped or reloaded) ends every watch after its buffer.
 
-What a view reads and how it writes events (objects or Table rows): :mod:`._watch_formats`.
+What a view reads and how it writes events (objects or Table rows): :mod:`._watch_formats`;
+the watcher, the view and the settings: :mod:`._watch_views`.
 This module knows nothing of HTTP: :meth:`WatchBroadcaster.serve` hands byte chunks to an
 async ``send`` callable.
 """
@@ -40,19 +41,13 @@ async ``send`` callable.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import enum
-import logging
-import math
-from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 import anyio
 
-from .._codec import decode_raw, raw_resource_version
 from ._rv import WatchPlan, WatchStart, wait_for_resource_version
 from ._selectors import ObjectFilter
-from ._statuses import ProxyStatusError, encode_json, expired
+from ._statuses import ProxyStatusError, expired
 from ._watch_formats import (
     INITIAL_EVENTS_END,
     EventHistoryLike,
@@ -63,6 +58,7 @@ from ._watch_formats import (
     TableWatchFormat,
     WatchFormat,
 )
+from ._watch_views import View, WatchEnd, Watcher, WatchSettings, line_for
 
 __all__ = [
     "INITIAL_EVENTS_END",
@@ -76,246 +72,6 @@ __all__ = [
     "WatchFormat",
     "WatchSettings",
 ]
-
-logger = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------------------- the settings
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class WatchSettings:
-    """How downstream watches behave.
-
-    Attributes:
-        max_buffered_events: Events a watcher may fall behind before it is cut off.
-        bookmark_period: Seconds between BOOKMARKs (when the client allows them).
-        chunk_bytes: A write gathers buffered lines up to about this many bytes.
-        write_interval: A view wakes its watchers at most this often (seconds): events
-            closer together than this go to each watcher in one write. 0: at every event.
-        wait_timeout: How long ``sendInitialEvents`` from a version ahead of the cache
-            waits for it (then a 504 ERROR event).
-    """
-
-    max_buffered_events: int = 1000
-    bookmark_period: float = 60.0
-    chunk_bytes: int = 128 * 1024  # as a LIST's chunks (proxy._lists.CHUNK_BYTES)
-    write_interval: float = 0.05
-    wait_timeout: float = 3.0
-
-
-class WatchEnd(enum.Enum):
-    """Why a watch ended."""
-
-    TIMEOUT = "timeout"
-    """Its ``timeoutSeconds`` (or the default lifetime) passed."""
-    EXPIRED = "expired"
-    """It started from a version the history no longer holds (a 410 ERROR event was sent)."""
-    ERROR = "error"
-    """It could not start (an ERROR event was sent), e.g. a version the cache did not reach."""
-    CUT_OFF = "cut off"
-    """It fell :attr:`WatchSettings.max_buffered_events` behind."""
-    RESET = "reset"
-    """The store was cleared (its context stopped or reloaded)."""
-    CLOSED = "closed"
-    """The broadcaster was closed."""
-
-
-# ------------------------------------------------------------------------------ the watcher
-class _Headed:
-    """A line whose first-event variant (with a Table's columns) is built on demand, once."""
-
-    __slots__ = ("_headed", "plain", "raw", "type", "view")
-
-    def __init__(self, view: _View, type: str, raw: bytes, plain: bytes):
-        self.view = view
-        self.type = type
-        self.raw = raw
-        self.plain = plain
-        self._headed: bytes | None = None
-
-    def headed(self) -> bytes:
-        if self._headed is None:
-            self._headed = self.view.fmt.event(self.type, self.raw, headers=True)
-        return self._headed
-
-
-Item = bytes | _Headed
-
-
-class _Watcher:
-    __slots__ = ("buffer", "ended", "min_rv", "started", "wake")
-
-    def __init__(self, min_rv: int):
-        self.buffer: deque[Item] = deque()
-        self.ended: WatchEnd | None = None
-        self.min_rv = min_rv
-        self.started = False  # a first line was written (the Table header is spent)
-        # asyncio's own Event, set() from the view's synchronous listener: the watch loop
-        # runs on asyncio (uvicorn, kubernetes-asyncio), and an anyio Event plus a cancel
-        # scope per wait was a sixth of what delivering an event cost
-        self.wake = asyncio.Event()
-
-    def end(self, why: WatchEnd) -> None:
-        if self.ended is None:
-            self.ended = why
-        self.wake.set()
-
-
-class _View:
-    """The watchers sharing one format and filter, and the history listener feeding them."""
-
-    __slots__ = (
-        "broadcaster",
-        "filter",
-        "fmt",
-        "key",
-        "last_round",
-        "loop",
-        "remove",
-        "round",
-        "rv",
-        "watchers",
-    )
-
-    def __init__(self, broadcaster: WatchBroadcaster, fmt: WatchFormat, filt: ObjectFilter):
-        self.broadcaster = broadcaster
-        self.fmt = fmt
-        self.filter = filt
-        self.key = (fmt.key, filt.key)
-        self.watchers: set[_Watcher] = set()
-        self.rv = broadcaster.current_rv()
-        self.loop = asyncio.get_running_loop()
-        self.last_round = -math.inf  # when the watchers were last woken
-        self.round: asyncio.TimerHandle | None = None  # a wake-up to come
-        self.remove = broadcaster.history.add_listener(self.on_event)
-
-    def add(self, watcher: _Watcher) -> None:
-        self.watchers.add(watcher)
-
-    def discard(self, watcher: _Watcher) -> None:
-        self.watchers.discard(watcher)
-        if not self.watchers:
-            self.close()
-
-    def close(self) -> None:
-        self.remove()
-        if self.round is not None:
-            self.round.cancel()
-            self.round = None
-        self.broadcaster.drop_view(self)
-
-    def wake_soon(self) -> None:
-        """Wake the watchers with something buffered now, or at the next round when the
-        last one was under :attr:`WatchSettings.write_interval` ago."""
-        if self.round is not None:
-            return  # the round to come wakes them
-        due = self.last_round + self.broadcaster.settings.write_interval
-        if self.loop.time() >= due:
-            self.wake()
-        else:
-            self.round = self.loop.call_at(due, self.wake)
-
-    def wake(self) -> None:
-        if self.round is not None:
-            self.round.cancel()
-            self.round = None
-        self.last_round = self.loop.time()
-        for watcher in self.watchers:
-            if watcher.buffer:
-                watcher.wake.set()
-
-    def render(self, event: HistoryEventLike) -> Item | None:
-        """What this view's watchers see of ``event`` (None: nothing), encoded."""
-        kind = _transition(self.filter, event)
-        if kind is None:
-            return None
-        raw = event.raw
-        if kind == "DELETED":
-            source = event.old if event.type != "DELETED" and event.old is not None else raw
-            raw = _at_resource_version(source, event.rv)
-        plain = self.fmt.event(kind, raw, headers=False)
-        if self.fmt.has_headers:
-            return _Headed(self, kind, raw, plain)
-        return plain
-
-    def on_event(self, event: HistoryEventLike) -> None:
-        """The history listener: synchronous, never blocks, never raises into the store."""
-        etype = event.type
-        self.rv = max(self.rv, event.rv)
-        if etype == "BOOKMARK" or not self.watchers:
-            return
-        if etype == "RESET":
-            for watcher in list(self.watchers):
-                watcher.end(WatchEnd.RESET)
-            self.watchers.clear()
-            self.close()
-            return
-        try:
-            item = self.render(event)
-        except Exception:  # an object no reader decodes: skipped, never raised into the store
-            logger.exception("watch view %r: cannot render a %s event", self.key[0], etype)
-            item = None
-        if item is None:
-            return
-        limit = self.broadcaster.settings.max_buffered_events
-        rv = event.rv
-        half = limit // 2
-        cut: list[_Watcher] = []
-        burst = False
-        for watcher in self.watchers:
-            if rv <= watcher.min_rv:
-                continue
-            buffer = watcher.buffer
-            held = len(buffer)
-            if held >= limit:
-                cut.append(watcher)
-                continue
-            buffer.append(item)
-            if held >= half:
-                burst = True
-        for watcher in cut:
-            watcher.end(WatchEnd.CUT_OFF)
-            self.watchers.discard(watcher)
-        if not self.watchers:
-            self.close()
-        elif burst:  # half a buffer behind: pacing must not be what cuts a watcher off
-            self.wake()
-        else:
-            self.wake_soon()
-
-
-def _transition(filt: ObjectFilter, event: HistoryEventLike) -> str | None:
-    """The event type a watcher of ``filt`` sees (``convertToWatchEvent``)."""
-    etype = event.type
-    if etype not in ("ADDED", "MODIFIED", "DELETED"):
-        return None
-    if filt.is_everything:
-        return etype
-    if not filt.filters_content:  # a namespace only: no decoding
-        return etype if event.namespace == filt.namespace else None
-    now = etype != "DELETED" and filt.matches_raw(event.raw)
-    old = event.old
-    if etype == "DELETED":
-        before = filt.matches_raw(event.raw)
-    else:
-        before = old is not None and filt.matches_raw(old)
-    if now:
-        return "MODIFIED" if before else "ADDED"
-    return "DELETED" if before else None
-
-
-def _at_resource_version(raw: bytes, rv: int) -> bytes:
-    """``raw`` with ``metadata.resourceVersion`` set to ``rv`` (a DELETED event carries the
-    version of the deletion; rewritten only when it differs)."""
-    text = str(rv)
-    if raw_resource_version(raw) == text:
-        return raw
-    obj = decode_raw(raw)
-    meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        meta["resourceVersion"] = text
-    elif isinstance(obj, dict):
-        obj["metadata"] = {"resourceVersion": text}
-    return encode_json(obj)
 
 
 # ---------------------------------------------------------------------------- broadcaster
@@ -340,7 +96,7 @@ class WatchBroadcaster:
         self.snapshot = snapshot
         self.current_rv = current_rv
         self.settings = settings or WatchSettings()
-        self._views: dict[tuple[Hashable, Hashable], _View] = {}
+        self._views: dict[tuple[Hashable, Hashable], View] = {}
         self._watchers = 0
         self._closed = False
 
@@ -357,7 +113,7 @@ class WatchBroadcaster:
         """Watches being served."""
         return self._watchers
 
-    def drop_view(self, view: _View) -> None:
+    def drop_view(self, view: View) -> None:
         if self._views.get(view.key) is view:
             del self._views[view.key]
 
@@ -371,11 +127,13 @@ class WatchBroadcaster:
             view.watchers.clear()
             view.close()
 
-    def _view(self, fmt: WatchFormat, filt: ObjectFilter) -> _View:
+    def _view(self, fmt: WatchFormat, filt: ObjectFilter) -> View:
         key = (fmt.key, filt.key)
         view = self._views.get(key)
         if view is None:
-            view = self._views[key] = _View(self, fmt, filt)
+            view = self._views[key] = View(
+                self.history, self.current_rv, self.settings, fmt, filt, self.drop_view
+            )
         return view
 
     async def serve(
@@ -426,7 +184,7 @@ class WatchBroadcaster:
         backlog: Sequence[HistoryEventLike] = ()
         if plan.start is WatchStart.INITIAL:
             snapshot = self.snapshot()
-            watcher = _Watcher(_as_int(snapshot.resource_version))
+            watcher = Watcher(_as_int(snapshot.resource_version))
         elif plan.start is WatchStart.SINCE:
             events = self.history.since(plan.resource_version)
             if events is None:
@@ -435,9 +193,9 @@ class WatchBroadcaster:
                 await send(self._too_old(plan.resource_version))
                 return WatchEnd.EXPIRED
             backlog = events
-            watcher = _Watcher(max(plan.resource_version, events[-1].rv if events else 0))
+            watcher = Watcher(max(plan.resource_version, events[-1].rv if events else 0))
         else:
-            watcher = _Watcher(self.current_rv())
+            watcher = Watcher(self.current_rv())
         view.add(watcher)
         self._watchers += 1
         try:
@@ -457,8 +215,8 @@ class WatchBroadcaster:
 
     async def _write(
         self,
-        watcher: _Watcher,
-        view: _View,
+        watcher: Watcher,
+        view: View,
         plan: WatchPlan,
         snapshot: SnapshotLike | None,
         backlog: Sequence[HistoryEventLike],
@@ -502,7 +260,7 @@ class WatchBroadcaster:
         for event in backlog:
             item = view.render(event)
             if item is not None:
-                await put(_line(item, watcher))
+                await put(line_for(item, watcher))
         await flush()
         # then what the view hands over, with bookmarks in between
         period = settings.bookmark_period
@@ -528,7 +286,7 @@ class WatchBroadcaster:
             while True:
                 if buffer:
                     while buffer and size < settings.chunk_bytes:
-                        line = _line(buffer.popleft(), watcher)
+                        line = line_for(buffer.popleft(), watcher)
                         chunk.append(line)
                         size += len(line)
                     await flush()
@@ -558,15 +316,6 @@ class WatchBroadcaster:
         finally:
             if alarm is not None:
                 alarm.cancel()
-
-
-def _line(item: Item, watcher: _Watcher) -> bytes:
-    if isinstance(item, bytes):
-        return item
-    if watcher.started:
-        return item.plain
-    watcher.started = True
-    return item.headed()
 
 
 def _as_int(resource_version: str) -> int:

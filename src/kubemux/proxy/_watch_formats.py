@@ -10,6 +10,9 @@ import dataclasses
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any, Final, Protocol, runtime_checkable
 
+import orjson
+
+from .._ages import AgeCells
 from .._codec import raw_resource_version
 from ._lists import TABLE_V1, ColumnLike, column_definitions, split_table_row, table_row
 from ._statuses import encode_json
@@ -131,7 +134,7 @@ class TableWatchFormat:
     watcher carries the column definitions, later ones ``null``, as the API server's watch
     encoder does (``NoHeaders`` after the first)."""
 
-    __slots__ = ("_defs", "api_version", "include")
+    __slots__ = ("_ages", "_defs", "api_version", "include")
 
     def __init__(
         self,
@@ -143,8 +146,11 @@ class TableWatchFormat:
             raise ValueError("rows hold metadata, not objects: includeObject=Object needs objects")
         if isinstance(columns, bytes):
             self._defs = columns
+            decoded = orjson.loads(columns) if columns else []
+            self._ages = AgeCells.of(decoded if isinstance(decoded, list) else [])
         else:
             self._defs = column_definitions(columns)
+            self._ages = AgeCells.of(columns)
         self.include = include
         self.api_version = api_version
 
@@ -173,6 +179,8 @@ class TableWatchFormat:
 
     def event(self, type: str, raw: bytes, *, headers: bool) -> bytes:
         cells, meta = split_table_row(raw)
+        if self._ages is not None:  # a snapshot's rows were rendered when last sent
+            cells = self._ages.refresh(cells, meta)
         row = table_row(cells, meta, self.include, self.api_version)
         return _PREFIX[type] + self._table(raw_resource_version(raw), row, headers) + b"}\n"
 

@@ -10,6 +10,7 @@ Importing this package does not import any engine's client library. The protocol
 from __future__ import annotations
 
 from ._base import Lead as Lead
+from ._base import MemberStatus as MemberStatus
 from ._base import PlacementStatus as PlacementStatus
 from ._base import Publish as Publish
 from ._base import ShareEngine as ShareEngine
@@ -24,6 +25,7 @@ from ._redis import RedisSession as RedisSession
 
 __all__ = [
     "Lead",
+    "MemberStatus",
     "PlacementStatus",
     "Publish",
     "Redis",

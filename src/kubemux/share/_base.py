@@ -29,6 +29,7 @@ from .._store import Store
 
 __all__ = [
     "Lead",
+    "MemberStatus",
     "PlacementStatus",
     "Publish",
     "ShareEngine",
@@ -103,6 +104,25 @@ class SlotStatus:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class MemberStatus:
+    """One live replica in the placement hash, as seen by this one (issue 22).
+
+    Attributes:
+        member_id: The replica's member id (random per process; not a secret).
+        leads: Slots it leads: what its record said at its last renewal (this replica's
+            own: now).
+        prefers: Slots the hash prefers it for, as it last reported them (this replica's
+            own: now).
+        age: Seconds it has been live without a gap (Redis's clock, as of now).
+    """
+
+    member_id: str
+    leads: int
+    prefers: int
+    age: float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class PlacementStatus:
     """A frozen snapshot of this replica's part in spreading the leaders (issue 22).
 
@@ -114,6 +134,9 @@ class PlacementStatus:
             or a handover is under way).
         members: Live members seen at the last read (this one included).
         handovers: Slots this replica handed over to their preferred member, ever.
+        replicas: Every live member seen at the last read (this one included, if it is
+            one), sorted by id: how the slots are spread over the deployment. A
+            ``share_lead=False`` replica sees them too; a ``placement=False`` one none.
     """
 
     member_id: str | None
@@ -121,6 +144,7 @@ class PlacementStatus:
     prefers: int
     members: int
     handovers: int
+    replicas: tuple[MemberStatus, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)

@@ -72,7 +72,7 @@ log = logging.getLogger("kubemux.share._redis")  # the engine's logger
 
 MAX_MEMBERS = 1024
 """Members read per call (the first by expiry order): a forged flood cannot grow the work."""
-MAX_SLOTS_PER_MEMBER = 1_000_000
+MAX_SLOTS_PER_MEMBER = 100_000
 """A member's published slot set larger than this is not read (counted as skipped)."""
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")  # no braces: ids are in key names

@@ -27,6 +27,7 @@ import collections
 import contextlib
 import hashlib
 import hmac
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
@@ -39,7 +40,7 @@ from .._informer import OnChange
 from .._redact import redact_text, redact_url
 from .._settings import WatchSettings
 from .._store import Store
-from ._base import Lead, PlacementStatus, ShareError, SlotStatus
+from ._base import Lead, MemberStatus, PlacementStatus, ShareError, SlotStatus
 from ._placement import Membership
 from ._redis_crypt import (
     SealedValues,
@@ -62,8 +63,12 @@ from ._redis_keys import (
 from ._redis_lead import Leader
 from ._redis_place import Placer
 from ._redis_slot import SlotEnv, SlotState
+from ._redis_tail import StreamTails
 
 _LIMITS = WatchSettings()  # the informer's caps, which the engine's default to
+COMMAND_CONNECTIONS = 64
+"""Connections a session's commands share unless the URL says ``?max_connections=``: a
+command waits (within ``command_timeout``) for a free one; blocking reads use their own."""
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -173,8 +178,14 @@ class Redis:
                 "kubemux.share.Redis needs redis-py: pip install 'kubemux[share]'"
             ) from exc
         try:
-            client = aioredis.Redis.from_url(
+            # Commands wait for a free connection (within their command_timeout) instead of
+            # failing past the pool's size; a URL's ?max_connections= sets that size. The
+            # followers' blocking reads do not hold these (_redis_tail: a few connections
+            # of their own, each reading up to STREAMS_PER_READER slots' streams).
+            pool = aioredis.BlockingConnectionPool.from_url(
                 self.url,
+                max_connections=COMMAND_CONNECTIONS,
+                timeout=self.command_timeout,
                 decode_responses=False,
                 socket_connect_timeout=self.command_timeout,
                 socket_keepalive=True,
@@ -183,9 +194,11 @@ class Redis:
             raise ShareError(
                 f"kubemux.share.Redis: bad URL {redact_url(self.url)}: {redact_text(str(exc))}"
             ) from exc
+        client = aioredis.Redis.from_pool(pool)
         try:
             async with anyio.create_task_group() as tg:
                 session = RedisSession(self, client)
+                await tg.start(session.env.tails.run, name="kubemux share stream readers")
                 tg.start_soon(session.placer.run, name="kubemux share placement")
                 try:
                     yield session
@@ -204,14 +217,15 @@ class RedisSession:
 
         self.engine = engine
         self.client = client
+        errors = (
+            RedisError,
+            OSError,
+            TimeoutError,
+            BadSlotData,  # a slot's meta no leader wrote: reported, retried
+        )
         self.env = SlotEnv(
             client=client,
-            errors=(
-                RedisError,
-                OSError,
-                TimeoutError,
-                BadSlotData,  # a slot's meta no leader wrote: reported, retried
-            ),
+            errors=errors,
             prefix=engine.prefix,
             lease_ttl=engine.lease_ttl,
             acquire_period=engine.acquire_period,
@@ -225,6 +239,12 @@ class RedisSession:
             release=client.register_script(RELEASE),
             acquire=client.register_script(ACQUIRE),
             reserve=client.register_script(RESERVE),
+            tails=StreamTails(
+                client,
+                block=max(engine.acquire_period, 0.1) * 2,
+                command_timeout=engine.command_timeout,
+                errors=errors,
+            ),
         )
         self._slots: dict[str, tuple[SlotState, Follower]] = {}
         membership = (
@@ -313,12 +333,24 @@ class RedisSession:
         """This replica's part in placement (see :class:`PlacementStatus`)."""
         placer = self.placer
         led, preferred = placer.counts()
+        me = placer.member_id
+        since = max(0.0, time.monotonic() - placer.view_at)  # the members' ages go on
+        replicas = tuple(
+            MemberStatus(
+                member_id=m.id,
+                leads=led if m.id == me else m.led,
+                prefers=preferred if m.id == me else m.preferred,
+                age=m.age + since,
+            )
+            for m in sorted(placer.members, key=lambda m: m.id)
+        )
         return PlacementStatus(
-            member_id=placer.member_id,
+            member_id=me,
             leads=led,
             prefers=preferred,
             members=len(placer.members),
             handovers=placer.handovers,
+            replicas=replicas,
         )
 
     def slot_status(self, key: bytes | str) -> SlotStatus | None:

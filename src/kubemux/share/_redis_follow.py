@@ -97,49 +97,46 @@ class Follower:
             self.slot.stale_since = None  # a leader is there and the tail is healthy
 
     async def _tail(self) -> None:
-        block_ms = int(max(self.slot.env.acquire_period, 0.1) * 2000)
-        timeout = self.slot.env.command_timeout + block_ms / 1000
+        # the session's readers block on many slots' streams at once (_redis_tail)
+        block = max(self.slot.env.acquire_period, 0.1) * 2
+        timeout = self.slot.env.command_timeout + block
         hydrate = True
         failures = 0
-        while True:
-            try:
-                if hydrate:
-                    if not await self.hydrate():
-                        self.slot.epoch = None  # the data followed left Redis
-                        if self.slot.store.has_synced and self.slot.stale_since is None:
-                            self.slot.stale_since = time.time()
-                        with anyio.fail_after(timeout):  # wait for a leader's first snapshot
-                            seen = await self.slot.client.xread(
-                                {self.slot.k_log: b"0-0"}, count=1, block=block_ms
-                            )
-                        if seen:  # a log without meta (evicted?): no busy loop on it
-                            await anyio.sleep(self.slot.env.acquire_period)
+        with self.slot.env.tails.follow(self.slot.k_log) as tail:
+            while True:
+                try:
+                    if hydrate:
+                        if not await self.hydrate():
+                            self.slot.epoch = None  # the data followed left Redis
+                            if self.slot.store.has_synced and self.slot.stale_since is None:
+                                self.slot.stale_since = time.time()
+                            # wait for a leader's first snapshot
+                            if await tail.read(b"0-0", 1, block):
+                                # a log without meta (evicted?): no busy loop on it
+                                await anyio.sleep(self.slot.env.acquire_period)
+                            continue
+                        hydrate = False
+                        self.slot.following_since = time.time()
+                        self.slot.report_started()
+                    entries = await tail.read(self.slot.last_id, SLICE, block)
+                    failures = 0
+                    if not entries:
+                        with anyio.fail_after(timeout):
+                            epoch: Any = await self.slot.client.hget(self.slot.k_meta, "epoch")
+                        hydrate = self.slot.epoch is None or epoch != self.slot.epoch.encode()
                         continue
-                    hydrate = False
-                    self.slot.following_since = time.time()
-                    self.slot.report_started()
-                with anyio.fail_after(timeout):
-                    resp: Any = await self.slot.client.xread(
-                        {self.slot.k_log: self.slot.last_id}, count=SLICE, block=block_ms
-                    )
-                failures = 0
-                if not resp:
-                    with anyio.fail_after(timeout):
-                        epoch: Any = await self.slot.client.hget(self.slot.k_meta, "epoch")
-                    hydrate = self.slot.epoch is None or epoch != self.slot.epoch.encode()
-                    continue
-                for eid, fields in resp[0][1]:
-                    if not self.apply_logged(eid, fields):
-                        hydrate = True
-                        break
-                else:
-                    if self.slot.last_error is not None or self.slot.stale_since is not None:
-                        self.slot.fresh()
-            except self.slot.env.errors as exc:
-                self.slot.down(exc)
-                hydrate = True
-                failures += 1
-                await anyio.sleep(min(2.0, 0.05 * 2**failures))
+                    for eid, fields in entries:
+                        if not self.apply_logged(eid, fields):
+                            hydrate = True
+                            break
+                    else:
+                        if self.slot.last_error is not None or self.slot.stale_since is not None:
+                            self.slot.fresh()
+                except self.slot.env.errors as exc:
+                    self.slot.down(exc)
+                    hydrate = True
+                    failures += 1
+                    await anyio.sleep(min(2.0, 0.05 * 2**failures))
 
     def apply_logged(self, eid: bytes, fields: dict[bytes, bytes]) -> bool:
         """Apply one stream entry; False on a gap (other epoch, missing seq, a reset). An

@@ -300,6 +300,15 @@ class Leader:
                 self.slot.queue.clear()
 
     async def _write_snapshot(self) -> None:
+        """Stage the store's objects in chunks, then commit them as the slot's data, fenced.
+
+        The lease may be lost while the chunks are staged (the renewal or a handover runs
+        meanwhile, and the lease's token is cleared before a new acquire is tried): the token
+        is read again after the awaits, and one that is gone or another (taken again) means
+        this snapshot is fenced: counted, its stage dropped, and the next one is due."""
+        token = self.slot.token
+        if token is None:
+            return  # the lease went before the writer woke: the next lead writes one
         store = self.slot.store
         entries = store.writer.entries()
         rv = store.resource_version
@@ -322,9 +331,10 @@ class Leader:
                     pipe.hset(stage, mapping=mapping)  # type: ignore[arg-type]
                     pipe.pexpire(stage, 120_000)
                     await pipe.execute()
+            if self.slot.token != token:  # lost (or lost and taken again) while staging
+                await self._fenced_snapshot(stage, len(entries))
+                return
             with anyio.fail_after(timeout):
-                token = self.slot.token
-                assert token is not None
                 res = await self.slot.env.commit(
                     keys=[
                         self.slot.k_lease,
@@ -355,6 +365,19 @@ class Leader:
         self.slot.epoch, self.slot.seq = epoch, 0
         self.slot.sent_columns = columns
         log.info("share slot %s: wrote a snapshot of %d objects", self.slot.k_lease, len(entries))
+
+    async def _fenced_snapshot(self, stage: str, count: int) -> None:
+        """A snapshot staged under a lease no longer ours: never committed (a commit with
+        the old token would be refused anyway), its objects counted as refused writes, a
+        snapshot due under the next lease; the stage is dropped (it would expire)."""
+        self.slot.fenced += count
+        self.slot.needs_snapshot = True
+        log.info("share slot %s: lease lost while a snapshot was staged", self.slot.k_lease)
+        try:
+            with anyio.fail_after(self.slot.env.command_timeout):
+                await self.slot.client.unlink(stage)
+        except self.slot.env.errors:
+            pass  # it expires by itself (120 s)
 
     async def _flush(self) -> None:
         queue = self.slot.queue

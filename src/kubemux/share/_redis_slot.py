@@ -31,6 +31,8 @@ from ._redis_table import table_of
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
+    from ._redis_tail import StreamTails
+
 _SKIP_LOG_PERIOD = 60.0  # seconds between two log records of skipped values (as informers)
 
 
@@ -53,6 +55,7 @@ class SlotEnv:
     release: Any
     acquire: Any
     reserve: Any
+    tails: StreamTails  # the followers' blocking reads, a few connections for every slot
 
 
 class SlotState:

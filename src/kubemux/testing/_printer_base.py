@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .._ages import CREATED_DOC, human_duration
+
 __all__ = [
     "CREATED_DOC",
     "NAME_DOC",
@@ -41,13 +43,6 @@ NAME_DOC = (
     "definition. Cannot be updated. More info: "
     "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names"
 )
-CREATED_DOC = (
-    "CreationTimestamp is a timestamp representing the server time when this object was "
-    "created. It is not guaranteed to be set in happens-before order across separate "
-    "operations. Clients may not set this value. It is represented in RFC3339 form and is in "
-    "UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: "
-    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"
-)
 NONE = "<none>"
 
 
@@ -66,39 +61,6 @@ def age_col() -> Column:
 
 
 # ------------------------------------------------------------------------------ time
-def human_duration(seconds: float) -> str:
-    """apimachinery's ``duration.HumanDuration``: ``"45s"``, ``"5m3s"``, ``"3h"``, ``"2d4h"``."""
-    secs = int(seconds)
-    if secs < -1:
-        return "<invalid>"
-    if secs < 0:
-        return "0s"
-    if secs < 120:
-        return f"{secs}s"
-    minutes = secs // 60
-    if minutes < 10:
-        rest = secs % 60
-        return f"{minutes}m{rest}s" if rest else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = secs // 3600
-    if hours < 8:
-        rest = minutes % 60
-        return f"{hours}h{rest}m" if rest else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        rest = hours % 24
-        return f"{hours // 24}d{rest}h" if rest else f"{hours // 24}d"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    if hours < 24 * 365 * 8:
-        days = (hours // 24) % 365
-        years = hours // 24 // 365
-        return f"{years}y{days}d" if days else f"{years}y"
-    return f"{hours // 24 // 365}y"
-
-
 def parse_time(value: Any) -> float | None:
     if not isinstance(value, str) or not value:
         return None
