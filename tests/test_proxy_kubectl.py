@@ -165,11 +165,6 @@ async def test_kubectl_reads_through_the_proxy_match_the_server(
     assert upstream == []
 
 
-@pytest.mark.xfail(
-    reason="the proxy serves a Table's Age cells as the upstream rendered them when its "
-    "informer listed: kube-apiserver renders them at each request",
-    strict=True,
-)
 async def test_kubectl_ages_through_the_proxy_move_with_the_clock(tmp_path: Path) -> None:
     async with FakeCluster(tokens={TOKEN}, tls=True, name="kubectl") as cluster:
         cluster.create("pods", old_pod("web-1", created=five_hours_ago(seconds=57)))
