@@ -25,7 +25,7 @@ from kubemux._codec import Entry
 from kubemux.dashboard import _rows, streams, views
 from kubemux.testing import FakeCluster, FakeContext, make_event, make_pod, write_kubeconfig
 from kubemux.testing._hostile import HostileServer
-from support import TIMEOUT
+from support import TIMEOUT, wait_until
 
 XSS = "<img src=x onerror=alert(1)>"
 FAST = {
@@ -645,6 +645,22 @@ async def test_shutdown_ends_open_streams(
                 server.shutdown()
                 with pytest.raises((EOFError, httpx.HTTPError)):
                     await drain(stream)
+
+
+async def test_dashboard_connections_are_tcp_nodelay(
+    tmp_path: Path, clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    a, _ = clusters  # proto IPPROTO_TCP on the listening socket: asyncio sets TCP_NODELAY
+    server = dashboard.DashboardServer(make_app(write_kubeconfig(tmp_path / "c", {"a": a})), port=0)
+    with anyio.fail_after(TIMEOUT):
+        async with anyio.create_task_group() as tg:
+            await tg.start(server.serve)
+            uv = server._server
+            assert uv is not None
+            await wait_until(lambda: uv.started, poll=0.01)  # the app starts before uvicorn
+            listening = [sock for s in uv.servers for sock in s.sockets]
+            assert listening and all(sock.proto == socket.IPPROTO_TCP for sock in listening)
+            server.shutdown()
 
 
 async def drain(stream: EventStream) -> None:

@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import os
+import socket
 import ssl
 import stat
 from pathlib import Path
@@ -107,6 +108,16 @@ async def test_the_certificate_is_for_the_loopback_names(kubeconfig: Path) -> No
                 ):
                     pass
     assert b"PRIVATE KEY" not in repr(server.certificates).encode()
+
+
+async def test_connections_are_tcp_nodelay(kubeconfig: Path) -> None:
+    # asyncio sets TCP_NODELAY on an accepted connection only when the listening socket says
+    # it is TCP (proto IPPROTO_TCP, which accepted sockets inherit); with proto 0 each new
+    # connection's answer waited ~40 ms for a delayed ACK (Nagle)
+    async with running_proxy(kubeconfig) as (server, _):
+        assert server._server is not None
+        listening = [sock for s in server._server.servers for sock in s.sockets]
+        assert listening and all(sock.proto == socket.IPPROTO_TCP for sock in listening)
 
 
 def test_the_server_issues_no_session_tickets() -> None:

@@ -117,7 +117,9 @@ class DashboardServer:
 
     def _bind(self) -> socket.socket:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP
+        # (without it, Nagle and a delayed ACK held each new connection's answer ~40 ms)
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.host, self.port))
