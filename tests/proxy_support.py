@@ -82,6 +82,21 @@ def upstream_kubeconfig(cluster: FakeCluster, tmp_path: Path) -> Path:
     return write_kubeconfig(tmp_path / "config", {"prod": cluster})
 
 
+async def informer_watching(cluster: FakeCluster, resource: str = "pods") -> None:
+    """Until the proxy's informer for ``resource`` has its long-lived watch open: it starts
+    with a streaming list (a watch with ``sendInitialEvents``), which it closes at the
+    initial-events-end bookmark and follows with a watch from there; a read it answers can
+    be back before that second watch is sent, so a test counting upstream watches waits."""
+
+    def watching() -> bool:
+        return cluster.open_watches >= 1 and any(
+            r.is_watch and r.resource == resource and "sendInitialEvents" not in r.query
+            for r in cluster.requests
+        )
+
+    await cluster.wait_for(watching)
+
+
 @contextlib.asynccontextmanager
 async def running_proxy(
     kubeconfig: Path | WatcherRegistry, **options: Any

@@ -19,7 +19,7 @@ from kubernetes_asyncio import config as async_config
 from kubernetes_asyncio import watch as async_watch
 
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
-from proxy_support import ProxyClient, running_proxy
+from proxy_support import ProxyClient, informer_watching, running_proxy
 
 kubernetes = pytest.importorskip("kubernetes")
 
@@ -191,6 +191,7 @@ async def test_a_client_go_style_reflector_converges(cluster: FakeCluster, tmp_p
     async with running_proxy(source) as (_, client):
         with anyio.fail_after(60):
             await client.get_json("prod", "/api/v1/pods")  # the informer runs
+            await informer_watching(cluster)
             cluster.clear_requests()
             first = Reflector(client, "/api/v1/pods")
             await first.watch_list()

@@ -23,6 +23,7 @@ from kubemux.testing import FakeCluster, make_pod
 from proxy_support import (  # the fixtures cluster and kubeconfig
     TABLE,
     ProxyClient,
+    informer_watching,
     running_proxy,
     upstream_cluster,  # noqa: F401
     upstream_kubeconfig,  # noqa: F401
@@ -242,6 +243,7 @@ async def test_one_upstream_watch_for_many_downstream_ones(
                 f"/api/v1/namespaces/default/pods?watch=1&resourceVersion={rv}",
                 f"/api/v1/namespaces/data/pods?watch=1&resourceVersion={rv}",
             ] * 10
+            await informer_watching(cluster)
             upstream = cluster.request_count("watch", "pods")
             async with contextlib.AsyncExitStack() as stack:
                 streams = [await stack.enter_async_context(watch(client, p)) for p in paths]
