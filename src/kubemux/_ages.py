@@ -151,8 +151,17 @@ class AgeCells:
             else human_duration((time.time() if now is None else now) - created)
         )
         fresh = orjson.dumps(text)
-        changed = False
+        if len(self.indexes) == 1:  # the usual case: one Age, spliced in place when unique
+            i = self.indexes[0]
+            if i >= len(parts):
+                return cells
+            old = bytes(parts[i])
+            if old == fresh or old[:1] != b'"':
+                return cells
+            if cells.count(old) == 1:
+                return cells.replace(old, fresh)
         out: list[bytes] = [bytes(part) for part in parts]
+        changed = False
         for i in self.indexes:
             if i < len(out) and out[i] != fresh and out[i][:1] == b'"':
                 out[i] = fresh
