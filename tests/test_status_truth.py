@@ -410,3 +410,38 @@ async def test_a_crd_created_again_is_noticed_within_seconds_without_a_request_l
             else:
                 discovery = [r for r in cluster.requests if r.path in ("/api", "/apis")]
                 assert len(discovery) <= 2 * (took / 5 + 3)  # one look per 5 s, two requests
+
+
+async def test_a_watch_that_closed_at_once_stays_the_error_until_the_next_one_outlives_the_rule(
+    tmp_path: Path,
+) -> None:
+    # the health rule: a watch that ends sooner than min_healthy_watch is a failure. The next
+    # watch answering does not prove it wrong (the last one answered too): only living longer does
+    rule = 2.0
+    settings = WatchSettings(
+        backoff=Backoff(initial_delay=0.0, max_delay=0.0, jitter=False),
+        min_healthy_watch=rule,
+        response_timeout=0.5,
+    )
+    async with FakeCluster() as cluster:
+        cluster.create("pods", make_pod("web-1"))
+        path = write_kubeconfig(tmp_path / "config", {"c": cluster})
+        async with WatcherRegistry.from_kubeconfig(str(path), settings=settings) as reg:
+            with anyio.fail_after(TIMEOUT):
+                await reg.watch("c", "pods")
+
+            def dropped_young() -> bool:  # each drop of a watch younger than the rule is one
+                if _informer(reg).last_error is not None:
+                    return True
+                cluster.end_watches()  # a clean end, as the server's timeoutSeconds gives
+                return False
+
+            await wait_until(dropped_young, poll=0.05)
+            assert "closed at once" in _informer(reg).last_error
+            await wait_until(lambda: cluster.open_watches == 1, poll=0.01)
+            reopened = anyio.current_time()
+            # answered, but younger than the rule: the error still holds
+            assert _informer(reg).last_error is not None
+            await wait_until(lambda: _informer(reg).last_error is None, registry=reg)
+            assert anyio.current_time() - reopened >= rule * 0.9  # cleared by the clock, no sooner
+            assert reg.status().contexts["c"].state == "running"

@@ -15,6 +15,7 @@ missed while away as DELETED. Malformed lines are logged, counted and skipped.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -127,6 +128,7 @@ class Informer(Lister):
         self._reconnects = 0
         self._skipped = 0
         self._last_error: str | None = None
+        self._short_lived = False  # last_error is the health rule's (a watch closed at once)
         self._last_sync: float | None = None
         self._failures = 0
         self._last_failure_at = -math.inf
@@ -286,6 +288,7 @@ class Informer(Lister):
                             f"watch closed at once ({self._delivered} events in {lived:.2f} s)",
                         )
                     )
+                    self._short_lived = True  # the next watch must outlive the rule to clear it
                     await self._backoff()
                 self._reconnects += 1
             except ResourceExpired as exc:
@@ -329,11 +332,17 @@ class Informer(Lister):
         # block anyway (to yield), plus the wall-clock offset taken when the watch opened.
         self._delivered = self._marks = 0
         seen = 0  # self._delivered when last_event was set
+        clear: asyncio.TimerHandle | None = None
         try:
             async with self._open_watch(params) as blocks:
                 self._watch_started = time.time()
                 if self._last_error is not None:  # answered: the last error no longer holds
-                    self._set_state(WATCHING, None)
+                    if self._short_lived:  # ... unless it was that watches die young
+                        clear = asyncio.get_running_loop().call_later(
+                            s.min_healthy_watch, self._clear_error, self._last_error
+                        )
+                    else:
+                        self._set_state(WATCHING, None)
                 to_wall = self._watch_started - clock()
                 async for block in blocks:
                     for etype, item in decode(block):
@@ -365,6 +374,8 @@ class Informer(Lister):
                         await anyio.lowlevel.checkpoint()
                         yield_at = clock() + _MAX_BUSY
         finally:
+            if clear is not None:
+                clear.cancel()
             # fold this watch's events in (_delivered stays: the caller reports it)
             self._events += self._delivered - self._marks
             self._marks = self._delivered
@@ -408,6 +419,8 @@ class Informer(Lister):
     def _set_state(self, state: InformerState, error: str | None, *, notify: bool = False) -> None:
         notify = notify or state != self._state or error != self._last_error
         self._state, self._last_error = state, error
+        if error is None:
+            self._short_lived = False
         if notify and self._on_state is not None:
             self._on_state()
 
@@ -448,7 +461,13 @@ class Informer(Lister):
         self._skips_unlogged = 0
         self._skip_logged_at = now
 
+    def _clear_error(self, error: str) -> None:
+        """The watch that followed ``error`` (a watch closed at once) has lived long enough."""
+        if self._last_error == error and self._state == WATCHING:
+            self._set_state(WATCHING, None)
+
     def _note_failure(self, exc: BaseException) -> None:
+        self._short_lived = False  # the caller sets it again for the health rule
         count_error(self._errors, exc)
         now = time.monotonic()
         if now - self._last_failure_at > self.settings.backoff.reset_after:

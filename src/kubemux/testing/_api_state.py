@@ -172,6 +172,13 @@ class ApiState:
             watch.wake.set()
         return len(self.watches)
 
+    def end_watches(self) -> int:
+        """End every open watch stream cleanly, as its ``timeoutSeconds`` would; return how many."""
+        for watch in self.watches:
+            watch.finished = True
+            watch.wake.set()
+        return len(self.watches)
+
     def compact(self) -> None:
         """Expire all history; open watches send what they had queued, then a 410, and end."""
         for watch in self.store.compact():

@@ -25,6 +25,10 @@ class FaultControls:
         """Cut every open watch stream mid-stream (connection closed); return how many."""
         return self._api.drop_watches()
 
+    def end_watches(self) -> int:
+        """End every open watch stream cleanly (its last chunk sent); return how many."""
+        return self._api.end_watches()
+
     def fail_next(
         self,
         n: int,
