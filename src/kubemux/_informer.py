@@ -44,11 +44,11 @@ from ._informer_types import (
     OnChange,
     View,
     count_error,
-    skip_reason,
 )
 from ._listing import Lister, status_error
 from ._resources import Resource
 from ._settings import WatchSettings
+from ._skips import Skips
 from ._store import Store
 
 __all__ = [
@@ -120,13 +120,9 @@ class Informer(Lister):
         self._synced = anyio.Event()
         self._state = LISTING
         self._progress = Progress(on_slow=on_state)
-        self._skips_unlogged = 0  # skipped since the last log record
-        self._last_skip = ""  # what the log says of the last skip
-        self._latest_skip: tuple[str, float] | None = None  # (reason, wall clock), for status
-        self._skip_logged_at = -math.inf
+        self._skips = Skips(self._log_name, resource.name, settings.skip_log_period, log)
         self._relists = 0
         self._reconnects = 0
-        self._skipped = 0
         self._last_error: str | None = None
         self._short_lived = False  # last_error is the health rule's (a watch closed at once)
         self._last_sync: float | None = None
@@ -145,6 +141,9 @@ class Informer(Lister):
     wait_served: Callable[[Resource], Awaitable[None]] | None = None
     """Set by the connection: returns once a resource the server stopped serving may be
     served again (see :mod:`kubemux._served`); without it, ``gone_retry`` paces the looks."""
+
+    def _log_name(self) -> str:
+        return f"{self.client.context}/{self.key}"
 
     def __repr__(self) -> str:
         noun = "rows" if self.format.view == View.TABLE else "objects"
@@ -180,7 +179,7 @@ class Informer(Lister):
             resource_version=self.store.resource_version,
             relists=self._relists,
             reconnects=self._reconnects,
-            skipped_lines=self._skipped,
+            skipped_lines=self._skips.count,
             last_error=self._last_error,
             last_sync=self._last_sync,
             events_applied=self._events + self._delivered - self._marks,
@@ -188,8 +187,8 @@ class Informer(Lister):
             errors_by_type=dict(self._errors),
             watch_started=self._watch_started,
             last_event=self._last_event,
-            last_skip=self._latest_skip[0] if self._latest_skip else None,
-            last_skip_at=self._latest_skip[1] if self._latest_skip else None,
+            last_skip=latest[0] if (latest := self._skips.latest) else None,
+            last_skip_at=latest[1] if latest else None,
             view=self.key.view,
         )
 
@@ -307,7 +306,7 @@ class Informer(Lister):
                 relist = True
             finally:
                 self._progress.end()
-                self._flush_skips()
+                self._skips.flush()
 
     async def _watch_once(self) -> None:
         """One WATCH request from ``self._rv``; advances it with every event and bookmark."""
@@ -326,7 +325,8 @@ class Informer(Lister):
         decode = self.format.block_decoder(self.store)  # the hot path, looked up once
         clock = time.monotonic
         yield_at = clock() + _MAX_BUSY
-        skipped_before = self._skipped
+        skips = self._skips
+        skipped_before = skips.count
         # The hot path counts nothing new per event: events are what was delivered less the
         # bookmarks (counted on the slow path); last_event comes from the clock read once per
         # block anyway (to yield), plus the wall-clock offset taken when the watch opened.
@@ -362,7 +362,7 @@ class Informer(Lister):
                     if self._delivered != seen:
                         seen = self._delivered
                         self._last_event = now + to_wall
-                    junk = self._skipped - skipped_before
+                    junk = skips.count - skipped_before
                     if junk > _MAX_JUNK_LINES and junk > self._delivered:
                         raise ProtocolError(
                             self.client.server,
@@ -425,41 +425,8 @@ class Informer(Lister):
             self._on_state()
 
     def _skip(self, why: str, detail: str = "") -> None:
-        """Count a skipped line, object, row or column; ``why`` (which names it, when it can
-        be named) goes to the status, ``why`` and ``detail`` (a short preview) to the log:
-        the first at once, then a summary at most once per ``skip_log_period`` (a server
-        streaming junk must not flood the log)."""
-        self._skipped += 1
-        self._latest_skip = (skip_reason(why, self.resource.name), time.time())
-        if detail:
-            why = f"{why}: {detail}"
-        now = time.monotonic()
-        if now - self._skip_logged_at < self.settings.skip_log_period:
-            self._skips_unlogged += 1
-            self._last_skip = why
-            return
-        self._flush_skips(now)
-        self._skip_logged_at = now
-        log.warning("%s/%s: skipped %s", self.client.context, self.key, why)
-
-    def _flush_skips(self, now: float | None = None) -> None:
-        """Log the summary of skips not logged yet, if the period is over."""
-        if not self._skips_unlogged:
-            return
-        now = time.monotonic() if now is None else now
-        period = now - self._skip_logged_at
-        if period < self.settings.skip_log_period:
-            return
-        log.warning(
-            "%s/%s: skipped %d malformed lines or objects in the last %.0f s (latest: %s)",
-            self.client.context,
-            self.key,
-            self._skips_unlogged,
-            period,
-            self._last_skip,
-        )
-        self._skips_unlogged = 0
-        self._skip_logged_at = now
+        """Count a skipped line, object, row or column (see :class:`Skips`)."""
+        self._skips.add(why, detail)
 
     def _clear_error(self, error: str) -> None:
         """The watch that followed ``error`` (a watch closed at once) has lived long enough."""
