@@ -398,38 +398,29 @@ async def _credential_digest(
 async def _static_cert(config: ContextConfig) -> bytes | None:
     """The client certificate of the context's user entry (inline or its file), or None."""
     user: Any = config.config["users"][0]["user"]
-    data = user.get("client-certificate-data")
-    if data:
-        try:
-            return base64.b64decode(data)
-        except ValueError:
-            return str(data).encode()
-    path = user.get("client-certificate")
-    if not path:
-        return None
-    try:
-        return await anyio.Path(path).read_bytes()
-    except OSError as exc:
-        raise KubeconfigError(
-            f"context {config.name!r}: cannot read its client certificate: {exc.strerror}",
-            path=config.source,
-        ) from exc
+    return await _inline_or_file(config, user, "client-certificate", "its client certificate")
 
 
 async def _ca_bytes(config: ContextConfig) -> bytes | None:
     cluster: Any = config.config["clusters"][0]["cluster"]
-    data = cluster.get("certificate-authority-data")
+    return await _inline_or_file(config, cluster, "certificate-authority", "its CA file")
+
+
+async def _inline_or_file(config: ContextConfig, entry: Any, field: str, what: str) -> bytes | None:
+    """``entry[field + "-data"]`` (base64, else kept as text), or the file ``entry[field]``
+    names, or None; a file that cannot be read is a KubeconfigError naming ``what``."""
+    data = entry.get(f"{field}-data")
     if data:
         try:
             return base64.b64decode(data)
         except ValueError:
             return str(data).encode()
-    path = cluster.get("certificate-authority")
+    path = entry.get(field)
     if not path:
         return None
     try:
         return await anyio.Path(path).read_bytes()
     except OSError as exc:
         raise KubeconfigError(
-            f"context {config.name!r}: cannot read its CA file: {exc.strerror}", path=config.source
+            f"context {config.name!r}: cannot read {what}: {exc.strerror}", path=config.source
         ) from exc

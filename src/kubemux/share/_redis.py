@@ -1,17 +1,6 @@
 """The Redis share engine: one leader per share key, fenced writes, followers tailing a stream.
 
-Keys per slot (``H`` = the first 32 hex digits of sha256 of the share key; the braces make
-every key of a slot land on one Redis Cluster node)::
-
-    {prefix}:{H}:lease          string  owner token, SET NX PX, renewed every lease_ttl/3
-    {prefix}:{H}:meta           hash    epoch (random hex), seq (changes in this epoch), rv,
-                                        rvmac, columns (table views: JSON column
-                                        definitions), columnsmac (MACs: with a secret_key)
-    {prefix}:{H}:objs           hash    "namespace/name" -> b"<resourceVersion>\\n<JSON>"
-    {prefix}:{H}:log            stream  t, f, v (as objs), n (seq), e (epoch), ts, m (MAC);
-                                        capped
-    {prefix}:{H}:stage:<epoch>  hash    a snapshot being written; renamed to objs on commit
-    {prefix}:{H}:next           string  a handover's reservation: the member to take over
+The keys of a slot are laid out in ``_redis_keys`` (its docstring has the table).
 
 Every write is a Lua script that first checks the lease still holds the writer's token
 (fencing), so a leader that was paused past its lease cannot overwrite its successor.
