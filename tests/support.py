@@ -40,7 +40,7 @@ async def wait_until(
             before each check, so a change between the check and the wait is not missed);
             or a bare :class:`StatusSignal` (the lifecycle core's tests).
         poll: Re-check at least this often (seconds): for state that moves without a status
-            change (share roles, object counts, other processes). Without ``registry`` it
+            change (object counts, other processes). Without ``registry`` it
             defaults to 0.02.
     """
     if registry is None and poll is None:
