@@ -332,7 +332,6 @@ async def replica(args: argparse.Namespace) -> None:
             # replica's CPU, the bench's own load in the lag it measured.
             last: dict[str, str | None] | None = None
             said_started = False
-            version = -1
             while True:
                 version = registry.status_version
                 roles: dict[str, str | None] = {}
@@ -528,9 +527,8 @@ async def placement_case(
             peer_seen = (await direct.dump(60))["lags"]
             peer = [lag for t, lag in peer_seen if t_steady <= t < t_kill]
             peer_joining = [lag for t, lag in peer_seen if t >= t_join]
-            # the newcomer's process start (imports, 100 connections, discovery and identity
-            # requests to every cluster) loads the clusters and the machine before its first
-            # handover: the handovers' own window starts at its first role change
+            # the handovers begin at the newcomer's first role; before it, the row above
+            # also holds its process start (imports, 100 connections, hydration)
             firsts = [e["t"] for e in newcomer.events if e["op"] == "roles" and e["roles"]]
             t_first = min(firsts) if firsts else t_join
             handing = [lag for t, lag in seen if t >= t_first]

@@ -285,9 +285,9 @@ class Informer(Lister):
                         ClusterUnreachable(
                             self.client.server,
                             f"watch closed at once ({self._delivered} events in {lived:.2f} s)",
-                        )
+                        ),
+                        until_healthy=True,  # the next watch must outlive the rule to clear it
                     )
-                    self._short_lived = True  # the next watch must outlive the rule to clear it
                     await self._backoff()
                 self._reconnects += 1
             except ResourceExpired as exc:
@@ -433,8 +433,9 @@ class Informer(Lister):
         if self._last_error == error and self._state == WATCHING:
             self._set_state(WATCHING, None)
 
-    def _note_failure(self, exc: BaseException) -> None:
-        self._short_lived = False  # the caller sets it again for the health rule
+    def _note_failure(self, exc: BaseException, *, until_healthy: bool = False) -> None:
+        """Record a failure; ``until_healthy``: a watch answering does not clear it, only one
+        living ``min_healthy_watch`` does (the health rule's failure)."""
         count_error(self._errors, exc)
         now = time.monotonic()
         if now - self._last_failure_at > self.settings.backoff.reset_after:
@@ -442,6 +443,7 @@ class Informer(Lister):
         self._last_failure_at = now
         self._failures += 1
         self._set_state(BACKING_OFF, str(exc))
+        self._short_lived = until_healthy
         log.warning("%s/%s: %s (failure %d)", self.client.context, self.key, exc, self._failures)
 
     async def _gone(self, exc: ResourceNotFound) -> None:

@@ -98,7 +98,7 @@ class Watch:
         self.queue: deque[Event] = deque()
         self.wake = asyncio.Event()
         self.dropped = False
-        self.finished = False  # end the stream cleanly once the queue is sent (CRD deleted)
+        self.finished = False  # end cleanly once the queue is sent (CRD deleted, end_watches)
         self.expired: str | None = None  # message of the in-stream 410 still to send
         self.table: Any = None  # (printer, includeObject) when the client asked for Tables
 
