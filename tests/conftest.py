@@ -11,9 +11,15 @@ from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import settings
 
 from kubemux.testing import FakeCluster, make_pod
 from share_support import RedisServer, require_redis_server
+
+# Hypothesis's per-example deadline is a wall-clock check: under a loaded run an example of
+# test_share_placement took 286 ms and failed as "flaky". Tests check behaviour, not time.
+settings.register_profile("kubemux", deadline=None)
+settings.load_profile("kubemux")
 
 _sessions: weakref.WeakSet[aiohttp.ClientSession] = weakref.WeakSet()
 _orig_init = aiohttp.ClientSession.__init__
