@@ -130,7 +130,7 @@ async def main(duration: float, lifetime: float, reopen_watches: bool) -> None:
 
         resets = dict.fromkeys(clusters, 0)
         # follow=False: the OIDC write-back changes the file; until the registry's fingerprint
-        # uses kubemux._auth.credential_insensitive, following it would restart the context
+        # uses kubemux._auth.pool.credential_insensitive, following it would restart the context
         settings = WatchSettings(watch_timeout_range=(2.0, 4.0))  # watches end every 2-4 s
         async with WatcherRegistry.from_kubeconfig(
             [str(config)], follow=False, settings=settings

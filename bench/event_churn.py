@@ -38,7 +38,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from kubemux._event_index import EventIndex
+from kubemux._cache.event_index import EventIndex
 
 FLYTE_PUBLISHED_OBJECTS = 200_000
 FLYTE_PUBLISHED_BUCKETS = 200_000

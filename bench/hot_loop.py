@@ -45,8 +45,8 @@ async def record(path: str, n: int, size: int) -> None:
 async def peer(path: str, block: int) -> dict[str, Any]:
 
     from kubemux import ContextConfig, Store, WatchSettings, parse_resource
-    from kubemux._client import open_client
-    from kubemux._informer import Informer, InformerKey
+    from kubemux._http.client import open_client
+    from kubemux._informer.informer import Informer, InformerKey
     from kubemux.testing import kubeconfig_dict
 
     data = Path(path).read_bytes()  # noqa: ASYNC240 - before anything is measured

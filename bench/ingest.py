@@ -155,7 +155,7 @@ def _context(url: str) -> Any:
 
 def _pods_informer(client: Any, store: Any, on_change: Any) -> Any:
     from kubemux import WatchSettings, parse_resource
-    from kubemux._informer import Informer, InformerKey
+    from kubemux._informer.informer import Informer, InformerKey
 
     pods = parse_resource("pods")
     return Informer(
@@ -204,7 +204,7 @@ async def _informer_pass(client: Any, store: Any, rv: str, n: int) -> float:
 
 async def peer_kubemux(url: str, rv: str, n: int) -> dict[str, Any]:
     from kubemux import Store, parse_resource
-    from kubemux._client import open_client
+    from kubemux._http.client import open_client
 
     store = Store(parse_resource("pods"))
     async with open_client(_context(url)) as client:
@@ -232,7 +232,7 @@ async def peer_kubemux(url: str, rv: str, n: int) -> dict[str, Any]:
 async def peer_kubemux_full(url: str, rv: str, n: int) -> dict[str, Any]:
     """(d) again over a full cache: the same events replace cached objects, memory recycles."""
     from kubemux import Store, parse_resource
-    from kubemux._client import open_client
+    from kubemux._http.client import open_client
 
     store = Store(parse_resource("pods"))
     async with open_client(_context(url)) as client:
@@ -246,7 +246,7 @@ async def peer_relist(url: str, rv: str, n: int) -> dict[str, Any]:
     import anyio
 
     from kubemux import Store, parse_resource
-    from kubemux._client import open_client
+    from kubemux._http.client import open_client
 
     pods = parse_resource("pods")
     store = Store(pods)

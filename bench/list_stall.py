@@ -27,8 +27,8 @@ async def peer(url: str, n: int) -> dict[str, Any]:
     import anyio
 
     from kubemux import ContextConfig, Store, WatchSettings, parse_resource
-    from kubemux._client import open_client
-    from kubemux._informer import Informer, InformerKey
+    from kubemux._http.client import open_client
+    from kubemux._informer.informer import Informer, InformerKey
     from kubemux.testing import kubeconfig_dict
 
     pods = parse_resource("pods")

@@ -19,8 +19,7 @@ import orjson
 from _common import table
 
 from kubemux._resources import parse_resource
-from kubemux.proxy._continue import ContinueTokens
-from kubemux.proxy._lists import (
+from kubemux.proxy._api.lists import (
     iter_list,
     iter_table,
     join_list,
@@ -28,9 +27,10 @@ from kubemux.proxy._lists import (
     paginate,
     split_table_row,
 )
-from kubemux.proxy._rv import WatchPlan, WatchStart
-from kubemux.proxy._selectors import ObjectFilter, parse_field_selector, parse_label_selector
-from kubemux.proxy._watch import ObjectWatchFormat, WatchBroadcaster
+from kubemux.proxy._api.tokens import ContinueTokens
+from kubemux.proxy._query.options import WatchPlan, WatchStart
+from kubemux.proxy._query.selectors import ObjectFilter, parse_field_selector, parse_label_selector
+from kubemux.proxy._watch.watch import ObjectWatchFormat, WatchBroadcaster
 from kubemux.testing import make_pod
 
 COLUMNS = [

@@ -52,8 +52,8 @@ sys.path.insert(0, str(HERE.parent / "src"))
 from _common import table
 
 from kubemux import ClusterUnreachable, WatcherRegistry
-from kubemux._kubeconfig import KubeconfigLoader
-from kubemux._kubeconfig_watch import ContextDiff
+from kubemux._kubeconfig.load import KubeconfigLoader
+from kubemux._kubeconfig.source import ContextDiff
 from kubemux.testing import FakeCluster, make_pod
 
 WATCHED = 10

@@ -33,7 +33,7 @@ import orjson
 from _common import table
 
 from kubemux import Store, parse_resource
-from kubemux._codec import Entry
+from kubemux._wire.codec import Entry
 from kubemux.testing import make_pod
 
 PODS = parse_resource("pods")

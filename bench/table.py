@@ -62,9 +62,9 @@ async def peer(kind: str, url: str, rv: str, n: int) -> dict[str, Any]:
     import anyio
 
     from kubemux import Store, WatchSettings, parse_resource
-    from kubemux._client import open_client
-    from kubemux._informer import Informer, InformerKey
-    from kubemux._table import TABLE_ACCEPT, TableStore
+    from kubemux._cache.table import TABLE_ACCEPT, TableStore
+    from kubemux._http.client import open_client
+    from kubemux._informer.informer import Informer, InformerKey
 
     pods = parse_resource("pods")
     settings = WatchSettings(streaming_list=False)

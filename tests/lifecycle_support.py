@@ -8,15 +8,15 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kubemux import Backoff
-from kubemux._codec import Entry
-from kubemux._context import ContextGeneration, GenerationSettings, Hooks, Slot
-from kubemux._failure import Failure
-from kubemux._generations import Generations
-from kubemux._informer import InformerKey
-from kubemux._kubeconfig_watch import KubeconfigSource
+from kubemux._informer.informer import InformerKey
+from kubemux._kubeconfig.source import KubeconfigSource
+from kubemux._registry.context import ContextGeneration, GenerationSettings, Hooks, Slot
+from kubemux._registry.failure import Failure
+from kubemux._registry.generations import Generations
+from kubemux._registry.slots import EVENT_KEYS, StoreFactory
+from kubemux._registry.status import StatusSignal
 from kubemux._resources import Resource, parse_resource
-from kubemux._slots import EVENT_KEYS, StoreFactory
-from kubemux._status import StatusSignal
+from kubemux._wire.codec import Entry
 from kubemux.testing import FakeConnector
 
 PODS = parse_resource("pods")

@@ -18,7 +18,7 @@ import pytest
 
 from kubectl_support import kubectl_argv, run_kubectl  # noqa: F401 - imported from here before
 from kubemux.testing import FakeCluster, make_pod
-from kubemux.testing._spdy import Frame, FrameReader, HeaderCompressor, encode_syn_stream
+from kubemux.testing._wire.spdy import Frame, FrameReader, HeaderCompressor, encode_syn_stream
 from support import TIMEOUT
 
 __all__ = [

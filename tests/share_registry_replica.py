@@ -28,8 +28,8 @@ import anyio
 import orjson
 
 from kubemux import WatcherRegistry
+from kubemux._cache.table import TableStore
 from kubemux._settings import Backoff, WatchSettings
-from kubemux._table import TableStore
 from kubemux.share import Redis
 
 

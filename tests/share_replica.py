@@ -18,13 +18,13 @@ from typing import Any
 import anyio
 import orjson
 
-from kubemux._client import open_client
-from kubemux._codec import Entry
-from kubemux._informer import InformerKey
-from kubemux._kubeconfig import load_kubeconfig
+from kubemux._cache.store import Store
+from kubemux._http.client import open_client
+from kubemux._informer.informer import InformerKey
+from kubemux._kubeconfig.load import load_kubeconfig
 from kubemux._resources import parse_resource
 from kubemux._settings import Backoff, WatchSettings
-from kubemux._store import Store
+from kubemux._wire.codec import Entry
 from kubemux.share import Redis, informer_lead, share_key
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 
 from kubemux import WatcherRegistry
-from kubemux._status import StatusSignal
+from kubemux._registry.status import StatusSignal
 from kubemux.testing import FakeCluster
 
 __all__ = ["TIMEOUT", "add_widget_crd", "wait_until"]

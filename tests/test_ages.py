@@ -8,8 +8,8 @@ import datetime as dt
 import orjson
 import pytest
 
-from kubemux._ages import CRD_CREATED_DOC, CREATED_DOC, AgeCells, human_duration
-from kubemux.proxy._watch_formats import TableWatchFormat
+from kubemux._wire.ages import CRD_CREATED_DOC, CREATED_DOC, AgeCells, human_duration
+from kubemux.proxy._watch.formats import TableWatchFormat
 
 NOW = dt.datetime(2026, 12, 2, 12, 0, 0, tzinfo=dt.UTC).timestamp()
 COLUMNS = [

@@ -24,10 +24,10 @@ from kubemux import (
     load_kubeconfig,
     parse_resource,
 )
-from kubemux._auth import CredentialPool, credential_insensitive, in_cluster_config
-from kubemux._auth_exec import ExecProvider
-from kubemux._client import ContextClient, open_client
-from kubemux._kubeconfig import ContextConfig
+from kubemux._auth.exec import ExecProvider
+from kubemux._auth.pool import CredentialPool, credential_insensitive, in_cluster_config
+from kubemux._http.client import ContextClient, open_client
+from kubemux._kubeconfig.load import ContextConfig
 from kubemux.testing import FakeCluster, sign_token
 from oidc_support import FakeIdP
 from support import wait_until

@@ -13,8 +13,8 @@ import anyio
 import pytest
 
 from kubemux import CredentialError, StartTimeout, WatcherRegistry, load_kubeconfig
-from kubemux._auth import CredentialPool
-from kubemux._client import open_client
+from kubemux._auth.pool import CredentialPool
+from kubemux._http.client import open_client
 from kubemux.testing import FakeCluster
 from oidc_support import kubeconfig_file
 

@@ -21,10 +21,10 @@ import pytest
 import yaml
 
 from kubemux import CredentialError, WatchSettings, load_kubeconfig, parse_resource
-from kubemux._auth import CredentialPool
-from kubemux._auth_writeback import kubeconfig_lock
-from kubemux._client import ContextClient, open_client
-from kubemux._kubeconfig import ContextConfig
+from kubemux._auth.pool import CredentialPool
+from kubemux._auth.writeback import kubeconfig_lock
+from kubemux._http.client import ContextClient, open_client
+from kubemux._kubeconfig.load import ContextConfig
 from kubemux.testing import FakeCluster
 from oidc_support import FakeIdP, kubeconfig_file, provider_config
 

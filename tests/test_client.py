@@ -14,9 +14,9 @@ import pytest
 from aiohttp.base_protocol import BaseProtocol
 
 from kubemux import ContextConfig, ResponseTooLarge, WatchSettings
-from kubemux._client import open_client
-from kubemux._codec import split_block
-from kubemux._transport import Progress, read_blocks
+from kubemux._http.client import open_client
+from kubemux._http.transport import Progress, read_blocks
+from kubemux._wire.codec import split_block
 from kubemux.testing import FakeCluster, FakeContext, kubeconfig_dict
 
 
@@ -55,7 +55,7 @@ async def test_tls_cluster_with_its_ca_works_and_other_code_gets_real_contexts(
     # outside open_client, kubernetes-asyncio's module builds contexts as usual
     from kubernetes_asyncio.client import rest
 
-    from kubemux._api_client import _shared_contexts
+    from kubemux._http.api_client import _shared_contexts
 
     fresh = rest.ssl.create_default_context()
     assert isinstance(fresh, ssl.SSLContext)

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from kubemux._codec import (
+from kubemux._wire.codec import (
     Entry,
     PinnedEntry,
     UndecodableObject,

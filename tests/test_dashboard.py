@@ -21,7 +21,7 @@ import pytest
 from starlette.applications import Starlette
 
 from kubemux import Backoff, Change, WatchSettings, dashboard, parse_resource
-from kubemux._codec import Entry
+from kubemux._wire.codec import Entry
 from kubemux.dashboard import _rows, streams, views
 from kubemux.testing import FakeCluster, FakeContext, make_event, make_pod, write_kubeconfig
 from kubemux.testing._hostile import HostileServer

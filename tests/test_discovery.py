@@ -1,4 +1,4 @@
-"""kubemux._discovery: parsing discovery documents, kubectl's name resolution, the cache."""
+"""kubemux._informer.discovery: parsing discovery documents, kubectl's name resolution, the cache."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import anyio
 import pytest
 
 from kubemux import ContextConfig, Resource, ResourceNotFound
-from kubemux._client import open_client
-from kubemux._discovery import (
+from kubemux._errors import ClusterUnreachable, Forbidden, UnknownResource
+from kubemux._http.client import open_client
+from kubemux._informer.discovery import (
     Discovery,
     in_category,
     parse_aggregated,
@@ -16,10 +17,9 @@ from kubemux._discovery import (
     resolve,
     suggest,
 )
-from kubemux._errors import ClusterUnreachable, Forbidden, UnknownResource
 from kubemux.testing import FakeCluster, kubeconfig_dict
-from kubemux.testing._discovery import aggregated, resource_list
-from kubemux.testing._state import ObjectStore
+from kubemux.testing._apiserver.discovery import aggregated, resource_list
+from kubemux.testing._state.state import ObjectStore
 
 TOKEN = "t"
 

@@ -18,9 +18,10 @@ from typing import Any
 import anyio
 import pytest
 
-from kubemux import KubemuxError, Resource, UnknownResource, WatcherRegistry, _discovery
-from kubemux._client import open_client
-from kubemux._discovery import Discovery, parse_aggregated, parse_resource_list
+from kubemux import KubemuxError, Resource, UnknownResource, WatcherRegistry
+from kubemux._http.client import open_client
+from kubemux._informer import discovery as _discovery
+from kubemux._informer.discovery import Discovery, parse_aggregated, parse_resource_list
 from kubemux._resources import name_problem, path_segment
 from kubemux.dashboard import views
 from kubemux.testing import FakeCluster, write_kubeconfig
@@ -89,7 +90,7 @@ def warnings_about(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "kubemux._discovery"
+        if r.name == "kubemux._informer.discovery"
         and r.levelno == logging.WARNING
         and text in r.getMessage()
     ]

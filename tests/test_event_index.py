@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kubemux._event_index import EventIndex, EventIndexStatistics
+from kubemux._cache.event_index import EventIndex, EventIndexStatistics
 
 T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 
@@ -533,7 +533,7 @@ def test_repr_and_statistics() -> None:
 def test_deprecated_first_timestamp_dates_an_event() -> None:
     """events.k8s.io/v1 events with only deprecatedFirstTimestamp are dated by it (the
     dashboard and the index use the same event_time())."""
-    from kubemux._event_index import event_time
+    from kubemux._cache.event_index import event_time
 
     old = {"deprecatedFirstTimestamp": "2026-01-01T00:00:00Z"}
     assert event_time(old) == 1767225600.0

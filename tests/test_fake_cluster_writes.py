@@ -14,8 +14,8 @@ import orjson
 import pytest
 
 from kubemux.testing import FakeCluster, make_pod
-from kubemux.testing._patch import json_patch, merge_patch, strategic_merge_patch
-from kubemux.testing._request_info import request_info
+from kubemux.testing._wire.patch import json_patch, merge_patch, strategic_merge_patch
+from kubemux.testing._wire.request_info import request_info
 
 TOKEN = "w"
 Json = dict[str, Any]
@@ -80,7 +80,7 @@ def test_json_patch_operations_and_failures() -> None:
     )
     assert out == {"a": {"b": [0, 1, 2, 3]}, "d": "y", "e": "y"}
     assert doc == {"a": {"b": [1, 2]}, "c": "x", "k/~": 1}  # the input is not touched
-    from kubemux.testing._patch import PatchError, PatchRejected
+    from kubemux.testing._wire.patch import PatchError, PatchRejected
 
     with pytest.raises(PatchRejected, match="test failed"):
         json_patch(doc, [{"op": "test", "path": "/c", "value": "no"}])

@@ -14,9 +14,9 @@ import anyio
 import pytest
 
 from kubectl_support import kubectl_binary, run_kubectl
-from kubemux._raw import ByteQueue
+from kubemux._http.raw import ByteQueue
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
-from kubemux.testing._spdy import (
+from kubemux.testing._wire.spdy import (
     DICTIONARY,
     GOAWAY,
     PING,

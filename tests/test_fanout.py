@@ -6,8 +6,8 @@ import anyio
 import pytest
 
 from kubemux import Change, SubscriberOverflow
-from kubemux._codec import Entry
-from kubemux._fanout import Fanout
+from kubemux._registry.fanout import Fanout
+from kubemux._wire.codec import Entry
 from support import TIMEOUT
 
 

@@ -31,8 +31,8 @@ from kubemux import (
     WatchSettings,
     parse_resource,
 )
-from kubemux._client import open_client
-from kubemux._informer import WAITING, Informer, InformerKey
+from kubemux._http.client import open_client
+from kubemux._informer.informer import WAITING, Informer, InformerKey
 from kubemux.testing import FakeCluster, FakeContext, kubeconfig_dict, make_pod, write_kubeconfig
 from kubemux.testing._hostile import BAD_OBJECT_LINES, HostileServer
 from support import TIMEOUT, wait_until

@@ -1,4 +1,4 @@
-"""Loading and merging kubeconfig files: kubemux._kubeconfig (sync, no event loop)."""
+"""Loading and merging kubeconfig files: kubemux._kubeconfig.load (sync, no event loop)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import pytest
 import yaml
 
 from kubemux._errors import ContextNotFound, KubeconfigError
-from kubemux._kubeconfig import (
+from kubemux._kubeconfig.load import (
     ContextConfig,
     KubeconfigLoader,
     KubeconfigSnapshot,
     kubeconfig_paths,
     load_kubeconfig,
 )
-from kubemux._kubeconfig_yaml import _YamlLoader as _FullLoader
-from kubemux._kubeconfig_yaml import load_yaml as _load_yaml
+from kubemux._kubeconfig.yamlread import _YamlLoader as _FullLoader
+from kubemux._kubeconfig.yamlread import load_yaml as _load_yaml
 
 SECRET = "s3cr3t-token-value"
 

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubemux._errors import KubeconfigError
-from kubemux._kubeconfig import KubeconfigLoader, load_kubeconfig
-from kubemux._kubeconfig_schema import CLUSTER, CONTEXT, USER
+from kubemux._kubeconfig.load import KubeconfigLoader, load_kubeconfig
+from kubemux._kubeconfig.schema import CLUSTER, CONTEXT, USER
 
 NAMES = st.sampled_from(["a", "b", "c", "", "ctx", "ü", "a\x1b[2J"])
 TEXT = st.text(

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from kubemux._errors import KubeconfigError
-from kubemux._kubeconfig import (
+from kubemux._kubeconfig.load import (
     MAX_REFERENCED_FILE_BYTES,
     ContextConfig,
     KubeconfigLoader,

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from kubemux._errors import KubeconfigError
-from kubemux._kubeconfig import KubeconfigSnapshot, load_kubeconfig
+from kubemux._kubeconfig.load import KubeconfigSnapshot, load_kubeconfig
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")

@@ -1,4 +1,4 @@
-"""Following the kubeconfig: kubemux._kubeconfig_watch.
+"""Following the kubeconfig: kubemux._kubeconfig.source.
 
 Every wait is bounded by ``anyio.fail_after`` and synchronises on the diffs stream; watchfiles
 takes ~50-300 ms to deliver an event, plus the debounce delay.
@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from kubemux._errors import KubeconfigError
-from kubemux._kubeconfig import ContextConfig, load_kubeconfig
-from kubemux._kubeconfig_diff import DiffStream as _DiffStream
-from kubemux._kubeconfig_watch import ContextDiff, KubeconfigSource, diff_snapshots
+from kubemux._kubeconfig.diff import DiffStream as _DiffStream
+from kubemux._kubeconfig.load import ContextConfig, load_kubeconfig
+from kubemux._kubeconfig.source import ContextDiff, KubeconfigSource, diff_snapshots
 from support import TIMEOUT
 
 DEBOUNCE = 0.05

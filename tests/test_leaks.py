@@ -45,7 +45,7 @@ from kubemux.testing import (
     rewrite_kubeconfig,
     write_kubeconfig,
 )
-from kubemux.testing._workload import make_event
+from kubemux.testing._cluster.workload import make_event
 from support import TIMEOUT
 
 EMPTY = {"entries": 0, "failures": 0, "subscribers": 0, "slots": 0, "locks": 0}

@@ -19,7 +19,7 @@ from kubemux import (
     StartTimeout,
     Unauthorized,
 )
-from kubemux._informer import InformerKey
+from kubemux._informer.informer import InformerKey
 from kubemux._resources import parse_resource
 from kubemux.testing import FakeConnector, make_pod
 from lifecycle_support import PODS, PODS_KEY, Recorder, generation

@@ -21,10 +21,10 @@ import anyio
 import pytest
 
 from kubemux import ContextRemoved, KubeconfigSource, RegistryClosed, Store, WatcherRegistry
-from kubemux._changes import ResourceNames
-from kubemux._context import ContextGeneration
-from kubemux._generations import Generations
-from kubemux._slots import Starter
+from kubemux._registry.changes import ResourceNames
+from kubemux._registry.context import ContextGeneration
+from kubemux._registry.generations import Generations
+from kubemux._registry.slots import Starter
 from kubemux.testing import FakeConnector, FakeContext, Gate, make_pod, write_kubeconfig
 from lifecycle_support import PODS, PODS_KEY, Recorder, generations
 from support import TIMEOUT, wait_until

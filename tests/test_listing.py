@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from kubemux import WatcherRegistry, WatchSettings
-from kubemux._listing import page_slices
+from kubemux._informer.listing import page_slices
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from support import TIMEOUT
 

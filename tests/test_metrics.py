@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import kubemux.metrics
 from kubemux import Backoff, WatcherRegistry, WatchSettings
-from kubemux._informer_types import MAX_ERROR_TYPES, count_error
+from kubemux._wire.types import MAX_ERROR_TYPES, count_error
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 from support import TIMEOUT
 

@@ -12,7 +12,7 @@ import aiohttp
 import anyio
 import pytest
 
-from kubemux._ages import human_duration, parse_timestamp
+from kubemux._wire.ages import human_duration, parse_timestamp
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 from proxy_support import (  # the fixtures cluster and kubeconfig
     TABLE,

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl not on PATH")
 TOKEN = "attach-token"
 SPDY = {"KUBECTL_REMOTE_COMMAND_WEBSOCKETS": "false"}
 PROMPT = "If you don't see a command prompt, try pressing enter.\n"
-SPDY_LOGGER = "kubemux.testing._pod_spdy"
+SPDY_LOGGER = "kubemux.testing._kubelet.spdy_streams"
 
 
 @pytest.fixture

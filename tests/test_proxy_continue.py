@@ -8,7 +8,8 @@ import base64
 import orjson
 import pytest
 
-from kubemux.proxy._continue import (
+from kubemux.proxy._api.statuses import INCONSISTENT_CONTINUE, ProxyStatusError
+from kubemux.proxy._api.tokens import (
     LATEST,
     MAX_TOKEN_LENGTH,
     ContinuePosition,
@@ -16,7 +17,6 @@ from kubemux.proxy._continue import (
     SnapshotPins,
     remaining_item_count,
 )
-from kubemux.proxy._statuses import INCONSISTENT_CONTINUE, ProxyStatusError
 
 _INVALID = "invalid continue token: continue key is not valid"
 

@@ -11,7 +11,7 @@ import pytest
 
 from kubemux import TableColumn
 from kubemux._resources import parse_resource
-from kubemux.proxy._lists import (
+from kubemux.proxy._api.lists import (
     TABLE_V1BETA1,
     check_include_object,
     column_definitions,
@@ -25,8 +25,8 @@ from kubemux.proxy._lists import (
     split_table_row,
     table_row,
 )
-from kubemux.proxy._selectors import ObjectFilter, parse_field_selector, parse_label_selector
-from kubemux.proxy._statuses import ProxyStatusError
+from kubemux.proxy._api.statuses import ProxyStatusError
+from kubemux.proxy._query.selectors import ObjectFilter, parse_field_selector, parse_label_selector
 from kubemux.testing import FakeCluster
 
 POD_A = b'{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"d","resourceVersion":"5"}}'

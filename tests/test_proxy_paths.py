@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kubemux.proxy import decode_context, encode_context
-from kubemux.proxy._paths import parse_api_path, split_raw_path
+from kubemux.proxy._api.paths import parse_api_path, split_raw_path
 
 NAMES = [
     "prod",

@@ -18,7 +18,7 @@ import pytest
 from kubectl_support import kubectl_binary, run_kubectl
 from kubemux.proxy import ProxyServer
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
-from kubemux.testing._spdy import GOAWAY, PING, Frame, FrameReader, encode_ping
+from kubemux.testing._wire.spdy import GOAWAY, PING, Frame, FrameReader, encode_ping
 from portforward_support import (  # and the fixture cluster
     PF_TOKEN,
     SpdyClient,

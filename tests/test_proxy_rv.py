@@ -12,22 +12,7 @@ import anyio.lowlevel
 import pytest
 
 from kubemux._resources import parse_resource
-from kubemux.proxy._rv import (
-    ListOptions,
-    ReadPlan,
-    Source,
-    WatchPlan,
-    WatchStart,
-    parse_list_options,
-    parse_resource_version,
-    plan_get,
-    plan_list,
-    plan_watch,
-    wait_for_resource_version,
-    watch_timeout,
-)
-from kubemux.proxy._selectors import parse_field_selector, parse_label_selector
-from kubemux.proxy._statuses import (
+from kubemux.proxy._api.statuses import (
     FieldError,
     ProxyStatusError,
     bad_request,
@@ -41,6 +26,21 @@ from kubemux.proxy._statuses import (
     too_many_requests,
     unavailable,
 )
+from kubemux.proxy._query.options import (
+    ListOptions,
+    ReadPlan,
+    Source,
+    WatchPlan,
+    WatchStart,
+    parse_list_options,
+    parse_resource_version,
+    plan_get,
+    plan_list,
+    plan_watch,
+    wait_for_resource_version,
+    watch_timeout,
+)
+from kubemux.proxy._query.selectors import parse_field_selector, parse_label_selector
 
 PODS = parse_resource("pods")
 

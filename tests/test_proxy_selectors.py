@@ -12,14 +12,14 @@ import pytest
 
 from kubemux import Resource
 from kubemux._resources import parse_resource
-from kubemux.proxy._selectors import (
+from kubemux.proxy._api.statuses import ProxyStatusError
+from kubemux.proxy._query.selectors import (
     MAX_REQUIREMENTS,
     MAX_SELECTOR_LENGTH,
     ObjectFilter,
     parse_field_selector,
     parse_label_selector,
 )
-from kubemux.proxy._statuses import ProxyStatusError
 from kubemux.testing import make_pod
 
 PODS = parse_resource("pods")

@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 from kubemux._resources import parse_resource
-from kubemux.proxy._rv import WatchPlan, WatchStart, parse_list_options, plan_watch
-from kubemux.proxy._selectors import ObjectFilter, parse_field_selector, parse_label_selector
-from kubemux.proxy._watch import (
+from kubemux.proxy._query.options import WatchPlan, WatchStart, parse_list_options, plan_watch
+from kubemux.proxy._query.selectors import ObjectFilter, parse_field_selector, parse_label_selector
+from kubemux.proxy._watch.watch import (
     ObjectWatchFormat,
     TableWatchFormat,
     WatchBroadcaster,

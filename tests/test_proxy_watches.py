@@ -18,7 +18,7 @@ import aiohttp
 import anyio
 
 from kubemux.proxy import ProxySettings
-from kubemux.proxy._watch import WatchSettings
+from kubemux.proxy._watch.watch import WatchSettings
 from kubemux.testing import FakeCluster, make_pod
 from proxy_support import (  # the fixtures cluster and kubeconfig
     TABLE,

@@ -32,8 +32,8 @@ def test_the_testing_fakes_are_public() -> None:
     """Both fakes users test with: an HTTP server, and a connector without HTTP."""
     for name in ("FakeCluster", "FakeConnector", "Gate", "write_kubeconfig", "make_pod"):
         assert name in kubemux.testing.__all__
-    assert kubemux.testing.FakeConnector.__module__ == "kubemux.testing._connector"
-    assert kubemux.testing.Gate.__module__ == "kubemux.testing._fake_source"
+    assert kubemux.testing.FakeConnector.__module__ == "kubemux.testing._connector.connector"
+    assert kubemux.testing.Gate.__module__ == "kubemux.testing._connector.source"
 
 
 def test_error_tree() -> None:

@@ -19,7 +19,7 @@ from kubemux import (
     Unauthorized,
     WatcherRegistry,
 )
-from kubemux._informer import Informer
+from kubemux._informer.informer import Informer
 from kubemux.testing import FakeCluster, FakeContext, make_pod, rewrite_kubeconfig, write_kubeconfig
 from support import TIMEOUT
 

@@ -11,7 +11,7 @@ import pytest
 
 from kubemux import Backoff, EventIndex, WatcherRegistry, WatchSettings
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
-from kubemux.testing._workload import make_event
+from kubemux.testing._cluster.workload import make_event
 from support import TIMEOUT
 
 FAST = WatchSettings(backoff=Backoff(initial_delay=0.02, max_delay=0.1), min_healthy_watch=0.0)

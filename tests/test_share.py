@@ -18,12 +18,12 @@ import anyio.abc
 import orjson
 import pytest
 
-from kubemux._codec import Entry
-from kubemux._informer import InformerKey
-from kubemux._kubeconfig import load_kubeconfig
+from kubemux._cache.store import Store
+from kubemux._informer.informer import InformerKey
+from kubemux._kubeconfig.load import load_kubeconfig
 from kubemux._resources import parse_resource
 from kubemux._settings import Backoff, WatchSettings
-from kubemux._store import Store
+from kubemux._wire.codec import Entry
 from kubemux.share import Redis, SlotStatus, informer_lead, share_key
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from share_support import STARTUP, RedisServer, Replica, require_redis_server
@@ -297,7 +297,7 @@ async def test_fenced_write_demotes_and_lease_is_released(
 ) -> None:
     import redis.asyncio as aioredis
 
-    from kubemux._client import open_client
+    from kubemux._http.client import open_client
 
     config = load_kubeconfig(str(kubeconfig)).contexts["fake"]
     pods = parse_resource("pods")
@@ -413,7 +413,7 @@ async def test_gap_in_the_stream_rehydrates_the_follower(
 ) -> None:
     import redis.asyncio as aioredis
 
-    from kubemux._client import open_client
+    from kubemux._http.client import open_client
 
     config = load_kubeconfig(str(kubeconfig)).contexts["fake"]
     pods = parse_resource("pods")
@@ -477,7 +477,7 @@ async def test_redis_down_at_start_runs_locally_then_leads(
     cluster: FakeCluster, kubeconfig: Path
 ) -> None:
     require_redis_server()
-    from kubemux._client import open_client
+    from kubemux._http.client import open_client
 
     server = RedisServer()  # a free port, nothing listening yet
     config = load_kubeconfig(str(kubeconfig)).contexts["fake"]
@@ -584,7 +584,7 @@ async def test_two_identities_one_watch_each(
 async def test_follower_snapshot_matches_what_was_announced_during_a_sliced_hydrate(
     redis_server: RedisServer, cluster: FakeCluster, kubeconfig: Path
 ) -> None:
-    from kubemux._client import open_client
+    from kubemux._http.client import open_client
 
     cluster.create_many("pods", (make_pod(f"more-{i}", size=300) for i in range(1400)))
     config = load_kubeconfig(str(kubeconfig)).contexts["fake"]
@@ -630,7 +630,7 @@ async def test_follower_snapshot_matches_what_was_announced_during_a_sliced_hydr
 async def test_a_table_follower_never_syncs_without_columns(redis_server: RedisServer) -> None:
     import redis.asyncio as aioredis
 
-    from kubemux._table import TableColumn, TableStore
+    from kubemux._cache.table import TableColumn, TableStore
     from kubemux.share._redis_keys import _digest
 
     pods = parse_resource("pods")

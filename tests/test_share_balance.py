@@ -21,12 +21,12 @@ import anyio
 import anyio.abc
 import pytest
 
-from kubemux._codec import Entry
-from kubemux._informer import InformerKey
-from kubemux._kubeconfig import load_kubeconfig
+from kubemux._cache.store import Store
+from kubemux._informer.informer import InformerKey
+from kubemux._kubeconfig.load import load_kubeconfig
 from kubemux._resources import parse_resource
 from kubemux._settings import Backoff, WatchSettings
-from kubemux._store import Store
+from kubemux._wire.codec import Entry
 from kubemux.share import Redis, informer_lead, share_key
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from share_support import STARTUP, RedisServer, Replica
@@ -62,7 +62,7 @@ async def cluster() -> AsyncIterator[FakeCluster]:
 async def test_a_joining_replica_takes_its_share_by_handover_without_list_gap_or_duplicate(
     redis_server: RedisServer, cluster: FakeCluster, tmp_path: Path
 ) -> None:
-    from kubemux._client import open_client
+    from kubemux._http.client import open_client
 
     config = load_kubeconfig(str(write_kubeconfig(tmp_path / "c", {"fake": cluster})))
     config_ = config.contexts["fake"]
@@ -160,7 +160,7 @@ async def _ghost_case(
     """One real session and a member record of a replica that never takes a lease."""
     import redis.asyncio as aioredis
 
-    from kubemux._client import open_client
+    from kubemux._http.client import open_client
     from kubemux.share._placement import Membership
     from kubemux.share._redis_keys import slot_digest
 

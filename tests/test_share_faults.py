@@ -13,11 +13,11 @@ from typing import Any
 import anyio
 import pytest
 
-from kubemux._informer import InformerKey
-from kubemux._kubeconfig import load_kubeconfig
+from kubemux._cache.store import Store
+from kubemux._informer.informer import InformerKey
+from kubemux._kubeconfig.load import load_kubeconfig
 from kubemux._resources import parse_resource
 from kubemux._settings import Backoff, WatchSettings
-from kubemux._store import Store
 from kubemux.share import Redis, informer_lead, share_key
 from kubemux.share._redis import COMMAND_CONNECTIONS
 from kubemux.share._redis_keys import STAGE_CHUNK, slot_digest
@@ -62,7 +62,7 @@ async def test_lease_lost_while_a_snapshot_is_staged_is_fenced_not_a_crash(
     the slot follow: no exception, no second LIST."""
     import redis.asyncio as aioredis
 
-    from kubemux._client import open_client
+    from kubemux._http.client import open_client
 
     kubeconfig = write_kubeconfig(tmp_path / "config", {"fake": big_cluster})
     config = load_kubeconfig(str(kubeconfig)).contexts["fake"]
@@ -164,7 +164,7 @@ async def test_a_replica_follows_more_slots_than_a_connection_pool_holds(
     never meet an error; the follower holds a bounded number of connections."""
     import redis.asyncio as aioredis
 
-    from kubemux._client import open_client
+    from kubemux._http.client import open_client
 
     async with FakeCluster(tokens={"t"}, bookmark_period=0.5) as cluster:
         for i in range(FOLLOWED):
@@ -264,7 +264,7 @@ async def test_a_slot_that_starts_following_interrupts_the_read_in_flight(
     its changes at once (CLIENT UNBLOCK), not when the read times out."""
     import redis.asyncio as aioredis
 
-    from kubemux._client import open_client
+    from kubemux._http.client import open_client
 
     kubeconfig = write_kubeconfig(tmp_path / "config", {"fake": fake_cluster})
     config = load_kubeconfig(str(kubeconfig)).contexts["fake"]
@@ -351,7 +351,7 @@ async def test_a_forged_stream_key_fails_only_its_own_slot(
     other slot read with it keeps tailing (no error, no rehydration)."""
     import redis.asyncio as aioredis
 
-    from kubemux._client import open_client
+    from kubemux._http.client import open_client
 
     kubeconfig = write_kubeconfig(tmp_path / "config", {"fake": fake_cluster})
     config = load_kubeconfig(str(kubeconfig)).contexts["fake"]

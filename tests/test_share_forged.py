@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from kubemux import WatcherRegistry
-from kubemux._informer import InformerStatus
+from kubemux._informer.informer import InformerStatus
 from kubemux._settings import Backoff, WatchSettings
 from kubemux.share import Redis
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig

@@ -21,13 +21,13 @@ import pytest
 import yaml
 
 from kubemux import WatcherRegistry
-from kubemux._client import open_client
-from kubemux._kubeconfig import ContextConfig, load_kubeconfig
+from kubemux._http.client import open_client
+from kubemux._kubeconfig.load import ContextConfig, load_kubeconfig
 from kubemux._settings import Backoff, WatchSettings
 from kubemux.share import Redis
 from kubemux.share._connector import _identity
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
-from kubemux.testing._kubeconfig_writer import kubeconfig_dict
+from kubemux.testing._cluster.kubeconfig_writer import kubeconfig_dict
 from share_support import RedisServer, Replica
 
 pytest.importorskip("redis")

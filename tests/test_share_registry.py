@@ -21,9 +21,9 @@ import anyio.abc
 import pytest
 
 from kubemux import WatcherRegistry
-from kubemux._informer import InformerStatus
+from kubemux._cache.table import FALLBACK_COLUMNS, TableStore
+from kubemux._informer.informer import InformerStatus
 from kubemux._settings import Backoff, WatchSettings
-from kubemux._table import FALLBACK_COLUMNS, TableStore
 from kubemux.share import Redis
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 from share_support import STARTUP, RedisServer, Replica
@@ -445,9 +445,9 @@ async def test_shared_watches_example(
 
 
 async def test_fake_cluster_self_subject_review_and_the_identity(tmp_path: Path) -> None:
-    from kubemux._client import open_client
     from kubemux._errors import ResourceNotFound
-    from kubemux._kubeconfig import load_kubeconfig
+    from kubemux._http.client import open_client
+    from kubemux._kubeconfig.load import load_kubeconfig
     from kubemux.share._connector import _identity
 
     async with (

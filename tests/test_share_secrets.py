@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from kubemux import WatcherRegistry
-from kubemux._informer import InformerStatus
+from kubemux._cache.store import Store
+from kubemux._informer.informer import InformerStatus
 from kubemux._settings import Backoff, WatchSettings
-from kubemux._store import Store
 from kubemux.share import Redis
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from share_support import RedisServer

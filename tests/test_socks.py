@@ -30,10 +30,10 @@ from kubemux import (
     WatchSettings,
     load_kubeconfig,
 )
-from kubemux._api_client import replacement_session
-from kubemux._client import open_client
+from kubemux._http.api_client import replacement_session
+from kubemux._http.client import open_client
+from kubemux._http.socks import SocksConnector
 from kubemux._resources import parse_resource
-from kubemux._socks import SocksConnector
 from kubemux.testing import FakeCluster, make_pod
 from socks_support import pproxy
 
@@ -423,7 +423,7 @@ async def test_kubectl_reads_the_same_kubeconfig_through_the_same_proxy(tmp_path
 def test_environment_proxies_follow_gos_rules(
     monkeypatch: pytest.MonkeyPatch, env: dict[str, str], server: str, expected: str | None
 ) -> None:
-    from kubemux._api_client import environment_proxy
+    from kubemux._http.api_client import environment_proxy
 
     for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
         monkeypatch.delenv(name, raising=False)

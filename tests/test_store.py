@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from kubemux import parse_resource
-from kubemux._codec import Entry, PinnedEntry
-from kubemux._store import Store
+from kubemux._cache.store import Store
+from kubemux._wire.codec import Entry, PinnedEntry
 
 PODS = parse_resource("pods")
 

@@ -25,7 +25,7 @@ from kubemux import (
     WatchSettings,
     parse_resource,
 )
-from kubemux._codec import Entry, StoreChange, UndecodableObject
+from kubemux._wire.codec import Entry, StoreChange, UndecodableObject
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 
 PODS = parse_resource("pods")

@@ -27,7 +27,7 @@ PENDING: tuple[str, ...] = ()
 
 @dataclass(frozen=True)
 class Module:
-    name: str  # dotted: kubemux._store
+    name: str  # dotted: kubemux._cache.store
     path: Path
     tree: ast.Module
     lines: int

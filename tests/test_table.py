@@ -1,4 +1,4 @@
-"""kubemux._table: a live Table view (server-side columns) against FakeCluster."""
+"""kubemux._cache.table: a live Table view (server-side columns) against FakeCluster."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import orjson
 import pytest
 
 from kubemux import Backoff, ContextConfig, Resource, ResourceNotFound, WatchSettings
-from kubemux._client import ContextClient, open_client
-from kubemux._codec import UndecodableObject
-from kubemux._informer import Informer, InformerKey
-from kubemux._table import FALLBACK_COLUMNS, TableColumn, TableStore
+from kubemux._cache.table import FALLBACK_COLUMNS, TableColumn, TableStore
+from kubemux._http.client import ContextClient, open_client
+from kubemux._informer.informer import Informer, InformerKey
+from kubemux._wire.codec import UndecodableObject
 from kubemux.testing import FakeCluster, kubeconfig_dict, make_pod
 from kubemux.testing._hostile import HostileServer
 from support import TIMEOUT

@@ -50,7 +50,7 @@ class SphinxRoles(griffe.Extension):
                 and parts[depth] in self._public[module]
             ):
                 return ".".join(parts)
-        # kubemux._registry.WatcherRegistry.watch -> kubemux.WatcherRegistry.watch
+        # kubemux._registry.registry.WatcherRegistry.watch -> kubemux.WatcherRegistry.watch
         for i, part in enumerate(parts[1:], start=1):
             if part in self._public["kubemux"] and all(p.startswith("_") for p in parts[1:i]):
                 return ".".join(["kubemux", *parts[i:]])

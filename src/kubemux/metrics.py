@@ -62,7 +62,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 if TYPE_CHECKING:
-    from ._registry import WatcherRegistry
+    from ._registry.registry import WatcherRegistry
 
 __all__ = ["ALL_SCOPES", "KubemuxCollector", "register", "registered", "unregister"]
 

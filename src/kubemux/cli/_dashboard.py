@@ -17,7 +17,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from .._kubeconfig import load_kubeconfig
+from .._kubeconfig.load import load_kubeconfig
 from .._resources import parse_resource
 from ._output import CommandError
 from ._watch import watch as _watch_command

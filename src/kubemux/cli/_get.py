@@ -24,13 +24,13 @@ import anyio
 import orjson
 import yaml
 
-from .._discovery import preferred, resolve
+from .._cache.table import FALLBACK_COLUMNS, TableColumn
 from .._errors import ContextNotFound, InvalidContext, KubemuxError, UnknownResource
+from .._informer.discovery import preferred, resolve
 from .._redact import redact_text, terminal_safe
-from .._registry import WatcherRegistry
+from .._registry.registry import WatcherRegistry
 from .._resources import Resource
 from .._settings import WatchSettings
-from .._table import FALLBACK_COLUMNS, TableColumn
 from ._output import KUBECONFIG_HELP, CommandError, TabWriter, cell_text, startup
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,9 @@ from typing import Any, TextIO
 
 import orjson
 
-from .._ages import human_duration
 from .._errors import KubemuxError
 from .._redact import redact_text, terminal_safe
+from .._wire.ages import human_duration
 
 KUBECONFIG_HELP = (
     "kubeconfig path(s), os.pathsep-separated (default: $KUBECONFIG or ~/.kube/config)"

@@ -10,9 +10,9 @@ from typing import Any, TextIO
 import anyio
 import anyio.abc
 
-from .._kubeconfig import load_kubeconfig
+from .._kubeconfig.load import load_kubeconfig
 from .._redact import redact_url, terminal_safe
-from .._registry import WatcherRegistry
+from .._registry.registry import WatcherRegistry
 from .._runtime import raise_fd_limit
 from ._output import KUBECONFIG_HELP, CommandError
 
@@ -85,7 +85,7 @@ def _paths(args: argparse.Namespace) -> list[str] | None:
 async def proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         from ..proxy import ProxyServer, ProxySettings
-        from ..proxy._server import is_loopback
+        from ..proxy._serve.server import is_loopback
     except ImportError as exc:
         raise CommandError(
             "the proxy needs starlette, uvicorn, httptools, websockets and cryptography "

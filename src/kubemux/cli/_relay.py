@@ -11,7 +11,7 @@ import anyio.abc
 import anyio.to_thread
 
 from .._redact import redact_url
-from .._registry import WatcherRegistry
+from .._registry.registry import WatcherRegistry
 from .._resources import parse_resource
 from ._output import KUBECONFIG_HELP
 

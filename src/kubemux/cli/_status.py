@@ -12,9 +12,9 @@ import anyio.to_thread
 
 from .._errors import KubemuxError
 from .._redact import redact_text, redact_url, terminal_safe
-from .._registry import WatcherRegistry
+from .._registry.registry import WatcherRegistry
+from .._registry.status import RegistryStatus
 from .._resources import parse_resource
-from .._status import RegistryStatus
 from ._output import startup, state_text, table
 
 

@@ -15,8 +15,8 @@ import anyio
 import orjson
 
 from .._errors import KubemuxError
-from .._fanout import Change
-from .._registry import WatcherRegistry
+from .._registry.fanout import Change
+from .._registry.registry import WatcherRegistry
 from ._get import (
     SINGLE_TYPE,
     Source,

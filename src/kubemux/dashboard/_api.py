@@ -14,8 +14,8 @@ from starlette.responses import FileResponse, Response
 
 from kubemux import Forbidden, KubemuxError, Resource, UnknownResource, parse_resource
 
-from .._codec import decode_raw
 from .._redact import redact_text
+from .._wire.codec import decode_raw
 from ._responses import Problem, json_response
 from ._state import Dashboard, dashboard_of
 from .views import event_payload, redact

@@ -23,7 +23,7 @@ import orjson
 
 from kubemux import Change
 
-from .._codec import decode_raw
+from .._wire.codec import decode_raw
 from .views import change_payload, table_row
 
 __all__ = ["change_bytes", "row_change"]

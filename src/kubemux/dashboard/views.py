@@ -16,7 +16,7 @@ import yaml
 
 from kubemux import Change, RegistryStatus, Resource, TableColumn
 
-from .._event_index import event_timestamp
+from .._cache.event_index import event_timestamp
 from .._redact import redact_text, redact_url
 from .._resources import BUILTIN_RESOURCES
 
@@ -175,7 +175,7 @@ def redact(resource: Resource | None, obj: Mapping[str, Any]) -> dict[str, Any]:
 
 def event_payload(event: Mapping[str, Any]) -> dict[str, Any]:
     """A Kubernetes Event (``events.k8s.io/v1`` or core ``v1``) in one shape, dated as the
-    event index dates it (:func:`kubemux._event_index.event_timestamp`)."""
+    event index dates it (:func:`kubemux._cache.event_index.event_timestamp`)."""
     when = _text(event_timestamp(event) or "")
     series = _dict(event.get("series"))
     count = series.get("count") or event.get("count") or event.get("deprecatedCount") or 1

@@ -13,15 +13,15 @@ Needs the ``proxy`` extra (starlette, uvicorn, httptools, websockets, cryptograp
 
 from __future__ import annotations
 
-from ._app import Proxy as Proxy
-from ._app import ProxySettings as ProxySettings
-from ._app import create_app as create_app
-from ._paths import decode_context as decode_context
-from ._paths import encode_context as encode_context
-from ._server import ProxyServer as ProxyServer
-from ._tls import ProxyCertificates as ProxyCertificates
-from ._tls import make_certificates as make_certificates
-from ._watch import WatchSettings as WatchSettings  # downstream watches (ProxySettings.watch)
+from ._api.paths import decode_context as decode_context
+from ._api.paths import encode_context as encode_context
+from ._serve.app import Proxy as Proxy
+from ._serve.app import ProxySettings as ProxySettings
+from ._serve.app import create_app as create_app
+from ._serve.server import ProxyServer as ProxyServer
+from ._serve.tls import ProxyCertificates as ProxyCertificates
+from ._serve.tls import make_certificates as make_certificates
+from ._watch.watch import WatchSettings as WatchSettings  # downstream watches (ProxySettings.watch)
 
 __all__ = [
     "Proxy",

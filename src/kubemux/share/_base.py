@@ -19,13 +19,13 @@ import anyio
 import anyio.abc
 import orjson
 
-from .._client import ContextClient
-from .._codec import Entry
+from .._cache.store import Store
 from .._errors import KubemuxError
-from .._informer import Informer, InformerKey, OnChange
+from .._http.client import ContextClient
+from .._informer.informer import Informer, InformerKey, OnChange
 from .._resources import Resource
 from .._settings import WatchSettings
-from .._store import Store
+from .._wire.codec import Entry
 
 __all__ = [
     "Lead",

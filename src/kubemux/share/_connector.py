@@ -31,16 +31,16 @@ import anyio
 import anyio.abc
 import orjson
 
-from .._auth_provider import CredentialStatus
-from .._client import ContextClient
-from .._codec import Entry
-from .._connector import Connection, Connector, HttpConnection, HttpConnector, SlotSource
+from .._auth.provider import CredentialStatus
+from .._cache.store import Store, Transform, drop_managed_fields
 from .._errors import ApiError, KubeconfigError
-from .._informer import Informer, InformerKey, InformerState, InformerStatus, OnChange
-from .._kubeconfig import ContextConfig
+from .._http.client import ContextClient
+from .._informer.informer import Informer, InformerKey, InformerState, InformerStatus, OnChange
+from .._kubeconfig.load import ContextConfig
+from .._registry.connector import Connection, Connector, HttpConnection, HttpConnector, SlotSource
 from .._resources import Resource
 from .._settings import WatchSettings
-from .._store import Store, Transform, drop_managed_fields
+from .._wire.codec import Entry
 from ._base import PlacementStatus, ShareEngine, ShareSession, informer_lead, share_key
 
 __all__ = ["ShareConnection", "ShareConnector", "SharedSource"]

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from .._codec import Entry
-from .._informer import OnChange
+from .._cache.store import Store
+from .._informer.informer import OnChange
 from .._redact import redact_text, redact_url
 from .._settings import WatchSettings
-from .._store import Store
+from .._wire.codec import Entry
 from ._base import Lead, MemberStatus, PlacementStatus, ShareError, SlotStatus
 from ._placement import Membership
 from ._redis_crypt import (

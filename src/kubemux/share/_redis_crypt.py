@@ -26,7 +26,7 @@ import hashlib
 import hmac
 import os
 
-from .._codec import Entry
+from .._wire.codec import Entry
 from ._redis_keys import PlainValues, SkippedValue
 
 __all__ = [

@@ -14,8 +14,8 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from .._codec import Entry, StoreChange
-from .._store import Replacement, announced_entries
+from .._cache.store import Replacement, announced_entries
+from .._wire.codec import Entry, StoreChange
 from ._redis_keys import (
     SLICE,
     BadSlotData,

@@ -19,7 +19,7 @@ Every write is a Lua script that first checks the lease still holds the writer's
 
 Everything read back is treated as hostile (anyone who can write to Redis could have
 written it): :class:`PlainValues` checks each value as the informer checks an object (the
-same :func:`~kubemux._codec.decode_entry`, its namespace and name against the hash field,
+same :func:`~kubemux._wire.codec.decode_entry`, its namespace and name against the hash field,
 its size), and :func:`meta_of` the slot's epoch, sequence number and resourceVersion. A
 value that fails is a :class:`SkippedValue`: skipped alone, counted and named in status,
 never cached. With a ``secret_key`` the values are authenticated too (``_redis_crypt``).
@@ -34,8 +34,8 @@ import logging
 import re
 from collections.abc import Iterator
 
-from .._codec import DecodeError, Entry, decode_entry, pinned_entry
 from .._redact import terminal_safe
+from .._wire.codec import DecodeError, Entry, decode_entry, pinned_entry
 
 # the engine's logger: one name for all of its modules
 log = logging.getLogger("kubemux.share._redis")
@@ -201,7 +201,7 @@ def field_key(field: bytes) -> tuple[str, str]:
 
 def checked_entry(field: bytes, ns: str, name: str, rv: bytes, raw: bytes) -> Entry:
     """The entry of an object's JSON bytes read from Redis, checked as the informer checks
-    an object from the API server (:func:`~kubemux._codec.decode_entry`: a JSON object with
+    an object from the API server (:func:`~kubemux._wire.codec.decode_entry`: a JSON object with
     metadata, readable by every reader) and against the hash field it was found under.
 
     Raises:

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from .._codec import Entry
+from .._wire.codec import Entry
 from ._redis_follow import Follower
 from ._redis_keys import (
     BATCH,

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from .._codec import Entry, StoreChange
-from .._informer import OnChange
-from .._informer_types import count_error
+from .._cache.store import Store
+from .._cache.table import TableColumn
+from .._informer.informer import OnChange
 from .._redact import redact_text
-from .._store import Store
-from .._table import TableColumn
+from .._wire.codec import Entry, StoreChange
+from .._wire.types import count_error
 from ._base import Lead, SlotStatus
 from ._redis_keys import BadSlotData, ForgedLease, PlainValues, SkippedValue, log
 from ._redis_table import table_of

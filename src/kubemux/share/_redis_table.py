@@ -15,8 +15,8 @@ import dataclasses
 import msgspec
 import orjson
 
-from .._store import Store
-from .._table import FALLBACK_COLUMNS, ColumnDef, TableColumn, TableStore, table_columns
+from .._cache.store import Store
+from .._cache.table import FALLBACK_COLUMNS, ColumnDef, TableColumn, TableStore, table_columns
 
 __all__ = ["columns_value", "parse_columns", "set_columns", "table_of"]
 

@@ -16,19 +16,19 @@ on the registry, and the registry's lifecycle itself, can be tested without a se
 
 from __future__ import annotations
 
-from ._auth import sign_token as sign_token
-from ._connector import FakeConnector as FakeConnector
-from ._fake_cluster import FakeCluster as FakeCluster
-from ._fake_source import Gate as Gate
-from ._http import RecordedRequest as RecordedRequest
-from ._kubeconfig_writer import FakeContext as FakeContext
-from ._kubeconfig_writer import kubeconfig_dict as kubeconfig_dict
-from ._kubeconfig_writer import write_kubeconfig as write_kubeconfig
-from ._objects import make_pod as make_pod
-from ._pod_state import make_event as make_event
-from ._pod_state import set_pod_state as set_pod_state
-from ._reconcile import rewrite_kubeconfig as rewrite_kubeconfig
-from ._workload import simulate_workload as simulate_workload
+from ._access.tokens import sign_token as sign_token
+from ._apiserver.http import RecordedRequest as RecordedRequest
+from ._cluster.fake_cluster import FakeCluster as FakeCluster
+from ._cluster.kubeconfig_writer import FakeContext as FakeContext
+from ._cluster.kubeconfig_writer import kubeconfig_dict as kubeconfig_dict
+from ._cluster.kubeconfig_writer import write_kubeconfig as write_kubeconfig
+from ._cluster.reconcile import rewrite_kubeconfig as rewrite_kubeconfig
+from ._cluster.workload import simulate_workload as simulate_workload
+from ._connector.connector import FakeConnector as FakeConnector
+from ._connector.source import Gate as Gate
+from ._kubelet.pod_state import make_event as make_event
+from ._kubelet.pod_state import set_pod_state as set_pod_state
+from ._state.objects import make_pod as make_pod
 
 __all__ = [
     "FakeCluster",

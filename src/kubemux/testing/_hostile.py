@@ -30,7 +30,7 @@ import anyio.lowlevel
 import orjson
 from aiohttp import web
 
-from ._objects import make_pod
+from ._state.objects import make_pod
 
 __all__ = [
     "BAD_OBJECT_LINES",

@@ -1,0 +1,1 @@
+"""Credentials: one provider per kubeconfig user (exec plugins, token files, OIDC), single-flight."""

@@ -1,0 +1,1 @@
+"""Cache: Store and its writer, snapshots, the bounded event history, Table rows, the event index (sync)."""

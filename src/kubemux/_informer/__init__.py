@@ -1,0 +1,1 @@
+"""Informers: the reflector loop (LIST or WatchList, WATCH, relist, backoff), formats, discovery."""

@@ -1,0 +1,1 @@
+"""Kubeconfig: load, merge with kubectl's rules, typed schema, fingerprints, following the files."""

@@ -1,0 +1,1 @@
+"""Registry: WatcherRegistry, context generations, informer slots, changes and subscriptions, status."""

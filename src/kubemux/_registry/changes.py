@@ -1,0 +1,138 @@
+"""From generations to subscribers: the change callbacks of slots, final changes, snapshots."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+
+from .._informer.informer import InformerKey
+from .._resources import Resource
+from .._wire.codec import Entry
+from .context import ContextGeneration, Slot, iter_synced
+from .fanout import Change, Fanout
+
+__all__ = ["Publisher", "ResourceNames"]
+
+
+class Publisher:
+    """Turns what generations apply to their stores into :class:`Change`\\ s for a fanout,
+    and feeds each generation's event index from its event slots."""
+
+    __slots__ = ("_event_keys", "_fanout")
+
+    def __init__(self, fanout: Fanout, event_keys: frozenset[InformerKey]) -> None:
+        self._fanout = fanout
+        self._event_keys = event_keys
+
+    def for_slot(
+        self, gen: ContextGeneration, slot: Slot
+    ) -> Callable[[str, Entry, Entry | None], None]:
+        """The change callback of one slot (called synchronously for every change)."""
+        fanout = self._fanout
+        context, resource, number, view = gen.key, slot.key.resource, gen.number, slot.key.view
+        feeds_index = slot.key in self._event_keys
+
+        def publish(kind: str, obj: Entry, old: Entry | None) -> None:
+            if len(fanout):
+                fanout.publish(
+                    Change.from_entry(context, resource, kind, obj, number, view=view),
+                    obj.namespace,
+                )
+            if feeds_index:
+                index = gen.event_index
+                if index is not None:
+                    index.apply(kind, obj)
+
+        return publish
+
+    def final(self, gen: ContextGeneration, resource: str, kind: str, view: str) -> None:
+        """A generation's last word about a resource: ``RESET`` or ``REMOVED``."""
+        self._fanout.publish(Change(gen.key, resource, kind, None, gen.number, view=view), None)
+
+    @staticmethod
+    def snapshot(
+        gens: Iterable[ContextGeneration],
+        resources: Container[str] | None,
+        namespace: str | frozenset[str] | None,
+        view: str,
+    ) -> list[Change]:
+        """ADDED changes replaying what the synced slots of ``gens`` announced so far."""
+        initial: list[Change] = []
+        seen: set[tuple[str, str, str, str]] = set()
+        for gen, slot, source in iter_synced(gens, resources):
+            if slot.key.view != view:
+                continue
+            if isinstance(namespace, frozenset):
+                entries = [e for ns in sorted(namespace) for e in source.snapshot_entries(ns)]
+            else:
+                entries = source.snapshot_entries(namespace)
+            for e in entries:
+                ident = (gen.key, slot.key.resource, e.namespace, e.name)
+                if ident not in seen:
+                    seen.add(ident)
+                    initial.append(
+                        Change.from_entry(
+                            gen.key,
+                            slot.key.resource,
+                            "ADDED",
+                            e,
+                            gen.number,
+                            snapshot=True,
+                            view=view,
+                        )
+                    )
+        return initial
+
+
+class ResourceNames:
+    """Every name each watched resource goes by, for subscriptions made by a kubectl name.
+
+    A name is resolved where a running context (or the built-in table) knows it; otherwise
+    it is matched against the names of every resource an informer runs for, so a
+    subscription made before its context starts still gets its changes.
+    """
+
+    __slots__ = ("_aliases",)
+
+    def __init__(self) -> None:
+        self._aliases: dict[str, frozenset[str]] = {}  # resource -> every name it goes by
+
+    def learn(self, res: Resource) -> None:
+        if res.name not in self._aliases:
+            self._aliases[res.name] = _alias_names(res)
+
+    def matcher(self, name: str, resolved: Iterable[str]) -> Container[str]:
+        return _Names(frozenset(resolved), name.strip().lower(), self._aliases)
+
+
+class _Names:
+    """The resources a subscription's name means (a container of full names)."""
+
+    __slots__ = ("_aliases", "_name", "_resolved")
+
+    def __init__(
+        self, resolved: frozenset[str], name: str, aliases: Mapping[str, frozenset[str]]
+    ) -> None:
+        self._resolved = resolved
+        self._name = name
+        self._aliases = aliases
+
+    def __contains__(self, resource: object) -> bool:
+        if resource in self._resolved:
+            return True
+        return isinstance(resource, str) and self._name in self._aliases.get(resource, ())
+
+    def __iter__(self) -> Iterator[str]:  # for snapshots: what is known now
+        yield from self._resolved
+        for resource, names in list(self._aliases.items()):
+            if self._name in names and resource not in self._resolved:
+                yield resource
+
+
+def _alias_names(res: Resource) -> frozenset[str]:
+    """Every kubectl name of ``res`` (plural, singular, kind, short names, with group)."""
+    base = {res.plural, res.singular, res.kind.lower(), *res.short_names}
+    names = {n.lower() for n in base if n}
+    if res.group:
+        names |= {f"{n}.{res.group}" for n in list(names)}
+        names.add(f"{res.plural}.{res.version}.{res.group}")
+    return frozenset(names)

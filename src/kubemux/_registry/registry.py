@@ -1,0 +1,486 @@
+"""The WatcherRegistry: context key -> one live generation, every change of a key serialised.
+
+Each kubeconfig context has at most one live :class:`~kubemux._registry.context.ContextGeneration`
+(an active object owning its cancel scope, connection, task group and informers). The
+generations live in :class:`~kubemux._registry.generations.Generations`, which owns the task group
+they run in and the one serialised path per key: every start, stop and reload of one key
+happens under that key's lock, so an entry cannot be overwritten, a slot cannot be started
+on a generation being stopped, and no generation exists that the registry cannot stop. A
+generation removes itself from the map when it ends only if it is still the current one for
+its key (compare-and-delete). The loops that start things for callers (``watch()``,
+``table()``, ``resources()``, ``event_index()``) live in :class:`~kubemux._registry.slots.Starter`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .._auth.pool import IN_CLUSTER_ROOT, CredentialPool
+from .._cache.event_index import EventIndex
+from .._cache.multistore import MultiTableStore
+from .._cache.store import Indexer, Store, Transform, drop_managed_fields
+from .._cache.table import TableStore
+from .._http.upstream import Upstream
+from .._informer.informer import InformerKey
+from .._kubeconfig.load import ContextConfig
+from .._kubeconfig.source import KubeconfigSource
+from .._resources import Resource, parse_resource
+from .._runtime import require_asyncio
+from .._settings import Backoff, WatchSettings
+from .changes import Publisher, ResourceNames
+from .connector import Connector, HttpConnector
+from .context import ContextGeneration, GenerationSettings
+from .failure import single_exception
+from .fanout import Change, Fanout, Subscription
+from .following import KubeconfigFollower, default_source
+from .generations import Generations
+from .slots import EVENT_KEYS, ResourceSpec, Starter, StoreFactory
+from .status import ContextStatus, RegistryStatus
+
+if TYPE_CHECKING:
+    from ..share import ShareEngine
+
+__all__ = ["WatcherRegistry"]
+
+log = logging.getLogger(__name__)
+
+
+class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
+    """Live, cached views of Kubernetes resources across every context of a kubeconfig.
+
+    Build it with :meth:`from_kubeconfig`, or from a :class:`KubeconfigSource` or a mapping
+    of :class:`ContextConfig`. Use it as an async context manager: leaving the block stops
+    every watcher and closes every HTTP session. kubemux runs on asyncio (its HTTP client
+    is aiohttp).
+
+    Args:
+        source: Where contexts come from.
+        settings: How informers talk to API servers.
+        autowatch: Resources every context watches as soon as it is known (and again after
+            a reload); failed starts are retried in the background with ``start_backoff``
+            and shown in :meth:`status`. Without it, nothing starts until :meth:`watch`.
+        autowatch_view: ``"objects"`` (full objects, as :meth:`watch`) or ``"table"`` (the
+            server's columns and rows, as :meth:`table`; what a UI that lists objects needs,
+            without a second watch of the same resource).
+        start_backoff: Delays before a failed start may be tried again.
+        start_timeout: Upper bound on starting a context (building its client, running its
+            exec plugin); past it the start fails with :class:`StartTimeout` and backs off.
+        stop_timeout: Upper bound on the shielded cleanup of one context.
+        subscriber_buffer: Default buffer size of a subscription.
+        transform: Applied to every object before it is cached (default: drop managedFields).
+        transforms: Per-resource transforms (``{"pods": fn}``), overriding ``transform``.
+        event_cap: Keep at most this many events per object in the event index.
+        event_max_age: Drop events older than this many seconds from the event index.
+        idle_timeout: Stop a context's watchers once it has gone this many seconds unused
+            (store reads, registry calls naming it, subscriptions naming it); None (the
+            default) never does. Autowatched contexts are never stopped for idleness.
+            Subscribers see ``REMOVED``; the next ``watch()`` starts the context again.
+        connector: Where contexts get their data (advanced; default: HTTP to the API server).
+        namespaces: The namespaces a context's user may read (context -> names), for users
+            who may not list across all namespaces (Lens's "accessible namespaces"): a
+            forbidden cluster-wide LIST falls back to them (else to the context's namespace).
+        share: Share watches between replicas (``kubemux.share.Redis(url)``): per (cluster,
+            identity, resource, scope) one replica runs the watch and the others follow it;
+            ``status()`` shows each informer's role. None (the default) shares nothing and
+            imports no engine. See ``docs/sharing.md``.
+        share_lead: False: this replica only follows (a dashboard), never runs a shared
+            watch itself; its data goes stale while no replica leads.
+    """
+
+    def __init__(
+        self,
+        source: KubeconfigSource | Mapping[str, ContextConfig],
+        *,
+        settings: WatchSettings | None = None,
+        autowatch: Sequence[ResourceSpec] = (),
+        autowatch_view: str = "objects",
+        start_backoff: Backoff | None = None,
+        start_timeout: float = 30.0,
+        stop_timeout: float = 5.0,
+        subscriber_buffer: int = 1000,
+        transform: Transform | None = drop_managed_fields,
+        event_cap: int | None = None,
+        event_max_age: float | None = None,
+        transforms: Mapping[str, Transform | None] | None = None,
+        idle_timeout: float | None = None,
+        connector: Connector | None = None,
+        namespaces: Mapping[str, Sequence[str]] | None = None,
+        share: ShareEngine | None = None,
+        share_lead: bool = True,
+    ) -> None:
+        if idle_timeout is not None and not idle_timeout > 0:
+            raise ValueError(f"idle_timeout must be positive or None, not {idle_timeout!r}")
+        if not start_timeout > 0:
+            raise ValueError(f"start_timeout must be positive, not {start_timeout!r}")
+        if not isinstance(source, KubeconfigSource):
+            source = KubeconfigSource.static(source)
+        KubeconfigFollower.__init__(self, source)
+        self.settings = settings or WatchSettings()
+        if autowatch_view not in ("objects", "table"):
+            raise ValueError(f"autowatch_view must be 'objects' or 'table', not {autowatch_view!r}")
+        autowatched = [parse_resource(r) for r in autowatch]
+        self._subscriber_buffer = subscriber_buffer
+        self._idle_timeout = idle_timeout
+        connector = connector or HttpConnector(self.settings, CredentialPool())
+        self._share_status: Callable[[], Any] = _no_share
+        if share is not None:  # the engine wraps the connector: it opens its own session
+            from ..share import ShareConnector
+
+            shared = ShareConnector(connector, share, can_lead=share_lead)
+            connector, self._share_status = shared, shared.placement_status
+        self._connector = connector
+        settings_ = GenerationSettings(
+            connector=connector,
+            start_backoff=start_backoff or Backoff(initial_delay=1.0, max_delay=60.0),
+            start_timeout=start_timeout,
+            make_store=StoreFactory(transform, transforms or {}),
+            event_keys=EVENT_KEYS,
+            event_cap=event_cap,
+            event_max_age=event_max_age,
+            namespaces={k: tuple(v) for k, v in (namespaces or {}).items()},
+        )
+        self._fanout = Fanout()
+        publisher = Publisher(self._fanout, EVENT_KEYS)
+        self._generations = Generations(
+            source,
+            settings=settings_,
+            publisher=publisher.for_slot,
+            final=publisher.final,
+            status_changed=self._signal.changed,
+            autowatch=[(InformerKey(r.name, view=autowatch_view), r) for r in autowatched],
+            stop_timeout=stop_timeout,
+            idle_timeout=idle_timeout,
+            named=self._fanout.named_contexts,
+        )
+        self._starter = Starter(
+            self._generations,
+            stop_timeout=stop_timeout,
+            names=ResourceNames(),
+            status_changed=self._signal.changed,
+        )
+        self._entered = False
+
+    @classmethod
+    def from_kubeconfig(
+        cls,
+        paths: str | Sequence[str] | None = None,
+        follow: bool = True,
+        *,
+        debounce_delay: float = 0.2,
+        in_cluster_root: str = IN_CLUSTER_ROOT,
+        **kwargs: Any,
+    ) -> WatcherRegistry:
+        """A registry following kubeconfig files.
+
+        Args:
+            paths: A path or paths; ``None`` means ``$KUBECONFIG`` (split on ``os.pathsep``,
+                merged with kubectl's rules), else ``~/.kube/config``; with neither, inside
+                a pod (``KUBERNETES_SERVICE_HOST`` and a service-account token in
+                ``in_cluster_root``), one context named ``in-cluster`` that uses the
+                service account's token file (re-read as it rotates) and CA.
+            in_cluster_root: The service-account folder (tests point it elsewhere).
+            follow: Watch the files and reconcile on every change.
+            debounce_delay: Quiet time after the last file event before a sync.
+            **kwargs: Passed to the constructor.
+        """
+        return cls(default_source(paths, follow, debounce_delay, in_cluster_root), **kwargs)
+
+    # ------------------------------------------------------------------ lifecycle
+    @contextlib.asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncGenerator[WatcherRegistry]:
+        if self._entered:
+            raise RuntimeError(f"a WatcherRegistry can be entered once (it is {self._state})")
+        require_asyncio("WatcherRegistry")
+        self._entered = True
+        try:
+            async with (  # left in reverse: the follower ends, then every generation,
+                self._source as source,  # then subscriptions (after each one's last change)
+                self._connector.open(),  # a share engine's session, for every generation
+                self._fanout.open(),  # every subscription ends with it
+                self._generations.open() as generations,
+                anyio.create_task_group() as tg,
+            ):
+                tg.start_soon(self._follow, source, name="kubemux kubeconfig follower")
+                for name in self.contexts:
+                    generations.autostart(name, [])
+                try:
+                    yield self
+                finally:
+                    tg.cancel_scope.cancel("registry closed")
+        except BaseExceptionGroup as group:
+            # Our tasks contain their own failures, so a group here carries the caller's
+            # exception from the body: give it back unwrapped.
+            inner = single_exception(group)
+            if inner is None:
+                raise
+            raise inner from inner.__cause__
+
+    @property
+    def _state(self) -> str:
+        state = self._generations.state
+        return "opening" if state == "unopened" and self._entered else state
+
+    # ------------------------------------------------------------------ generations
+    async def stop_watcher(self, context: str) -> bool:
+        """Stop every watcher of ``context``; idempotent.
+
+        Returns only after the context's tasks have exited, its HTTP session is closed and
+        its stores are dropped (bounded by ``stop_timeout``); a start in progress (an exec
+        plugin running) is cancelled. Subscribers receive a final ``REMOVED`` change.
+        ``watch()`` calls in flight for the context raise :class:`ContextRemoved`.
+        Concurrent calls for one context share one stop and all return True.
+
+        Returns:
+            True if something was running (or starting) and is now stopped; False for an
+            unknown or already stopped context.
+
+        Cancellation: the stop itself is shielded; cancelling the caller does not leave a
+        half-stopped context.
+        """
+        return await self._generations.stop_watcher(context)
+
+    # ------------------------------------------------------------------ public API
+    async def watch(
+        self,
+        context: str,
+        resource: ResourceSpec,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        indexers: Mapping[str, Indexer] | None = None,
+        namespaces: Sequence[str] | None = None,
+    ) -> Store:
+        """Start (or reuse) an informer and return its store once it has synced.
+
+        Starting is lazy and single-flight: concurrent calls for the same (context,
+        resource, scope) share one LIST. The store returned belongs to a live generation:
+        if the context is reloaded meanwhile, the new generation's store is returned; if
+        it is stopped or removed, :class:`ContextRemoved` is raised.
+
+        Raises:
+            ContextNotFound: no such context in the kubeconfig.
+            InvalidContext: the kubeconfig defines the context but it cannot be used (a
+                missing cluster or user entry, a removed auth provider, ...): names the
+                file, the entry and why; also listed in ``status().invalid_contexts``.
+            ContextRemoved: the context was stopped or removed while starting.
+            Unauthorized, Forbidden, ResourceNotFound, ApiError: the first LIST failed.
+            ClusterUnreachable: the server could not be reached.
+            StartTimeout: the context did not start within ``start_timeout``.
+            KubeconfigError: the context's credentials or TLS files cannot be used.
+            RegistryClosed: the registry is not open.
+
+        After a failure, calls within the backoff delay raise the same error at once
+        without a request. Cancelling the caller does not cancel the shared start.
+
+        ``indexers`` (see :func:`kubemux.by_label`, :func:`kubemux.by_owner`) are added to
+        the store if it lacks them; query with ``store.by_index(name, value)``.
+
+        ``namespaces=[...]`` watches those namespaces (one informer each) behind one
+        :class:`MultiStore`. With neither ``namespace`` nor ``namespaces``, a namespaced
+        resource whose cluster-wide LIST is forbidden (403) falls back to the context's
+        accessible namespaces (the registry's ``namespaces`` option), else its default
+        namespace; the store's ``scope`` and ``reason`` and :meth:`status` say so.
+        """
+        store = await self._starter.scoped_store(
+            context, resource, namespace, namespaces, label_selector, field_selector, "objects"
+        )
+        for name, fn in (indexers or {}).items():
+            store.add_indexer(name, fn)
+        return store
+
+    async def table(
+        self,
+        context: str,
+        resource: ResourceSpec,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        namespaces: Sequence[str] | None = None,
+    ) -> TableStore | MultiTableStore:
+        """Start (or reuse) a table view and return it once synced: the server's columns
+        (``.columns``, kubectl's, a CRD's printer columns) and one row of cells per object
+        (``.rows()``), kept live by LIST and WATCH in the Table format with object
+        metadata, as ``kubectl get`` does. Servers without Table support give NAME and AGE.
+
+        Subscribe with ``view="table"`` for row changes. It raises what :meth:`watch`
+        raises; cancelling the caller does not cancel the shared start.
+        """
+        store = await self._starter.scoped_store(
+            context, resource, namespace, namespaces, label_selector, field_selector, "table"
+        )
+        assert isinstance(store, TableStore | MultiTableStore)
+        return store
+
+    async def resources(self, context: str) -> tuple[Resource, ...]:
+        """What the context's cluster serves (discovery: aggregated, else legacy), in
+        kubectl's priority order, preferred versions only; for resource pickers.
+
+        Starts the context if needed (without starting any informer). Raises what
+        :meth:`watch` raises when the context cannot be started or discovery fails.
+        """
+        return await self._starter.resources(context)
+
+    @contextlib.asynccontextmanager
+    async def upstream(self, context: str) -> AsyncGenerator[Upstream]:
+        """The context's API server for requests of any kind (what ``kubemux.proxy``
+        forwards): ``async with registry.upstream("prod") as up: async with
+        up.request("PATCH", path, ...) as resp``.
+
+        Requests go through the running generation's client, with its credential
+        (refreshed as the informers' is). Starts the context if needed, without starting
+        any informer. The generation stays running afterwards, as one with informers does
+        (``idle_timeout`` reaps it once unused), so a stream of requests reuses one
+        session. A reload or removal stops it: requests in flight then fail.
+
+        Raises:
+            What :meth:`watch` raises when the context cannot be started.
+
+        Cancellation: leaving the block (by cancellation too) releases the generation.
+        """
+        async with self._starter.upstream(context) as upstream:
+            yield upstream
+
+    async def event_index(self, context: str) -> EventIndex:
+        """The live :class:`EventIndex` of ``context``, starting its event informer if needed.
+
+        Events come from ``events.k8s.io/v1``, or from core ``v1`` where that group is
+        absent. The index lives as long as the context's generation: ``stop_watcher`` (or a
+        reload) drops it, and a reload builds a new one.
+
+        It raises the same errors as :meth:`watch`. Cancelling the caller does not cancel
+        the shared start.
+        """
+        return await self._starter.event_index(context)
+
+    async def events_for(
+        self, context: str, kind: str, namespace: str | None, name: str
+    ) -> list[Mapping[str, Any]]:
+        """The Kubernetes Events about one object, newest first.
+
+        Starts the context's event informer if it is not running (see :meth:`event_index`).
+        """
+        index = await self.event_index(context)
+        return index.events_for(kind, namespace, name)
+
+    def store(
+        self,
+        context: str,
+        resource: ResourceSpec,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        view: str = "objects",
+    ) -> Store | None:
+        """The synced store of a running informer, or None (never starts anything).
+
+        The arguments name the informer as :meth:`watch` does; ``view="table"`` names the
+        :meth:`table` view (a :class:`TableStore`).
+        """
+        if view not in ("objects", "table"):
+            raise ValueError(f"view must be 'objects' or 'table', not {view!r}")
+        return self._starter.running_store(
+            context, resource, namespace, label_selector, field_selector, view
+        )
+
+    def subscribe(
+        self,
+        resource: ResourceSpec | None = None,
+        contexts: Iterable[str] | None = None,
+        *,
+        namespace: str | None = None,
+        snapshot: bool = True,
+        buffer_size: int | None = None,
+        view: str = "objects",
+        namespaces: Iterable[str] | None = None,
+    ) -> Subscription:
+        """Subscribe to changes; use as ``async with registry.subscribe(...) as changes``.
+
+        Subscribing does not start informers: it receives the changes of informers that run
+        now or later (see ``watch()``, ``table()`` and ``autowatch``). With
+        ``snapshot=True`` the current store contents come first as ADDED
+        (``change.snapshot`` is True), then live changes, with no gap and no duplicate.
+        ``view="table"`` delivers the row changes of ``table()`` views instead of objects.
+
+        A kubectl-style ``resource`` name is resolved with each running context's
+        discovery (and the built-in table), so ``"po"``, ``"Deployment"`` or a CRD's short
+        name work once a context serving them runs.
+
+        A subscriber more than ``buffer_size`` changes behind is closed: iteration raises
+        :class:`SubscriberOverflow`. The informers never wait for a subscriber.
+        """
+        if view not in ("objects", "table"):
+            raise ValueError(f"view must be 'objects' or 'table', not {view!r}")
+        scope: str | frozenset[str] | None = namespace
+        if namespaces is not None:
+            if namespace is not None or isinstance(namespaces, str):
+                raise ValueError("give namespace or a list of namespaces, not both")
+            scope = frozenset(namespaces)
+        names = self._starter.subscription_names(resource) if resource is not None else None
+        wanted = frozenset(contexts) if contexts is not None else None
+
+        def take_snapshot() -> list[Change]:
+            gens = [g for g in self._generations.gens.values() if wanted is None or g.key in wanted]
+            return Publisher.snapshot(gens, names, scope, view)
+
+        return self._fanout.subscribe(
+            resource=names,
+            contexts=wanted,
+            namespace=scope,
+            buffer_size=buffer_size or self._subscriber_buffer,
+            snapshot=take_snapshot if snapshot else None,
+            view=view,
+        )
+
+    def status(self) -> RegistryStatus:
+        """A frozen snapshot of every context's state for a UI. Never holds a secret."""
+        now = time.monotonic()
+        out: dict[str, ContextStatus] = {}
+        for name, cfg in self.contexts.items():
+            out[name] = self._generations.context_status(cfg, now)
+        snap = self._source.snapshot
+        return RegistryStatus(
+            contexts=out,
+            current_context=self.current_context,
+            kubeconfig_errors=dict(snap.errors),
+            invalid_contexts=dict(snap.invalid),
+            kubeconfig_syncs=self._syncs,
+            subscribers=len(self._fanout),
+            subscriber_overflows=self._fanout.overflows,
+            share=self._share_status(),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<WatcherRegistry {self._state} contexts={len(self.contexts)} "
+            f"{self._generations.summary()}; subscribers={len(self._fanout)}>"
+        )
+
+    # ------------------------------------------------------------------ introspection
+    @property
+    def live_contexts(self) -> list[str]:
+        """Contexts that currently have a generation (starting, running or stopping)."""
+        return sorted(self._generations.gens)
+
+    def _structure_sizes(self) -> dict[str, int]:
+        return {**self._generations.sizes(), "subscribers": len(self._fanout)}
+
+    def _idle_generations(self, now: float) -> list[ContextGeneration]:  # for tests
+        assert self._idle_timeout is not None
+        return self._generations.idle(now)
+
+    @property
+    def _gens(self) -> Mapping[str, ContextGeneration]:  # for tests
+        return self._generations.gens
+
+
+def _no_share() -> None:
+    """``status().share`` of a registry that shares nothing."""

@@ -1,0 +1,1 @@
+"""The proxy's wire pieces: Status bodies, raw ASGI answers, API paths, list bodies, continue tokens."""

@@ -1,0 +1,470 @@
+"""LIST, GET and WATCH answered from kubemux's informers, with kube-apiserver's semantics.
+
+:class:`CachedReads` takes a :class:`~._reads.ReadRequest` for a resource and answers it
+from the store of the context's informer for that resource (cluster-wide; a namespaced
+request reads its namespace from it; a limited user's fallback store serves the namespaces
+it holds), or says it cannot (False, nothing sent) and the request goes upstream as it is.
+
+- **Options** are parsed as the API server parses them (:func:`~._rv.parse_list_options`):
+  its 400 and 422 answers, word for word, for bad selectors, integers and combinations.
+  A custom resource's field selector the proxy does not know goes upstream (its CRD may
+  declare ``selectableFields``).
+- **resourceVersion** (:func:`~._rv.plan_list`, :func:`~._rv.plan_get`): unset, ``""``
+  and ``"0"`` read the cache as it is (as fresh as the watch, not a quorum read); a newer
+  version waits for the cache, bounded, then 504 ``Too large resource version`` with
+  ``Retry-After``; an exact older one goes upstream. Every LIST answers the snapshot's
+  resourceVersion, the API server's own.
+- **Pages** (``limit``/``continue``) read one pinned snapshot (:class:`~._continue.
+  SnapshotPins`), so every page together is exactly the set at the first page's version.
+  Tokens are bound to the context, the resource, the view and the namespace.
+- **Watches** go through the store's :class:`~._watch.WatchBroadcaster`; Table watches
+  too (from the table view's rows). A Table read that needs the objects
+  (``includeObject=Object``, a field selector on fields other than the name and
+  namespace) joins each row with the objects view's object of the same version, and goes
+  upstream when the two views disagree (and always for a watch).
+- **Read your writes** (:mod:`.marks`): a read after a write through the proxy waits,
+  bounded, until the store has reached the write's resourceVersion, else goes upstream.
+
+Every answer carries ``X-Kubemux-Cache: hit`` and ``X-Kubemux-Cache-Lag`` (see
+:mod:`.served`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+from collections.abc import Iterator
+from operator import itemgetter
+from typing import Any
+
+import anyio
+from starlette.types import Receive, Scope, Send
+
+from ..._cache.multistore import MultiStore
+from ..._errors import ApiError, KubemuxError
+from ..._registry.registry import WatcherRegistry
+from ..._resources import Resource
+from ..._wire.codec import raw_resource_version
+from .._api.lists import iter_list, iter_table, join_table, split_table_row
+from .._api.responses import StatusError, status_for_error
+from .._api.statuses import ProxyStatusError, too_many_requests
+from .._api.tokens import (
+    LATEST,
+    ContinueTokens,
+    PinnedSnapshot,
+    SnapshotPins,
+    remaining_item_count,
+    take_page,
+)
+from .._query.fields import BUILTIN_GROUPS
+from .._query.options import (
+    ListOptions,
+    Source,
+    parse_list_options,
+    plan_get,
+    plan_list,
+    plan_watch,
+    watch_timeout,
+)
+from .._query.selectors import ObjectFilter
+from .._watch.watch import ObjectWatchFormat, TableWatchFormat, WatchFormat, WatchSettings
+from .marks import WriteMarks
+from .reads import ReadRequest, send_chunks, stream_watch
+from .served import ServedStatus, ServedStore, ServedStores
+from .table_join import Inconsistent, joined_rows, row_matcher, served_ages, served_columns
+
+__all__ = ["CachedReads", "CachedSettings", "as_status_error", "credential_key"]
+
+Key = tuple[str, str]
+TOO_MANY = "Too many requests, please try again later."
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CachedSettings:
+    """How reads are answered from the cache (see :class:`~kubemux.proxy.ProxySettings`)."""
+
+    store_timeout: float = 95.0
+    wait_timeout: float = 3.0
+    read_your_writes_timeout: float = 3.0
+    max_watches_per_credential: int = 1024
+    watch_write_timeout: float = 30.0
+    watch: WatchSettings = dataclasses.field(default_factory=WatchSettings)
+
+
+def as_status_error(exc: ProxyStatusError) -> StatusError:
+    """The answer of a :class:`ProxyStatusError`: its Status body exactly."""
+    return StatusError(
+        exc.code, exc.message, reason=exc.reason or None, headers=exc.headers, raw=exc.body
+    )
+
+
+def credential_key(scope: Scope) -> str:
+    """Who a request comes from, for per-credential caps: a digest of its
+    ``Authorization`` header (the proxy's bearer token), else its client address."""
+    for name, value in scope.get("headers") or ():
+        if name == b"authorization":
+            return "auth:" + hashlib.sha256(value).hexdigest()[:32]
+    client = scope.get("client")
+    return f"client:{client[0]}" if client else "anonymous"
+
+
+class CachedReads:
+    """Answers reads from the registry's informers (see the module docstring).
+
+    Args:
+        registry: Whose informers serve.
+        settings: Timeouts and caps.
+    """
+
+    def __init__(self, registry: WatcherRegistry, settings: CachedSettings | None = None):
+        self.registry = registry
+        self.settings = settings or CachedSettings()
+        self.stores = ServedStores(self.settings.watch)
+        self.pins: SnapshotPins[PinnedSnapshot] = SnapshotPins()
+        self.tokens = ContinueTokens()
+        self.marks = WriteMarks()
+        self._watches: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return f"<CachedReads stores={len(self.stores)} pins={len(self.pins)} {self.marks!r}>"
+
+    def status(self) -> tuple[ServedStatus, ...]:
+        """Every store served from, with its version, lag and watches."""
+        return self.stores.status()
+
+    def close(self) -> None:
+        """End every watch served from the cache."""
+        self.stores.close()
+
+    # ------------------------------------------------------------------ caps
+    @property
+    def watching(self) -> int:
+        """Watches open now (from the cache or upstream), all credentials together."""
+        return sum(self._watches.values())
+
+    @contextlib.contextmanager
+    def watch_slot(self, credential: str) -> Iterator[None]:
+        """Count one watch of ``credential``; a 429 past the cap (kube-apiserver's wording
+        and ``Retry-After``)."""
+        open_now = self._watches.get(credential, 0)
+        if open_now >= self.settings.max_watches_per_credential:
+            raise as_status_error(too_many_requests(TOO_MANY))
+        self._watches[credential] = open_now + 1
+        try:
+            yield
+        finally:
+            left = self._watches[credential] - 1
+            if left:
+                self._watches[credential] = left
+            else:
+                del self._watches[credential]
+
+    # ------------------------------------------------------------------ stores
+    def _heard(self, context: str, resource: Resource, view: str) -> float | None:
+        status = self.registry.status().contexts.get(context)
+        if status is None:
+            return None
+        times = [
+            t
+            for i in status.informers
+            if i.resource == resource.name and i.view == view and i.namespace is None
+            for t in (i.last_event, i.last_sync, i.watch_started)
+            if t is not None
+        ]
+        return max(times) if times else None
+
+    async def served(
+        self, context: str, resource: Resource, view: str, namespace: str | None
+    ) -> ServedStore | None:
+        """The store that serves ``view`` of ``resource`` in ``namespace`` (None: all),
+        starting its informer if needed; None when the cache cannot serve it (the
+        informer fails with an API error: the API server's answer is the one to give)."""
+        try:
+            with anyio.fail_after(self.settings.store_timeout):
+                if view == "table":
+                    store: Any = await self.registry.table(context, resource)
+                else:
+                    store = await self.registry.watch(context, resource)
+        except TimeoutError:
+            return None
+        except ApiError:
+            return None  # forbidden, gone, ...
+        except KubemuxError as exc:
+            raise status_for_error(exc, context) from None
+        part_namespace: str | None = None
+        if isinstance(store, MultiStore):  # a limited user's namespaces
+            if namespace is None or namespace not in store.stores:
+                return None
+            store = store.stores[namespace]
+            part_namespace = namespace
+        if view == "table" and getattr(store, "is_fallback", False):
+            return None  # the server has no Table support: let it answer for itself
+        if not store.has_synced:
+            return None
+        return self.stores.get(
+            context,
+            store,
+            view,
+            namespace=part_namespace,
+            heard=lambda: self._heard(context, resource, view),
+        )
+
+    async def _caught_up(self, context: str, resource: Resource, stores: list[ServedStore]) -> bool:
+        """Read your writes: wait until every store has reached the resource's write mark."""
+        mark = self.marks.get(context, resource.group, resource.plural)
+        if mark is None:
+            return True
+        timeout = self.settings.read_your_writes_timeout
+        for served in stores:
+            if mark.resource_version > served.current_rv():
+                try:
+                    await served.wait_for(mark.resource_version, timeout)
+                except ProxyStatusError:
+                    return False
+            if mark.gone:
+                gone = set(mark.gone)
+                get_raw = served.store.get_raw
+
+                def absent(gone: set[Key] = gone, get_raw: Any = get_raw) -> bool:
+                    return all(get_raw(ns or None, name) is None for ns, name in gone)
+
+                if not await served.wait_until(absent, timeout):
+                    return False
+                self.marks.satisfied(context, resource.group, resource.plural, gone)
+        return True
+
+    # ------------------------------------------------------------------ entry point
+    async def serve(
+        self,
+        context: str,
+        resource: Resource,
+        read: ReadRequest,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> bool:
+        """Answer ``read`` from the cache; False (nothing sent) when it must go upstream.
+
+        Raises:
+            StatusError: the API server's error for this request (bad options, a version
+                the cache did not reach in time, a context that cannot start).
+        """
+        if read.namespace is not None and not resource.namespaced:
+            return False  # the API server's 404
+        custom = resource.group not in BUILTIN_GROUPS
+        options: ListOptions | None = None
+        try:
+            if read.verb != "get":
+                params = dict(read.params)
+                if read.name is not None:  # a watch of one object: its name selects it
+                    name = read.name.replace("\\", "\\\\").replace(",", "\\,")
+                    name = name.replace("=", "\\=")
+                    given = params.get("fieldSelector", "")
+                    params["fieldSelector"] = (given + "," if given else "") + (
+                        f"metadata.name={name}"
+                    )
+                options = parse_list_options(params, resource, custom=custom)
+        except ProxyStatusError as exc:
+            if custom and "fieldSelector" in read.params and exc.code == 400:
+                return False  # a CRD's selectableFields: the API server knows them
+            raise as_status_error(exc) from None
+        needs_objects = read.view == "table" and (
+            read.include_object == "Object"
+            or (options is not None and options.field_selector.needs_object)
+        )
+        if needs_objects and read.verb == "watch":
+            return False
+        served = await self.served(context, resource, read.view, read.namespace)
+        if served is None:
+            return False
+        stores = [served]
+        objects: ServedStore | None = None
+        if needs_objects:
+            objects = await self.served(context, resource, "objects", read.namespace)
+            if objects is None:
+                return False
+            stores.append(objects)
+        if not await self._caught_up(context, resource, stores):
+            return False
+        for one in stores:
+            one.touch()
+        try:
+            if read.verb == "get":
+                return await self._get(served, objects, resource, read, send)
+            assert options is not None
+            if read.verb == "list":
+                return await self._list(
+                    context, served, objects, resource, read, options, send, custom=custom
+                )
+            return await self._watch(served, resource, read, options, receive, send)
+        except ProxyStatusError as exc:
+            raise as_status_error(exc) from None
+        except Inconsistent:
+            return False
+
+    # ------------------------------------------------------------------ GET
+    async def _get(
+        self,
+        served: ServedStore,
+        objects: ServedStore | None,
+        resource: Resource,
+        read: ReadRequest,
+        send: Send,
+    ) -> bool:
+        assert read.name is not None
+        plan = plan_get(read.params.get("resourceVersion", ""), served.current_rv())
+        if plan.source is Source.WAIT:
+            await served.wait_for(plan.resource_version, self.settings.wait_timeout)
+        namespace = read.namespace if resource.namespaced else None
+        raw = served.store.get_raw(namespace, read.name)
+        if raw is None:
+            return False  # the API server's 404 (or an object the cache has not seen yet)
+        if read.view == "objects":
+            await send_chunks(send, (raw,), read.content_type, lag=served.lag)
+            return True
+        cells, meta = split_table_row(raw)
+        ages = served_ages(served)
+        if ages is not None:
+            cells = ages.refresh(cells, meta)
+        obj: bytes | None = meta
+        rv = raw_resource_version(raw)
+        if read.include_object == "Object":
+            assert objects is not None
+            obj = objects.store.get_raw(namespace, read.name)
+            if obj is None or raw_resource_version(obj) != rv:
+                return False
+        body = join_table(
+            served_columns(served),
+            [(cells, obj)],
+            read.include_object,
+            rv,
+            api_version=f"meta.k8s.io/{read.table_version}",
+        )
+        await send_chunks(send, (body,), read.content_type, lag=served.lag)
+        return True
+
+    # ------------------------------------------------------------------ LIST
+    def _scope_name(self, resource: Resource, read: ReadRequest) -> str:
+        """What a continue token is bound to, beside its context."""
+        return f"{resource.name}\x00{read.view}\x00{read.namespace or ''}"
+
+    async def _list(
+        self,
+        context: str,
+        served: ServedStore,
+        objects: ServedStore | None,
+        resource: Resource,
+        read: ReadRequest,
+        options: ListOptions,
+        send: Send,
+        *,
+        custom: bool,
+    ) -> bool:
+        plan = plan_list(options, served.current_rv())
+        if plan.source is Source.WAIT:
+            now = await served.wait_for(plan.resource_version, self.settings.wait_timeout)
+            plan = plan.after_wait(now)
+        if plan.source is Source.UPSTREAM:
+            return False
+        scope_name = self._scope_name(resource, read)
+        after: Key | None = None
+        offset = 0
+        pinned: PinnedSnapshot | None = None
+        if plan.source is Source.CONTINUE:
+            position = self.tokens.decode(
+                options.continue_, context, scope_name, alive=self.pins.alive
+            )
+            after, offset = position.last_key, position.offset
+            if position.snapshot_id != LATEST:
+                pinned = self.pins.get(position.snapshot_id)
+            if pinned is None:  # the 410's token: the rest at the latest snapshot
+                pinned = PinnedSnapshot(served.snapshot())
+        else:
+            pinned = PinnedSnapshot(served.snapshot())
+        snapshot = pinned.snapshot
+        if plan.exact and snapshot.resource_version != str(plan.resource_version):
+            return False  # moved on between the plan and the snapshot: upstream knows
+        filt = ObjectFilter(read.namespace, options.label_selector, options.field_selector)
+        match = row_matcher(filt, read, objects)
+        lag = served.lag
+        rv = snapshot.resource_version
+        if options.limit <= 0 and match is None and after is None and read.view == "objects":
+            # the whole list, unfiltered: streamed straight from the snapshot
+            chunks = iter_list(
+                f"{resource.kind}List",
+                resource.api_version,
+                rv,
+                map(itemgetter(1), snapshot.items(read.namespace)),
+                unstructured=custom,
+            )
+            await send_chunks(send, chunks, read.content_type, lag=lag)
+            return True
+        page, last = take_page(snapshot.items(read.namespace, after), options.limit, match)
+        token: str | None = None
+        remaining: int | None = None
+        if last is not None:
+            snapshot_id = self.pins.pin(pinned)
+            token = self.tokens.encode(
+                context, scope_name, snapshot_id, last, rv, offset + len(page)
+            )
+            remaining = remaining_item_count(
+                pinned.count(read.namespace),
+                offset,
+                len(page),
+                selective=filt.filters_content,
+            )
+        if read.view == "objects":
+            chunks = iter_list(
+                f"{resource.kind}List",
+                resource.api_version,
+                rv,
+                (raw for _key, raw in page),
+                token,
+                remaining,
+                unstructured=custom,
+            )
+            await send_chunks(send, chunks, read.content_type, lag=lag)
+            return True
+        rows = joined_rows(page, read, objects, served_ages(served))
+        chunks = iter_table(
+            served_columns(served),
+            rows,
+            read.include_object,
+            rv,
+            token,
+            remaining,
+            api_version=f"meta.k8s.io/{read.table_version}",
+        )
+        await send_chunks(send, chunks, read.content_type, lag=lag)
+        return True
+
+    # ------------------------------------------------------------------ WATCH
+    async def _watch(
+        self,
+        served: ServedStore,
+        resource: Resource,
+        read: ReadRequest,
+        options: ListOptions,
+        receive: Receive,
+        send: Send,
+    ) -> bool:
+        plan = plan_watch(options)
+        fmt: WatchFormat
+        if read.view == "table":
+            fmt = TableWatchFormat(
+                served_columns(served), read.include_object, f"meta.k8s.io/{read.table_version}"
+            )
+        else:
+            fmt = ObjectWatchFormat(resource.kind, resource.api_version)
+        filt = ObjectFilter(read.namespace, options.label_selector, options.field_selector)
+        lifetime = watch_timeout(options.timeout_seconds)
+        await stream_watch(
+            lambda write: served.broadcaster.serve(plan, fmt, filt, write, watch_timeout=lifetime),
+            receive,
+            send,
+            lag=served.lag,
+            write_timeout=self.settings.watch_write_timeout,
+            touch=served.touch,
+        )
+        return True

@@ -1,0 +1,425 @@
+"""The proxy as an ASGI app: ``/clusters/{context}/...`` -> that context's Kubernetes API.
+
+Every request is routed by its raw path: the context segment (see :mod:`.._api.paths`), then
+the API path below it. Then, in this order:
+
+1. WebSocket requests (exec, attach, port-forward) are bridged upstream (:mod:`.._upstream.upgrade`);
+   SPDY upgrades are piped upstream when the server hands over the connection
+   (:mod:`.._upstream.raw_upgrade`; ``ProxyServer`` does), else get the refusal of the WebSocket
+   attempt before them, or a 400;
+2. discovery and OpenAPI GETs are answered from the per-context :class:`DiscoveryCache`;
+3. LIST, GET and WATCH that :func:`plan_read` accepts are answered from the informers'
+   stores (:mod:`.._reads.reads`);
+4. everything else is forwarded upstream with the context's credential (:mod:`.._upstream.passthrough`).
+
+An unknown context, a malformed context segment and an API path that could mean something
+else upstream (``..``, an encoded ``/``) get a 404 ``Status``; a context that cannot start
+gets a 503 naming why (within the registry's ``start_timeout``). The app does no
+authentication of its own: :class:`~kubemux.proxy.ProxyServer` adds TLS, a bearer token and
+a Host check; mounted in your app, yours applies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Iterator
+
+import anyio
+import orjson
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from starlette.types import Receive, Scope, Send
+
+from ..._errors import KubemuxError
+from ..._http.upstream import Upstream
+from ..._informer.discovery import parse_resource_list
+from ..._registry.registry import WatcherRegistry
+from ..._resources import BUILTIN_RESOURCES, Resource
+from .._api.paths import ApiPath, decode_context, parse_api_path, split_raw_path
+from .._api.responses import StatusError, send_error, status_for_error
+from .._reads.cached import CachedReads, CachedSettings, credential_key
+from .._reads.marks import written_version
+from .._reads.reads import ReadRequest, classify, query_pairs
+from .._reads.served import ServedStatus
+from .._upstream.discovery_cache import DiscoveryCache
+from .._upstream.passthrough import forward, read_body, request_headers
+from .._upstream.raw_upgrade import bridge as bridge_raw
+from .._upstream.raw_upgrade import is_streaming, raw_connection
+from .._upstream.upgrade import RefusedUpgrades, bridge, deny, spdy_refusal
+from .._watch.watch import WatchSettings
+
+__all__ = ["Proxy", "ProxySettings", "create_app"]
+
+log = logging.getLogger(__name__)
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_API_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_API_DEFINITIONS = frozenset(
+    {
+        ("apiextensions.k8s.io", "customresourcedefinitions"),
+        ("apiregistration.k8s.io", "apiservices"),
+    }
+)
+_BUILTINS = {(r.group, r.version, r.plural): r for r in BUILTIN_RESOURCES}
+_RESOURCE_VERBS = frozenset({"list", "watch", "get"})
+_CAPTURE = 4 * 1024 * 1024  # a write's answer kept for its resourceVersion, at most
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ProxySettings:
+    """Limits and timeouts of the proxy app.
+
+    Attributes:
+        max_body_size: Largest request body accepted (kube-apiserver's default, 3 MiB);
+            larger ones get a 413 before anything goes upstream.
+        body_timeout: Seconds a request body may take to arrive (then a 408).
+        response_timeout: Seconds the API server may take to send the answer's headers.
+        read_timeout: Seconds an answer's body may pause (not for ``watch`` or
+            ``follow`` streams, which may be silent for long).
+        start_timeout: Upper bound on waiting for a context to start (the registry's own
+            ``start_timeout``, 30 s by default, usually ends it first with a 503).
+        discovery_ttl: Seconds a discovery or OpenAPI document is kept.
+        cache_reads: Answer LIST, GET and WATCH from the informers (False: everything
+            goes upstream, as ``kubectl proxy`` does).
+        max_upstream_streams: Streams (``watch=true``, ``follow=true``, WebSockets) one
+            context may have open upstream at once; more get a 429 with ``Retry-After``.
+            A context's connections are shared with its informers (kubernetes-asyncio's
+            pool holds 100), so clients holding streams must not take them all.
+        wait_timeout: Seconds a read of a resourceVersion newer than the cache waits for
+            it (the watch cache's 3 s), then 504 ``Too large resource version``.
+        read_your_writes_timeout: Seconds a read after a write through the proxy waits for
+            the cache to reach the write (then it goes upstream).
+        max_watches_per_credential: Watches (from the cache or upstream) one credential
+            (``Authorization`` header) may hold at once; more get a 429 with
+            ``Retry-After``.
+        watch_write_timeout: Seconds a watch's write may take (a client that stops
+            reading is cut off: its connection closes; checked every quarter of it).
+        watch: Downstream watches: buffers (a watcher that many events behind is cut
+            off), bookmark period.
+    """
+
+    max_body_size: int = 3 * 1024 * 1024
+    body_timeout: float = 60.0
+    response_timeout: float = 60.0
+    read_timeout: float = 60.0
+    start_timeout: float = 35.0
+    discovery_ttl: float = 600.0
+    cache_reads: bool = True
+    max_upstream_streams: int = 50
+    wait_timeout: float = 3.0
+    read_your_writes_timeout: float = 3.0
+    max_watches_per_credential: int = 1024
+    watch_write_timeout: float = 30.0
+    watch: WatchSettings = dataclasses.field(default_factory=WatchSettings)
+
+
+class Proxy:
+    """The raw ASGI app behind :func:`create_app` (``app.state.proxy``)."""
+
+    def __init__(self, registry: WatcherRegistry, settings: ProxySettings | None = None) -> None:
+        if not isinstance(registry, WatcherRegistry):
+            raise TypeError(f"a WatcherRegistry is needed, not {type(registry).__name__}")
+        self.registry = registry
+        self.settings = settings or ProxySettings()
+        self.discovery = DiscoveryCache(ttl=self.settings.discovery_ttl)
+        self.refused = RefusedUpgrades()
+        self._resources: dict[tuple[str, int, str, str, str], Resource | None] = {}
+        self._streams: dict[str, int] = {}  # context -> upstream streams open
+        s = self.settings
+        self.cached = CachedReads(
+            registry,
+            CachedSettings(
+                store_timeout=s.start_timeout + s.response_timeout,
+                wait_timeout=s.wait_timeout,
+                read_your_writes_timeout=s.read_your_writes_timeout,
+                max_watches_per_credential=s.max_watches_per_credential,
+                watch_write_timeout=s.watch_write_timeout,
+                watch=s.watch,
+            ),
+        )
+
+    def status(self) -> tuple[ServedStatus, ...]:
+        """The stores reads are served from: version, lag (seconds since the cache last
+        heard from its API server), downstream watches."""
+        return self.cached.status()
+
+    def close(self) -> None:
+        """End every watch served from the cache (each client sees its stream end)."""
+        self.cached.close()
+
+    @property
+    def _start_timeout(self) -> float:
+        return self.settings.start_timeout
+
+    # ------------------------------------------------------------------ entry point
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind not in ("http", "websocket"):
+            return
+        try:
+            await self._handle(scope, receive, send)
+        except StatusError as error:
+            if kind == "websocket":
+                await deny(scope, send, error)
+            else:
+                await send_error(send, error)
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path") or scope["path"].encode("utf-8")
+        raw = raw.partition(b"?")[0]
+        below = split_raw_path(raw, scope.get("root_path", ""))
+        if below is None:
+            raise StatusError(404, "the server could not find the requested resource")
+        _, segment, rest = below.split(b"/", 2) if below.count(b"/") >= 2 else (b"", below[1:], b"")
+        context = decode_context(segment)
+        if context is None:
+            raise StatusError(404, "kubemux proxy: malformed context name in the path")
+        self.discovery.prune(self.registry.contexts)
+        if context not in self.registry.contexts:
+            raise StatusError(
+                404, f"kubemux proxy: context {context!r} not found in the kubeconfig"
+            )
+        api_raw = b"/" + rest
+        path = parse_api_path(api_raw)
+        if path is None:
+            raise StatusError(404, "the server could not find the requested resource")
+        query = scope.get("query_string", b"")
+        target = api_raw.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
+        if scope["type"] == "websocket":
+            await self._websocket(context, target, scope, receive, send)
+            return
+        method = scope["method"]
+        headers = dict(request_headers(scope))
+        if headers.get("upgrade", "").lower().startswith("spdy/") or _upgrade_header(scope):
+            raw = raw_connection(scope)
+            if raw is not None and is_streaming(target):
+                with self._stream_slot(context):
+                    async with self._upstream(context) as up:
+                        await bridge_raw(
+                            up,
+                            scope,
+                            raw,
+                            target,
+                            handshake_timeout=self.settings.response_timeout,
+                        )
+                return
+            raise self.refused.recall(context, target) or spdy_refusal()
+        impersonating = any(name.startswith("impersonate-") for name in headers)
+        if method == "GET" and path.kind == "discovery" and not impersonating:
+            async with self._upstream(context) as up:
+                await self.discovery.serve(
+                    up,
+                    send,
+                    target,
+                    request_headers(scope),
+                    response_timeout=self.settings.response_timeout,
+                )
+            return
+        pairs = query_pairs(query)
+        watching = method == "GET" and any(
+            k == "watch" and v.lower() not in ("0", "false") for k, v in pairs
+        )
+        with self.cached.watch_slot(credential_key(scope)) if watching else _no_slot():
+            if method == "GET" and self.settings.cache_reads:
+                read = classify(path, pairs, headers)
+                if read is not None and await self._serve_read(
+                    context, path, read, scope, receive, send
+                ):
+                    return
+            await self._forward(context, path, target, scope, receive, send)
+
+    # ------------------------------------------------------------------ upstream
+    @contextlib.asynccontextmanager
+    async def _upstream(self, context: str) -> AsyncIterator[Upstream]:
+        """The context's upstream, or a StatusError (404 unknown, 503 cannot start)."""
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                with anyio.fail_after(self._start_timeout):
+                    up = await stack.enter_async_context(self.registry.upstream(context))
+            except TimeoutError:
+                raise StatusError(
+                    503,
+                    f"kubemux proxy: context {context!r} did not start within "
+                    f"{self._start_timeout:g}s",
+                    headers={"Retry-After": "5"},
+                ) from None
+            except KubemuxError as exc:
+                raise status_for_error(exc, context) from None
+            yield up
+
+    @contextlib.contextmanager
+    def _stream_slot(self, context: str) -> Iterator[None]:
+        """Count one upstream stream of ``context``; a 429 past the limit."""
+        open_now = self._streams.get(context, 0)
+        if open_now >= self.settings.max_upstream_streams:
+            raise StatusError(
+                429, "Too many requests, please try again later.", headers={"Retry-After": "1"}
+            )
+        self._streams[context] = open_now + 1
+        try:
+            yield
+        finally:
+            left = self._streams[context] - 1
+            if left:
+                self._streams[context] = left
+            else:
+                del self._streams[context]
+
+    async def _forward(
+        self, context: str, path: ApiPath, target: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        method = scope["method"]
+        body: bytes | None = None
+        if method in _BODY_METHODS:
+            body = await read_body(
+                scope,
+                receive,
+                limit=self.settings.max_body_size,
+                body_timeout=self.settings.body_timeout,
+            )
+        query = dict(query_pairs(scope.get("query_string", b"")))
+        streaming = query.get("watch", "").lower() in ("true", "1") or query.get(
+            "follow", ""
+        ).lower() in ("true", "1")
+        write = method in _API_WRITES and path.kind == "resource"
+        with self._stream_slot(context) if streaming else contextlib.nullcontext():
+            async with self._upstream(context) as up:
+                answer = await forward(
+                    up,
+                    scope,
+                    receive,
+                    send,
+                    target,
+                    body=body,
+                    streaming=streaming,
+                    response_timeout=self.settings.response_timeout,
+                    read_timeout=self.settings.read_timeout,
+                    capture=_CAPTURE if write and not streaming else 0,
+                )
+        if write and answer is not None and "dryRun" not in query:
+            self._mark_write(context, path, method, answer)
+        if write and (path.group, path.plural) in (_API_DEFINITIONS):
+            self.discovery.invalidate(context)  # an API appeared or went: discovery again
+
+    def _mark_write(self, context: str, path: ApiPath, method: str, answer: bytes) -> None:
+        """Read your writes: later reads of the resource wait for what this write did."""
+        version = written_version(answer)
+        gone = None
+        if version is None and method == "DELETE" and path.is_object:
+            assert path.name is not None
+            gone = (path.namespace or "", path.name)
+        self.cached.marks.record(context, path.group, path.plural, version, gone)
+
+    async def _websocket(
+        self, context: str, target: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        message = await receive()
+        if message["type"] != "websocket.connect":
+            return
+        with self._stream_slot(context):
+            async with self._upstream(context) as up:
+                await bridge(
+                    up,
+                    scope,
+                    receive,
+                    send,
+                    target,
+                    self.refused,
+                    handshake_timeout=self.settings.response_timeout,
+                )
+
+    # ------------------------------------------------------------------ reads
+    async def resource_for(self, context: str, path: ApiPath) -> Resource | None:
+        """The resource a path names, from the built-in table or the group version's
+        discovery document (cached); None if the cluster does not serve it (or not for
+        list and watch)."""
+        builtin = _BUILTINS.get((path.group, path.version, path.plural))
+        if builtin is not None:
+            return builtin
+        gv = f"/apis/{path.group}/{path.version}" if path.group else f"/api/{path.version}"
+        async with self._upstream(context) as up:
+            key = (context, up.generation, path.group, path.version, path.plural)
+            if key in self._resources:
+                return self._resources[key]
+            try:
+                body = await self.discovery.document(
+                    up, gv, request_timeout=self.settings.response_timeout
+                )
+            except KubemuxError:
+                return None
+        found: Resource | None = None
+        if body is not None:
+            try:
+                doc = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                doc = None
+            if isinstance(doc, dict):
+                for res in parse_resource_list(doc):
+                    if res.plural == path.plural and set(res.verbs) >= _RESOURCE_VERBS:
+                        found = res
+                        break
+        if len(self._resources) > 4096:
+            self._resources.clear()
+        self._resources[key] = found
+        return found
+
+    async def _serve_read(
+        self,
+        context: str,
+        path: ApiPath,
+        read: ReadRequest,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> bool:
+        """Answer a read from the cache; False if it must go upstream after all."""
+        resource = await self.resource_for(context, path)
+        if resource is None:
+            return False
+        return await self.cached.serve(context, resource, read, scope, receive, send)
+
+
+@contextlib.contextmanager
+def _no_slot() -> Iterator[None]:
+    yield
+
+
+def _upgrade_header(scope: Scope) -> bool:
+    for name, value in scope.get("headers") or ():
+        if name == b"upgrade" and value.lower().startswith(b"spdy/"):
+            return True
+    return False
+
+
+async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
+    error = StatusError(404, "the server could not find the requested resource")
+    if scope["type"] == "websocket":
+        await receive()
+        await deny(scope, send, error)
+    elif scope["type"] == "http":
+        await send_error(send, error)
+
+
+def create_app(registry: WatcherRegistry, *, settings: ProxySettings | None = None) -> Starlette:
+    """The Kubernetes API of every context of ``registry``, as an ASGI app.
+
+    It serves ``/clusters/{context}/...`` (Headlamp's path shape; the context name encoded
+    with :func:`kubemux.proxy.encode_context`): discovery from a per-context cache, LIST,
+    GET and WATCH from kubemux's informers where it can answer exactly, everything else
+    (writes, subresources, logs, exec over WebSocket) forwarded to the context's API
+    server with the context's credentials. Mount it in your own Starlette or FastAPI app,
+    behind your own authentication (``Mount("/k8s", create_app(registry))``): it checks
+    nothing itself, and its clients act with the kubeconfig's credentials. It needs no
+    lifespan; the registry is yours to open and close. ``app.state.proxy`` is its
+    :class:`Proxy`.
+
+    Raises:
+        TypeError: ``registry`` is not a :class:`~kubemux.WatcherRegistry`.
+    """
+    proxy = Proxy(registry, settings)
+    app = Starlette(routes=[Mount("/clusters", app=proxy)])
+    app.router.default = _not_found
+    app.state.proxy = proxy
+    return app

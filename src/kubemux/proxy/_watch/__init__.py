@@ -1,0 +1,1 @@
+"""Downstream watches: views shared per (source, format, selector), watchers and their budgets."""

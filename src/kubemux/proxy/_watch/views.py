@@ -1,0 +1,291 @@
+"""The parts of a downstream watch (:mod:`.watch`): its settings and end reasons, a
+watcher (its bounded buffer and wake-up), and a view (the watchers sharing one format and
+filter, and the history listener that renders each event once, hands the same bytes to each
+of them, cuts off the ones too far behind and wakes the rest at most every
+:attr:`WatchSettings.write_interval`)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import logging
+import math
+from collections import deque
+from collections.abc import Callable
+
+from ..._wire.codec import decode_raw, raw_resource_version
+from .._api.statuses import encode_json
+from .._query.selectors import ObjectFilter
+from .formats import EventHistoryLike, HistoryEventLike, WatchFormat
+
+__all__ = [
+    "Headed",
+    "Item",
+    "View",
+    "WatchEnd",
+    "WatchSettings",
+    "Watcher",
+    "at_resource_version",
+    "line_for",
+    "transition",
+]
+
+logger = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------- the settings
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class WatchSettings:
+    """How downstream watches behave.
+
+    Attributes:
+        max_buffered_events: Events a watcher may fall behind before it is cut off.
+        bookmark_period: Seconds between BOOKMARKs (when the client allows them).
+        chunk_bytes: A write gathers buffered lines up to about this many bytes.
+        write_interval: A view wakes its watchers at most this often (seconds): events
+            closer together than this go to each watcher in one write. 0: at every event.
+        wait_timeout: How long ``sendInitialEvents`` from a version ahead of the cache
+            waits for it (then a 504 ERROR event).
+    """
+
+    max_buffered_events: int = 1000
+    bookmark_period: float = 60.0
+    chunk_bytes: int = 128 * 1024  # as a LIST's chunks (proxy._lists.CHUNK_BYTES)
+    write_interval: float = 0.05
+    wait_timeout: float = 3.0
+
+
+class WatchEnd(enum.Enum):
+    """Why a watch ended."""
+
+    TIMEOUT = "timeout"
+    """Its ``timeoutSeconds`` (or the default lifetime) passed."""
+    EXPIRED = "expired"
+    """It started from a version the history no longer holds (a 410 ERROR event was sent)."""
+    ERROR = "error"
+    """It could not start (an ERROR event was sent), e.g. a version the cache did not reach."""
+    CUT_OFF = "cut off"
+    """It fell :attr:`WatchSettings.max_buffered_events` behind."""
+    RESET = "reset"
+    """The store was cleared (its context stopped or reloaded)."""
+    CLOSED = "closed"
+    """The broadcaster was closed."""
+
+
+# ------------------------------------------------------------------------------ the watcher
+class Headed:
+    """A line whose first-event variant (with a Table's columns) is built on demand, once."""
+
+    __slots__ = ("_headed", "plain", "raw", "type", "view")
+
+    def __init__(self, view: View, type: str, raw: bytes, plain: bytes):
+        self.view = view
+        self.type = type
+        self.raw = raw
+        self.plain = plain
+        self._headed: bytes | None = None
+
+    def headed(self) -> bytes:
+        if self._headed is None:
+            self._headed = self.view.fmt.event(self.type, self.raw, headers=True)
+        return self._headed
+
+
+Item = bytes | Headed
+
+
+class Watcher:
+    __slots__ = ("buffer", "ended", "min_rv", "started", "wake")
+
+    def __init__(self, min_rv: int):
+        self.buffer: deque[Item] = deque()
+        self.ended: WatchEnd | None = None
+        self.min_rv = min_rv
+        self.started = False  # a first line was written (the Table header is spent)
+        # asyncio's own Event, set() from the view's synchronous listener: the watch loop
+        # runs on asyncio (uvicorn, kubernetes-asyncio), and an anyio Event plus a cancel
+        # scope per wait was a sixth of what delivering an event cost
+        self.wake = asyncio.Event()
+
+    def end(self, why: WatchEnd) -> None:
+        if self.ended is None:
+            self.ended = why
+        self.wake.set()
+
+
+class View:
+    """The watchers sharing one format and filter, and the history listener feeding them."""
+
+    __slots__ = (
+        "filter",
+        "fmt",
+        "key",
+        "last_round",
+        "loop",
+        "on_close",
+        "remove",
+        "round",
+        "rv",
+        "settings",
+        "watchers",
+    )
+
+    def __init__(
+        self,
+        history: EventHistoryLike,
+        current_rv: Callable[[], int],
+        settings: WatchSettings,
+        fmt: WatchFormat,
+        filt: ObjectFilter,
+        on_close: Callable[[View], None],
+    ):
+        self.settings = settings
+        self.on_close = on_close
+        self.fmt = fmt
+        self.filter = filt
+        self.key = (fmt.key, filt.key)
+        self.watchers: set[Watcher] = set()
+        self.rv = current_rv()
+        self.loop = asyncio.get_running_loop()
+        self.last_round = -math.inf  # when the watchers were last woken
+        self.round: asyncio.TimerHandle | None = None  # a wake-up to come
+        self.remove = history.add_listener(self.on_event)
+
+    def add(self, watcher: Watcher) -> None:
+        self.watchers.add(watcher)
+
+    def discard(self, watcher: Watcher) -> None:
+        self.watchers.discard(watcher)
+        if not self.watchers:
+            self.close()
+
+    def close(self) -> None:
+        self.remove()
+        if self.round is not None:
+            self.round.cancel()
+            self.round = None
+        self.on_close(self)
+
+    def wake_soon(self) -> None:
+        """Wake the watchers with something buffered now, or at the next round when the
+        last one was under :attr:`WatchSettings.write_interval` ago."""
+        if self.round is not None:
+            return  # the round to come wakes them
+        due = self.last_round + self.settings.write_interval
+        if self.loop.time() >= due:
+            self.wake()
+        else:
+            self.round = self.loop.call_at(due, self.wake)
+
+    def wake(self) -> None:
+        if self.round is not None:
+            self.round.cancel()
+            self.round = None
+        self.last_round = self.loop.time()
+        for watcher in self.watchers:
+            if watcher.buffer:
+                watcher.wake.set()
+
+    def render(self, event: HistoryEventLike) -> Item | None:
+        """What this view's watchers see of ``event`` (None: nothing), encoded."""
+        kind = transition(self.filter, event)
+        if kind is None:
+            return None
+        raw = event.raw
+        if kind == "DELETED":
+            source = event.old if event.type != "DELETED" and event.old is not None else raw
+            raw = at_resource_version(source, event.rv)
+        plain = self.fmt.event(kind, raw, headers=False)
+        if self.fmt.has_headers:
+            return Headed(self, kind, raw, plain)
+        return plain
+
+    def on_event(self, event: HistoryEventLike) -> None:
+        """The history listener: synchronous, never blocks, never raises into the store."""
+        etype = event.type
+        self.rv = max(self.rv, event.rv)
+        if etype == "BOOKMARK" or not self.watchers:
+            return
+        if etype == "RESET":
+            for watcher in list(self.watchers):
+                watcher.end(WatchEnd.RESET)
+            self.watchers.clear()
+            self.close()
+            return
+        try:
+            item = self.render(event)
+        except Exception:  # an object no reader decodes: skipped, never raised into the store
+            logger.exception("watch view %r: cannot render a %s event", self.key[0], etype)
+            item = None
+        if item is None:
+            return
+        limit = self.settings.max_buffered_events
+        rv = event.rv
+        half = limit // 2
+        cut: list[Watcher] = []
+        burst = False
+        for watcher in self.watchers:
+            if rv <= watcher.min_rv:
+                continue
+            buffer = watcher.buffer
+            held = len(buffer)
+            if held >= limit:
+                cut.append(watcher)
+                continue
+            buffer.append(item)
+            if held >= half:
+                burst = True
+        for watcher in cut:
+            watcher.end(WatchEnd.CUT_OFF)
+            self.watchers.discard(watcher)
+        if not self.watchers:
+            self.close()
+        elif burst:  # half a buffer behind: pacing must not be what cuts a watcher off
+            self.wake()
+        else:
+            self.wake_soon()
+
+
+def transition(filt: ObjectFilter, event: HistoryEventLike) -> str | None:
+    """The event type a watcher of ``filt`` sees (``convertToWatchEvent``)."""
+    etype = event.type
+    if etype not in ("ADDED", "MODIFIED", "DELETED"):
+        return None
+    if filt.is_everything:
+        return etype
+    if not filt.filters_content:  # a namespace only: no decoding
+        return etype if event.namespace == filt.namespace else None
+    now = etype != "DELETED" and filt.matches_raw(event.raw)
+    old = event.old
+    if etype == "DELETED":
+        before = filt.matches_raw(event.raw)
+    else:
+        before = old is not None and filt.matches_raw(old)
+    if now:
+        return "MODIFIED" if before else "ADDED"
+    return "DELETED" if before else None
+
+
+def at_resource_version(raw: bytes, rv: int) -> bytes:
+    """``raw`` with ``metadata.resourceVersion`` set to ``rv`` (a DELETED event carries the
+    version of the deletion; rewritten only when it differs)."""
+    text = str(rv)
+    if raw_resource_version(raw) == text:
+        return raw
+    obj = decode_raw(raw)
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta["resourceVersion"] = text
+    elif isinstance(obj, dict):
+        obj["metadata"] = {"resourceVersion": text}
+    return encode_json(obj)
+
+
+def line_for(item: Item, watcher: Watcher) -> bytes:
+    if isinstance(item, bytes):
+        return item
+    if watcher.started:
+        return item.plain
+    watcher.started = True
+    return item.headed()

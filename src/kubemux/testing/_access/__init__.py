@@ -1,0 +1,1 @@
+"""The fake's authentication (tokens, certificates) and authorization (RBAC)."""

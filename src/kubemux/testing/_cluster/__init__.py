@@ -1,0 +1,1 @@
+"""FakeCluster itself and what drives it: credentials, CRDs, faults, observation, workloads, kubeconfigs."""

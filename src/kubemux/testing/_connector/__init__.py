@@ -1,0 +1,1 @@
+"""FakeConnector: contexts whose objects live in memory, for tests without HTTP."""

@@ -1,0 +1,1 @@
+"""What the fake kubelet does: container logs, exec, attach, port-forward, pod states."""

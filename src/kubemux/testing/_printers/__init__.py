@@ -1,0 +1,1 @@
+"""kube-apiserver's server-side printers (the Table format), for the fake."""

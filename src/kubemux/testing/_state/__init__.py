@@ -1,0 +1,1 @@
+"""The fake cluster's data: objects, one resourceVersion counter, per-resource history, subresources."""
