@@ -34,7 +34,7 @@ import anyio
 from _common import table
 
 from kubemux import WatcherRegistry
-from kubemux.proxy import ProxyServer, ProxySettings, WatchSettings, create_app
+from kubemux.proxy import ProxyServer, ProxySettings, WatchLimits, create_app
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 
 HERE = Path(__file__).resolve().parent
@@ -483,7 +483,7 @@ async def watches(
     count, rate, seconds = args.watchers, args.rate, args.seconds
     events = int(rate * seconds)
     pacing = {} if args.write_interval is None else {"write_interval": args.write_interval}
-    settings = ProxySettings(max_watches_per_credential=count + 10, watch=WatchSettings(**pacing))
+    settings = ProxySettings(max_watches_per_credential=count + 10, watch=WatchLimits(**pacing))
     async with proxy(source, home, settings) as (server, ca):
         base = f"{server.url}/clusters/bench/api/v1/namespaces/bench/pods"
         await curl(base, token=server.token, ca=ca)

@@ -20,7 +20,7 @@ from kubemux.proxy._watch.watch import (
     TableWatchFormat,
     WatchBroadcaster,
     WatchEnd,
-    WatchSettings,
+    WatchLimits,
 )
 
 PODS = parse_resource("pods")
@@ -192,7 +192,7 @@ def _start(
 
 
 def _broadcaster(store: Store, **settings: Any) -> WatchBroadcaster:
-    return WatchBroadcaster(store, store.snapshot, lambda: store.rv, WatchSettings(**settings))
+    return WatchBroadcaster(store, store.snapshot, lambda: store.rv, WatchLimits(**settings))
 
 
 async def _until(condition: Callable[[], bool]) -> None:

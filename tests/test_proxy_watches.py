@@ -18,7 +18,7 @@ import aiohttp
 import anyio
 
 from kubemux.proxy import ProxySettings
-from kubemux.proxy._watch.watch import WatchSettings
+from kubemux.proxy._watch.watch import WatchLimits
 from kubemux.testing import FakeCluster, make_pod
 from proxy_support import (  # the fixtures cluster and kubeconfig
     TABLE,
@@ -157,7 +157,7 @@ async def test_watch_list_initial_events_then_the_end_bookmark(
 async def test_bookmarks_come_periodically_when_allowed(
     cluster: FakeCluster, kubeconfig: Path
 ) -> None:
-    settings = ProxySettings(watch=WatchSettings(bookmark_period=0.2))
+    settings = ProxySettings(watch=WatchLimits(bookmark_period=0.2))
     async with running_proxy(kubeconfig, settings=settings) as (_, client):
         with anyio.fail_after(20):
             rv = await list_rv(client)
@@ -284,7 +284,7 @@ async def test_watches_per_credential_are_capped(cluster: FakeCluster, kubeconfi
 async def test_a_slow_watcher_is_cut_off_and_slows_nobody(
     cluster: FakeCluster, kubeconfig: Path
 ) -> None:
-    settings = ProxySettings(watch_write_timeout=0.5, watch=WatchSettings(max_buffered_events=20))
+    settings = ProxySettings(watch_write_timeout=0.5, watch=WatchLimits(max_buffered_events=20))
     async with running_proxy(kubeconfig, settings=settings) as (server, client):
         with anyio.fail_after(60):
             rv = await list_rv(client)

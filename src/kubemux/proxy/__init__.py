@@ -21,14 +21,14 @@ from ._serve.app import create_app as create_app
 from ._serve.server import ProxyServer as ProxyServer
 from ._serve.tls import ProxyCertificates as ProxyCertificates
 from ._serve.tls import make_certificates as make_certificates
-from ._watch.watch import WatchSettings as WatchSettings  # downstream watches (ProxySettings.watch)
+from ._watch.watch import WatchLimits as WatchLimits  # downstream watches (ProxySettings.watch)
 
 __all__ = [
     "Proxy",
     "ProxyCertificates",
     "ProxyServer",
     "ProxySettings",
-    "WatchSettings",
+    "WatchLimits",
     "create_app",
     "decode_context",
     "encode_context",

@@ -68,7 +68,7 @@ from .._query.options import (
     watch_timeout,
 )
 from .._query.selectors import ObjectFilter
-from .._watch.watch import ObjectWatchFormat, TableWatchFormat, WatchFormat, WatchSettings
+from .._watch.watch import ObjectWatchFormat, TableWatchFormat, WatchFormat, WatchLimits
 from .marks import WriteMarks
 from .reads import ReadRequest, send_chunks, stream_watch
 from .served import ServedStatus, ServedStore, ServedStores
@@ -89,7 +89,7 @@ class CachedSettings:
     read_your_writes_timeout: float = 3.0
     max_watches_per_credential: int = 1024
     watch_write_timeout: float = 30.0
-    watch: WatchSettings = dataclasses.field(default_factory=WatchSettings)
+    watch: WatchLimits = dataclasses.field(default_factory=WatchLimits)
 
 
 def as_status_error(exc: ProxyStatusError) -> StatusError:

@@ -26,7 +26,7 @@ import anyio
 from ..._cache.store import Store
 from ..._resources import Resource
 from .._query.options import wait_for_resource_version
-from .._watch.watch import WatchBroadcaster, WatchSettings
+from .._watch.watch import WatchBroadcaster, WatchLimits
 
 __all__ = ["ServedStatus", "ServedStore", "ServedStores", "rv_int"]
 
@@ -99,7 +99,7 @@ class ServedStore:
         view: str,
         *,
         namespace: str | None = None,
-        settings: WatchSettings | None = None,
+        settings: WatchLimits | None = None,
         heard: float | None = None,
         on_reset: Callable[[ServedStore], None] | None = None,
     ) -> None:
@@ -213,8 +213,8 @@ class ServedStores:
             registry has let them go, or will build them again).
     """
 
-    def __init__(self, settings: WatchSettings | None = None, *, max_stores: int = 4096) -> None:
-        self.settings = settings or WatchSettings()
+    def __init__(self, settings: WatchLimits | None = None, *, max_stores: int = 4096) -> None:
+        self.settings = settings or WatchLimits()
         self.max_stores = max_stores
         self._served: dict[int, ServedStore] = {}  # id(store) -> ServedStore
 

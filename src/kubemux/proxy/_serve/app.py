@@ -48,7 +48,7 @@ from .._upstream.passthrough import forward, read_body, request_headers
 from .._upstream.raw_upgrade import bridge as bridge_raw
 from .._upstream.raw_upgrade import is_streaming, raw_connection
 from .._upstream.upgrade import RefusedUpgrades, bridge, deny, spdy_refusal
-from .._watch.watch import WatchSettings
+from .._watch.watch import WatchLimits
 
 __all__ = ["Proxy", "ProxySettings", "create_app"]
 
@@ -112,7 +112,7 @@ class ProxySettings:
     read_your_writes_timeout: float = 3.0
     max_watches_per_credential: int = 1024
     watch_write_timeout: float = 30.0
-    watch: WatchSettings = dataclasses.field(default_factory=WatchSettings)
+    watch: WatchLimits = dataclasses.field(default_factory=WatchLimits)
 
 
 class Proxy:

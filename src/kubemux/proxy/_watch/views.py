@@ -2,7 +2,7 @@
 watcher (its bounded buffer and wake-up), and a view (the watchers sharing one format and
 filter, and the history listener that renders each event once, hands the same bytes to each
 of them, cuts off the ones too far behind and wakes the rest at most every
-:attr:`WatchSettings.write_interval`)."""
+:attr:`WatchLimits.write_interval`)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ __all__ = [
     "Item",
     "View",
     "WatchEnd",
-    "WatchSettings",
+    "WatchLimits",
     "Watcher",
     "at_resource_version",
     "line_for",
@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------- the settings
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class WatchSettings:
+class WatchLimits:
     """How downstream watches behave.
 
     Attributes:
@@ -66,7 +66,7 @@ class WatchEnd(enum.Enum):
     ERROR = "error"
     """It could not start (an ERROR event was sent), e.g. a version the cache did not reach."""
     CUT_OFF = "cut off"
-    """It fell :attr:`WatchSettings.max_buffered_events` behind."""
+    """It fell :attr:`WatchLimits.max_buffered_events` behind."""
     RESET = "reset"
     """The store was cleared (its context stopped or reloaded)."""
     CLOSED = "closed"
@@ -135,7 +135,7 @@ class View:
         self,
         history: EventHistoryLike,
         current_rv: Callable[[], int],
-        settings: WatchSettings,
+        settings: WatchLimits,
         fmt: WatchFormat,
         filt: ObjectFilter,
         on_close: Callable[[View], None],
@@ -169,7 +169,7 @@ class View:
 
     def wake_soon(self) -> None:
         """Wake the watchers with something buffered now, or at the next round when the
-        last one was under :attr:`WatchSettings.write_interval` ago."""
+        last one was under :attr:`WatchLimits.write_interval` ago."""
         if self.round is not None:
             return  # the round to come wakes them
         due = self.last_round + self.settings.write_interval

@@ -11,13 +11,13 @@ that leaves it as DELETED with its last state at the event's resourceVersion, as
 watcher's buffer. Appending never blocks and never waits: the informer applying the change
 is not slowed down by any client.
 
-A view wakes its watchers at most once per :attr:`WatchSettings.write_interval` (50 ms): an
+A view wakes its watchers at most once per :attr:`WatchLimits.write_interval` (50 ms): an
 event after a quiet spell goes out at once, events closer together than that go out in one
 write. At 100 events/s to 1,000 watchers a write per event is 100,000 TLS records and
 syscalls a second, which is most of what a watch costs; batching them is what lets one
 process serve that many.
 
-Each watcher has a bounded buffer (:attr:`WatchSettings.max_buffered_events`). A watcher
+Each watcher has a bounded buffer (:attr:`WatchLimits.max_buffered_events`). A watcher
 that falls that far behind is cut off, as the cacher cuts a watcher it cannot hand an event
 to: it gets no further events, what it has buffered is still written (a consistent prefix),
 and its stream ends; the client re-watches from the last resourceVersion it saw (client-go
@@ -28,7 +28,7 @@ snapshot taken in the same synchronous step as joining the view, so nothing is m
 sent twice), optionally followed by the BOOKMARK annotated ``k8s.io/initial-events-end:
 "true"``; or the history's events after a resourceVersion (410 Expired as an ERROR event when
 the history no longer holds it: ``too old resource version: N (M)``); or just what comes
-next. BOOKMARKs go out every :attr:`WatchSettings.bookmark_period` (60 s, the cacher's) and
+next. BOOKMARKs go out every :attr:`WatchLimits.bookmark_period` (60 s, the cacher's) and
 2 s before the watch's deadline when the client allows them. A ``RESET`` from the history
 (the store was cleared: its context stopped or reloaded) ends every watch after its buffer.
 
@@ -58,7 +58,7 @@ from .formats import (
     TableWatchFormat,
     WatchFormat,
 )
-from .views import View, WatchEnd, Watcher, WatchSettings, line_for
+from .views import View, WatchEnd, Watcher, WatchLimits, line_for
 
 __all__ = [
     "INITIAL_EVENTS_END",
@@ -70,7 +70,7 @@ __all__ = [
     "WatchBroadcaster",
     "WatchEnd",
     "WatchFormat",
-    "WatchSettings",
+    "WatchLimits",
 ]
 
 
@@ -90,12 +90,12 @@ class WatchBroadcaster:
         history: EventHistoryLike,
         snapshot: Callable[[], SnapshotLike],
         current_rv: Callable[[], int],
-        settings: WatchSettings | None = None,
+        settings: WatchLimits | None = None,
     ):
         self.history = history
         self.snapshot = snapshot
         self.current_rv = current_rv
-        self.settings = settings or WatchSettings()
+        self.settings = settings or WatchLimits()
         self._views: dict[tuple[Hashable, Hashable], View] = {}
         self._watchers = 0
         self._closed = False
