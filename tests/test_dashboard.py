@@ -111,8 +111,12 @@ class EventStream:
             for key in self.stale:
                 self.rows.pop(key, None)
             self.stale = set()
-        elif event == "contexts":
+        elif event == "contexts" and "contexts" in data:  # the whole panel
             self.contexts = {c["name"]: c for c in data["contexts"]}
+        elif event == "contexts":  # what changed in it
+            self.contexts.update((c["name"], c) for c in data["changed"])
+            for name in data["removed"]:
+                self.contexts.pop(name, None)
         elif event == "columns":
             self.columns[data["context"]] = [c["name"] for c in data["columns"]]
         elif event == "changes":

@@ -185,9 +185,12 @@ class _ViewStream(Stream):
     async def _emit(self, event: str, data: object) -> None:
         if event == "reset":  # every (re)subscription starts with it
             self._view.subscribed = True
-        elif event == "contexts":
-            self._view.contexts = encode_event("contexts", data)
         await super()._emit(event, data)
+
+    def panel_event(self) -> bytes | None:
+        """The whole contexts panel as this view has sent it, for a stream catching up."""
+        full = self.panel.full()
+        return None if full is None else encode_event("contexts", full)
 
 
 class _View:
@@ -200,7 +203,6 @@ class _View:
         self.namespace = namespace
         self.members: dict[Connection, None] = {}  # in joining order
         self.subscribed = False  # later members catch up on their own
-        self.contexts: bytes | None = None  # the last contexts panel sent
         self.ended = False
         self.scope = anyio.CancelScope()
         self.stream = _ViewStream(hub.context, self)
@@ -230,11 +232,14 @@ class _View:
         """Write this view's events to ``conn`` until the view ends (cancel to stop)."""
         self.members[conn] = None
         conn.live = not self.subscribed  # before the view's first reset: all of it follows
-        if self.contexts is not None:
-            conn.push(self.contexts)
         try:
             while not self.ended:
                 if not conn.live:
+                    # the whole panel first: the changes queued meanwhile apply on top of it
+                    # (each carries whole items, in order), whatever the queue lost
+                    panel = self.stream.panel_event()
+                    if panel is not None:
+                        await conn.write(panel)
                     replay = Stream(self.hub.context, conn.write)
                     await replay.replay_table(self.resource, self.namespace)
                     conn.live = True

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from kubemux import WatcherRegistry
 
+from ._panel import Panel
 from ._snapshots import SnapshotCache
 
 __all__ = ["StreamContext"]
@@ -27,7 +28,8 @@ class StreamContext:
     stream_send_timeout: float
     snapshots: SnapshotCache
     running_registry: Callable[[], WatcherRegistry]  # raises the 503 Problem when not running
-    contexts_json: Callable[[int], bytes]  # the contexts panel at a status version, shared
+    contexts_json: Callable[[int], bytes]  # /api/contexts at a status version, shared
+    panel: Callable[[int], Panel]  # the streams' contexts panel at a status version, shared
 
     @property
     def registry(self) -> WatcherRegistry:

@@ -29,6 +29,7 @@ from kubemux import (
 
 from ._broadcast import Hub
 from ._context import StreamContext
+from ._panel import Panel, build_panel
 from ._responses import Problem
 from ._snapshots import SnapshotCache
 from .views import status_payload
@@ -120,9 +121,11 @@ class Dashboard:
             snapshots=self.snapshots,
             running_registry=lambda: self.registry,
             contexts_json=self.contexts_json,
+            panel=self.panel,
         )
         self.hub = Hub(self.stream_context)  # the event streams' views, run in the lifespan
         self._contexts_cache: tuple[int, float, bytes] | None = None
+        self._panel_cache: tuple[int, float, Panel] | None = None
         self._external = registry
         self._registry: WatcherRegistry | None = registry
         self._closing: anyio.Event | None = None
@@ -256,6 +259,17 @@ class Dashboard:
         raw = orjson.dumps(status_payload(self.registry.status()))
         self._contexts_cache = (version, now, raw)
         return raw
+
+    def panel(self, version: int) -> Panel:
+        """The streams' contexts panel (:mod:`._panel`), built once for every stream; again
+        when the registry's ``status_version`` moved, or after ``CONTEXTS_TTL``."""
+        now = time.monotonic()
+        cached = self._panel_cache
+        if cached is not None and cached[0] == version and now - cached[1] < CONTEXTS_TTL:
+            return cached[2]
+        panel = build_panel(self.registry.status())
+        self._panel_cache = (version, now, panel)
+        return panel
 
     async def ready_store(self, context: str, resource: Resource) -> Store:
         """The context's synced store of ``resource``, starting its watcher if needed.

@@ -65,7 +65,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import anyio
-import orjson
 
 from kubemux import (
     Change,
@@ -82,8 +81,9 @@ from kubemux import (
 
 from ._context import StreamContext
 from ._encoding import BATCH, RETRY_MS, columns_event, encode_event, encoded
+from ._panel import Panel, PanelDiff
 from ._snapshots import SnapshotCache  # re-exported: this module was its home
-from .views import event_payload, object_payload, status_payload
+from .views import event_payload, object_payload
 
 __all__ = [
     "EVENT_RESOURCES",
@@ -119,6 +119,7 @@ class Stream:
         self._write = write
         self._watch_errors: dict[str, str] = {}
         self._sent: dict[str, tuple[TableColumn, ...]] = {}  # context -> columns sent
+        self.panel = PanelDiff()  # what this stream sent of the contexts panel
         self._first = True
 
     async def _emit(self, event: str, data: object) -> None:
@@ -287,34 +288,37 @@ class Stream:
                     del scoped[key]
                 await self._wait_sync(syncs)
 
-    async def _contexts_loop(self) -> None:
-        """Send the contexts panel whenever it changed.
+    async def _contexts_loop(self, only: str | None = None) -> None:
+        """Send the contexts panel, then what changed in it (:mod:`._panel`); ``only``: the
+        panel of that one context (the object page's).
 
         A state change (the registry's ``status_version``, which also moves on kubeconfig
         syncs) goes out at once, a burst of them coalesced over ``NEWS_DELAY``; object
-        counts and backoff countdowns are looked at every ``COUNTS_PERIOD`` (or
-        ``status_period`` if shorter). The panel itself is built once for every stream, and
-        a stream waits with one timer, no task: with many streams every wakeup and every
-        send counts.
+        counts are looked at every ``COUNTS_PERIOD`` (or ``status_period`` if shorter). The
+        panel itself is built once for every stream, and a stream waits with one timer, no
+        task: with many streams every wakeup and every send counts. Nothing is sent while
+        nothing the page shows changed.
         """
         registry = self._registry
-        last: bytes | None = None
         period = min(COUNTS_PERIOD, self._dash.status_period)
         while True:
             version = registry.status_version
-            payload = self._contexts(version)
-            if payload != last:
-                await self._emit("contexts", payload)
-                last = payload
+            panel = self._contexts(version)
+            if only is not None:
+                panel = panel.only(only)
+            data = self.panel.next(panel)
+            if data is not None:
+                await self._emit("contexts", data)
             with anyio.move_on_after(period):
                 await registry.wait_status_change(version)
                 await anyio.sleep(NEWS_DELAY)  # coalesce: many contexts may flap at once
 
-    def _contexts(self, version: int) -> bytes:
-        """The contexts panel as JSON; one encoding per state serves every stream."""
+    def _contexts(self, version: int) -> Panel:
+        """The contexts panel; one encoding per state serves every stream."""
+        panel = self._dash.panel(version)
         if self._watch_errors:
-            return orjson.dumps(status_payload(self._registry.status(), self._watch_errors))
-        return self._dash.contexts_json(version)
+            return panel.with_errors(self._registry.status(), self._watch_errors)
+        return panel
 
     async def _wait_sync(self, after: int) -> None:
         """Wait for the next kubeconfig sync, at most one status period."""
@@ -325,7 +329,7 @@ class Stream:
     async def object(self, context: str, resource: Resource, namespace: str, name: str) -> None:
         """One object and its Kubernetes Events, live."""
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._contexts_loop)
+            tg.start_soon(self._contexts_loop, context)
             await self._pump_object(context, resource, namespace, name)
             tg.cancel_scope.cancel("the registry closed")
 

@@ -229,12 +229,41 @@
     while (list.children.length > 12) list.lastElementChild.remove();
   }
 
-  function noteContextChanges(payload) {
+  // The server sends the whole panel first, then only the contexts that changed
+  // ({changed, removed, order?}: a changed item replaces the one of its name); this holds it.
+  function panelModel() {
+    return { order: [], items: new Map(), extras: { kubeconfig_errors: {}, invalid_contexts: {}, kubeconfig_syncs: 0 } };
+  }
+
+  // Apply a `contexts` event; what changed: {all, changed: [names], removed: [names], reordered}.
+  function applyPanel(model, data) {
+    for (const key of Object.keys(model.extras)) if (key in data) model.extras[key] = data[key];
+    if (data.contexts) {
+      const before = model.order;
+      model.items = new Map(data.contexts.map((c) => [c.name, c]));
+      model.order = data.contexts.map((c) => c.name);
+      return { all: true, changed: model.order, removed: before.filter((n) => !model.items.has(n)), reordered: true };
+    }
+    const changed = [];
+    for (const item of data.changed || []) {
+      model.items.set(item.name, item);
+      changed.push(item.name);
+    }
+    const removed = [];
+    for (const name of data.removed || []) if (model.items.delete(name)) removed.push(name);
+    if (data.order) model.order = data.order.filter((n) => model.items.has(n));
+    else if (removed.length) model.order = model.order.filter((n) => model.items.has(n));
+    for (const name of changed) if (!model.order.includes(name)) model.order.push(name);
+    return { all: false, changed, removed, reordered: Boolean(data.order || removed.length) };
+  }
+
+  function noteContextChanges(model, diff) {
     const before = contextsState.previous;
-    const now = new Map(payload.contexts.map((c) => [c.name, c]));
     if (before) {
-      for (const [name, c] of now) {
+      for (const name of diff.changed) {
+        const c = model.items.get(name);
         const old = before.get(name);
+        if (!c) continue;
         if (!old) {
           logActivity("context " + name + " added", "add");
         } else if (old.generation && c.generation && old.generation !== c.generation) {
@@ -243,13 +272,20 @@
           logActivity("context " + name + ": " + c.state, "error");
         }
       }
-      for (const name of before.keys()) {
-        if (!now.has(name)) logActivity("context " + name + " removed", "remove");
+      const gone = diff.all ? [...before.keys()].filter((n) => !model.items.has(n)) : diff.removed;
+      for (const name of gone) {
+        if (before.has(name)) logActivity("context " + name + " removed", "remove");
       }
     } else {
-      const n = payload.contexts.length;
+      const n = model.order.length;
       logActivity("watching " + n + (n === 1 ? " context" : " contexts"), "info");
     }
+    const now = diff.all || !before ? new Map() : before;
+    for (const name of diff.all || !before ? model.order : diff.changed) {
+      const c = model.items.get(name);
+      if (c) now.set(name, { generation: c.generation, state: c.state });
+    }
+    for (const name of diff.removed) now.delete(name);
     contextsState.previous = now;
   }
 
@@ -293,26 +329,24 @@
     );
     for (const res of names) parts.push(c.objects[res] + " " + res);
     // objects skipped (malformed, or refused by a transform): how many, and the latest why
-    const skipped = (c.informers || []).filter((i) => i.last_skip);
-    if (skipped.length) {
-      const latest = skipped.reduce((a, b) => ((b.last_skip_at || 0) > (a.last_skip_at || 0) ? b : a));
-      const count = skipped.reduce((n, i) => n + (i.skipped_lines || 0), 0);
-      parts.push(count + " skipped (latest: " + latest.last_skip + ")");
-    }
+    if (c.skipped) parts.push(c.skipped.count + " skipped (latest: " + c.skipped.latest + ")");
     text(p.counts, parts.join(" · ") || "no watchers yet");
     card.dataset.lastSync = c.last_sync ? String(c.last_sync) : "";
+    card._item = c;
     renderSync(card);
-    let err = c.last_error || "";
-    if (err && c.retry_in) err += " (retry in " + Math.ceil(c.retry_in) + "s)";
-    text(p.error, err);
-    p.error.hidden = !err;
-    card.classList.toggle("card-bad", Boolean(err));
+    card.classList.toggle("card-bad", Boolean(c.last_error));
   }
 
   // "listed N ago" (the last full LIST) and "last <resource> event N ago" (this page's last
   // live change from the context), each with a tooltip saying which it is.
   function renderSync(card) {
     const p = card._parts;
+    const c = card._item;
+    // the retry countdown from the time the server gave (nothing is sent as it counts down)
+    let err = (c && c.last_error) || "";
+    if (err && c.retry_at) err += " (retry in " + Math.max(0, Math.ceil(c.retry_at - Date.now() / 1000)) + "s)";
+    text(p.error, err);
+    p.error.hidden = !err;
     const last = Number(card.dataset.lastSync);
     text(p.listed, last ? "listed " + duration(Date.now() / 1000 - last) + " ago" : "not listed yet");
     const resource = contextsState.resource || "object";
@@ -325,49 +359,61 @@
     );
   }
 
-  function renderContexts(payload, onContexts) {
-    noteContextChanges(payload);
-    assignColours(payload.contexts.map((c) => c.name));
+  // Draw the panel after a `contexts` event (diff: what applyPanel says changed): only the
+  // cards of the contexts that changed are filled again.
+  function renderContexts(model, diff, onContexts) {
+    noteContextChanges(model, diff);
+    if (diff.reordered) assignColours(model.order);
     const box = $("contexts");
-    const seen = new Set();
-    const order = [];
-    for (const c of payload.contexts) {
-      seen.add(c.name);
-      let card = contextsState.cards.get(c.name);
+    for (const name of diff.changed) {
+      const c = model.items.get(name);
+      if (!c) continue;
+      let card = contextsState.cards.get(name);
       if (!card) {
         card = contextCard(c);
-        contextsState.cards.set(c.name, card);
+        contextsState.cards.set(name, card);
       }
       fillCard(card, c);
-      order.push(card);
     }
-    for (const [name, card] of contextsState.cards) {
-      if (!seen.has(name)) {
-        card.remove();
-        contextsState.cards.delete(name);
-        contextsState.lastEvent.delete(name);
+    if (diff.reordered) {
+      for (const [name, card] of contextsState.cards) {
+        if (!model.items.has(name)) {
+          card.remove();
+          contextsState.cards.delete(name);
+          contextsState.lastEvent.delete(name);
+        }
       }
+      model.order.forEach((name, i) => {
+        const card = contextsState.cards.get(name);
+        if (card && box.children[i] !== card) box.insertBefore(card, box.children[i] || null);
+      });
+      if (!model.order.length) {
+        if (!box.querySelector(".empty")) box.append(el("p", { className: "empty" }, "No contexts in the kubeconfig."));
+      } else {
+        const empty = box.querySelector(".empty");
+        if (empty) empty.remove();
+      }
+      layoutContexts();
+      if (onContexts) onContexts(model.order);
     }
-    order.forEach((card, i) => {
-      if (box.children[i] !== card) box.insertBefore(card, box.children[i] || null);
-    });
-    if (!payload.contexts.length) {
-      if (!box.querySelector(".empty")) box.append(el("p", { className: "empty" }, "No contexts in the kubeconfig."));
-    } else {
-      const empty = box.querySelector(".empty");
-      if (empty) empty.remove();
-    }
-    layoutContexts();
-    text($("syncs"), payload.kubeconfig_syncs ? "kubeconfig synced " + payload.kubeconfig_syncs + "×" : "");
+    const extras = model.extras;
+    text($("syncs"), extras.kubeconfig_syncs ? "kubeconfig synced " + extras.kubeconfig_syncs + "×" : "");
     setBanners(
       "kubeconfig:",
-      Object.entries(payload.kubeconfig_errors).map(([file, e]) => [file, "kubeconfig " + file + ": " + e]),
+      Object.entries(extras.kubeconfig_errors).map(([file, e]) => [file, "kubeconfig " + file + ": " + e]),
     );
     setBanners(
       "invalid:",
-      Object.entries(payload.invalid_contexts).map(([name, why]) => [name, "context " + name + " cannot be used: " + why]),
+      Object.entries(extras.invalid_contexts).map(([name, why]) => [name, "context " + name + " cannot be used: " + why]),
     );
-    if (onContexts) onContexts(payload.contexts.map((c) => c.name));
+  }
+
+  // Refill every card (the resource shown changed: its count goes first).
+  function refillCards(model) {
+    for (const [name, card] of contextsState.cards) {
+      const c = model.items.get(name);
+      if (c) fillCard(card, c);
+    }
   }
 
   function layoutContexts() {
@@ -873,7 +919,8 @@
       else text(empty, "No " + resource + " match the filter.");
     }
 
-    let pendingContexts = null;
+    const panel = panelModel();
+    let pendingPanel = null; // what changed since the panel was last drawn
     let contextsFrame = 0;
     const handlers = {
       reset(data) {
@@ -884,7 +931,10 @@
           document.title = data.title;
         }
         if (data.resource) resource = data.resource;
-        contextsState.resource = resource;
+        if (contextsState.resource !== resource) {
+          contextsState.resource = resource;
+          refillCards(panel);
+        }
         namespaced = data.namespaced !== false;
         layout();
         visibleDirty = true;
@@ -921,15 +971,22 @@
         if (namespacesDirty) renderNamespaces();
         schedule();
       },
-      contexts(payload) {
-        // drawn once per frame, the latest state (a thousand cards take a while)
-        pendingContexts = payload;
+      contexts(data) {
+        // applied now, drawn once per frame (what changed since the last drawing)
+        const diff = applyPanel(panel, data);
+        if (!pendingPanel) pendingPanel = diff;
+        else {
+          pendingPanel.all = pendingPanel.all || diff.all;
+          pendingPanel.changed = [...new Set([...pendingPanel.changed, ...diff.changed])];
+          pendingPanel.removed = [...pendingPanel.removed, ...diff.removed];
+          pendingPanel.reordered = pendingPanel.reordered || diff.reordered;
+        }
         if (!contextsFrame) {
           contextsFrame = requestAnimationFrame(() => {
             contextsFrame = 0;
-            const latest = pendingContexts;
-            pendingContexts = null;
-            if (latest) renderContexts(latest, renderContextFilter);
+            const drawn = pendingPanel;
+            pendingPanel = null;
+            if (drawn) renderContexts(panel, drawn, renderContextFilter);
           });
         }
       },
@@ -954,6 +1011,7 @@
       resource = resourceInput.value.trim() || "pods";
       contextsState.resource = resource;
       contextsState.lastEvent.clear();
+      refillCards(panel);
       layout();
       const query = new URLSearchParams({ resource });
       const ns = namespaceInput.value.trim();
@@ -1301,11 +1359,13 @@
         );
         $("no-events").hidden = events.length > 0;
       },
-      contexts(payload) {
-        const c = payload.contexts.find((x) => x.name === context);
+      contexts(data) {
+        applyPanel(panel, data);
+        const c = panel.items.get(context);
         text($("obj-context"), c ? "context " + c.name + ": " + c.state + (c.last_error ? " — " + c.last_error : "") : "context " + context + " is not in the kubeconfig");
       },
     };
+    const panel = panelModel();
     const query = new URLSearchParams({ context, resource, namespace, name });
     connect("api/stream?" + query.toString(), handlers);
   }
