@@ -81,6 +81,7 @@ class EventStream:
         self.stale: set[tuple[str, str, str]] = set()
         self.contexts: dict[str, Any] = {}
         self.columns: dict[str, list[str]] = {}  # context -> column names
+        self.definitions: dict[str, list[str]] = {}  # column set id -> column names
         self.seen: list[tuple[str, Any]] = []
         self.raw: list[str] = []
 
@@ -117,8 +118,11 @@ class EventStream:
             self.contexts.update((c["name"], c) for c in data["changed"])
             for name in data["removed"]:
                 self.contexts.pop(name, None)
-        elif event == "columns":
-            self.columns[data["context"]] = [c["name"] for c in data["columns"]]
+        elif event == "columns":  # whole once per snapshot, then by id
+            if "columns" in data:
+                self.definitions[data["id"]] = [c["name"] for c in data["columns"]]
+            if "context" in data:
+                self.columns[data["context"]] = self.definitions[data["id"]]
         elif event == "changes":
             for c in data:
                 if c["type"] in ("ADDED", "MODIFIED"):

@@ -241,7 +241,9 @@ class _View:
                     if panel is not None:
                         await conn.write(panel)
                     replay = Stream(self.hub.context, conn.write)
-                    await replay.replay_table(self.resource, self.namespace)
+                    # the view's column sets first: its live events may name them by id
+                    defined = dict(self.stream.defined)
+                    await replay.replay_table(self.resource, self.namespace, defined)
                     conn.live = True
                 if conn.pending:
                     await conn.flush()

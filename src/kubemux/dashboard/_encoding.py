@@ -4,10 +4,15 @@ An event is ``event: name`` and one ``data:`` line of JSON (:func:`encode_event`
 change is encoded by the row encoder (:mod:`._rows`) once, whichever streams send it
 (:func:`encoded`), and a context's ``columns`` event once per set of columns
 (:func:`columns_event`): with a thousand streams the encoding is the cost.
+
+A set of columns has an id (a hash of its definitions): a snapshot sends each set whole
+once and, for every other context with the same columns, only the id (a fleet's 1,000
+contexts serve the same columns: their descriptions went out 1,000 times, ~2 MB).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 
 import orjson
@@ -17,7 +22,15 @@ from kubemux import Change, Resource, TableColumn
 from ._rows import change_bytes
 from .views import column_payload
 
-__all__ = ["BATCH", "RETRY_MS", "columns_event", "encode_event", "encoded"]
+__all__ = [
+    "BATCH",
+    "RETRY_MS",
+    "columns_event",
+    "columns_id",
+    "definition_event",
+    "encode_event",
+    "encoded",
+]
 
 BATCH = 500  # changes per ``changes`` event
 RETRY_MS = 1000  # EventSource reconnection delay
@@ -58,19 +71,51 @@ def encoded(change: Change) -> bytes | None:
 
 
 _columns_events: OrderedDict[tuple[str, str, tuple[TableColumn, ...]], bytes] = OrderedDict()
+_definitions: OrderedDict[tuple[TableColumn, ...], tuple[str, bytes]] = OrderedDict()
 
 
-def columns_event(context: str, resource: Resource, columns: tuple[TableColumn, ...]) -> bytes:
-    """The ``columns`` event of one context's table view, encoded once for every stream."""
+def columns_id(columns: tuple[TableColumn, ...]) -> tuple[str, bytes]:
+    """A set of columns' id and its definitions as JSON, computed once per set."""
+    found = _definitions.get(columns)
+    if found is None:
+        body = orjson.dumps([column_payload(c) for c in columns])
+        found = _definitions[columns] = (hashlib.blake2b(body, digest_size=8).hexdigest(), body)
+        if len(_definitions) > ENCODED_CHANGES:
+            _definitions.popitem(last=False)
+    return found
+
+
+def definition_event(resource: Resource, cid: str, body: bytes) -> bytes:
+    """A set of columns defined for later references, no context's: ``{"resource", "id",
+    "columns"}``."""
+    head = orjson.dumps({"resource": resource.name, "id": cid})
+    return encode_event("columns", head[:-1] + b',"columns":' + body + b"}")
+
+
+def columns_event(
+    context: str,
+    resource: Resource,
+    columns: tuple[TableColumn, ...],
+    *,
+    defined: dict[str, bytes] | None = None,
+) -> bytes:
+    """The ``columns`` event of one context's table view: ``{"context", "resource", "id",
+    "columns"}``, encoded once for every stream; only ``{"context", "resource", "id"}``
+    when ``id`` is in ``defined`` (the sets this stream sent since its last ``reset``, id
+    -> definitions; the event adds its own)."""
+    cid, body = columns_id(columns)
+    if defined is not None:
+        if cid in defined:
+            head = orjson.dumps({"context": context, "resource": resource.name, "id": cid})
+            return encode_event("columns", head)
+        defined[cid] = body
     key = (context, resource.name, columns)
     raw = _columns_events.get(key)
     if raw is None:
-        data = {
-            "context": context,
-            "resource": resource.name,
-            "columns": [column_payload(c) for c in columns],
-        }
-        raw = _columns_events[key] = encode_event("columns", data)
+        head = orjson.dumps({"context": context, "resource": resource.name, "id": cid})
+        raw = _columns_events[key] = encode_event(
+            "columns", head[:-1] + b',"columns":' + body + b"}"
+        )
         if len(_columns_events) > ENCODED_CHANGES:
             _columns_events.popitem(last=False)
     return raw

@@ -9,7 +9,7 @@ import anyio.lowlevel
 
 from kubemux import MultiTableStore, Resource, Store, TableColumn, TableStore
 
-from ._encoding import BATCH, columns_event, encode_event
+from ._encoding import BATCH, encode_event
 from ._rows import row_change
 
 __all__ = ["SLICE", "SnapshotCache"]
@@ -34,8 +34,9 @@ class _Snapshot:
 class SnapshotCache:
     """Encoded table snapshots, shared by every stream.
 
-    One entry per (context, resource, namespace): the ``columns`` event and the ``changes``
-    events (``BATCH`` rows each) that replay a table view's store, valid while the store is
+    One entry per (context, resource, namespace): the ``changes`` events (``BATCH`` rows
+    each) that replay a table view's store (its ``columns`` event is the stream's to send,
+    :func:`~._encoding.columns_event`), valid while the store is
     the same object at the same resourceVersion, size and columns. Concurrent streams wanting the same snapshot wait for one
     encoding. An entry also keeps each object's encoded row (by the object's bytes), so the
     next encoding, after a few changes, summarises only the objects that changed. At most
@@ -68,8 +69,7 @@ class SnapshotCache:
         namespace: str | None,
         store: TableStore | MultiTableStore,
     ) -> list[bytes]:
-        """The ``columns`` and ``changes`` events that replay ``store`` (filtered by
-        ``namespace``)."""
+        """The ``changes`` events that replay ``store`` (filtered by ``namespace``)."""
         key = (context, resource.name, namespace)
         while True:
             version = (_resource_version(store), len(store), store.columns)
@@ -86,7 +86,7 @@ class SnapshotCache:
             known = entry.rows if entry is not None else {}
             raws = store.list_raw(namespace)  # the store at one instant; slices follow it
             rows: dict[bytes, bytes] = {}
-            events = [columns_event(context, resource, version[2])]
+            events: list[bytes] = []
             fresh = 0
             for start in range(0, len(raws), BATCH):
                 batch = []

@@ -37,20 +37,22 @@ Events (``data`` is JSON):
 ``synced``
     The snapshot is complete: drop what is still stale.
 ``columns``
-    ``{"context", "resource", "columns": [{"name", "type", "format", "description",
+    ``{"context", "resource", "id", "columns": [{"name", "type", "format", "description",
     "priority"}]}``: the columns of that context's table view (the server's, as ``kubectl
     get`` prints them; ``priority`` > 0 for ``-o wide`` ones). Sent before the first row of
     a context (in its snapshot, or before its first live change after a ``RESET``) and
     again when the server's columns change (the context's rows follow again). Contexts may
-    differ: the page shows the union by name.
+    differ: the page shows the union by name. In a snapshot, a set of columns already sent
+    since the ``reset`` comes as its ``id`` alone (``{"context", "resource", "id"}``): a
+    fleet's contexts share their columns, the descriptions go out once.
 ``changes``
     A batch of row changes: ``ADDED``/``MODIFIED`` (with ``row``: ``cells``, one per column
     of the context's last ``columns``, ``labels`` and ``created``), ``DELETED``, ``RESET``
     (forget that context's rows; its columns come again before its next row) and
     ``REMOVED`` (the context stopped: drop its rows and its columns).
 ``contexts``
-    The contexts panel: sent at the start, after every kubeconfig sync and whenever a state
-    or a count changes.
+    The contexts panel (:mod:`._panel`): whole at the start, then the contexts whose item
+    changed (a state, a count, an error; kubeconfig syncs).
 ``object`` / ``events``
     The object page: the object (``null`` once deleted) with its YAML, links and a pod's
     containers (:func:`~.views.object_payload`), and its Kubernetes Events.
@@ -80,7 +82,14 @@ from kubemux import (
 )
 
 from ._context import StreamContext
-from ._encoding import BATCH, RETRY_MS, columns_event, encode_event, encoded
+from ._encoding import (
+    BATCH,
+    RETRY_MS,
+    columns_event,
+    definition_event,
+    encode_event,
+    encoded,
+)
 from ._panel import Panel, PanelDiff
 from ._snapshots import SnapshotCache  # re-exported: this module was its home
 from .views import event_payload, object_payload
@@ -120,6 +129,8 @@ class Stream:
         self._watch_errors: dict[str, str] = {}
         self._sent: dict[str, tuple[TableColumn, ...]] = {}  # context -> columns sent
         self.panel = PanelDiff()  # what this stream sent of the contexts panel
+        # the column sets sent since the last reset (id -> definitions): later by id only
+        self.defined: dict[str, bytes] = {}
         self._first = True
 
     async def _emit(self, event: str, data: object) -> None:
@@ -160,7 +171,12 @@ class Stream:
                     continue
             return  # the registry closed the subscription
 
-    async def replay_table(self, resource: Resource, namespace: str | None) -> None:
+    async def replay_table(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        defined: Mapping[str, bytes] | None = None,
+    ) -> None:
         """``reset``, each synced context's columns and rows as its store holds them now,
         ``synced``.
 
@@ -179,6 +195,10 @@ class Stream:
         )
         sent = self._sent
         sent.clear()
+        self.defined.clear()
+        for cid, body in (defined or {}).items():  # a view's: its live events name them
+            await self._write(definition_event(resource, cid, body))
+            self.defined[cid] = body
         for context in list(self._registry.contexts):
             store = self._table_store(context, resource)
             if store is None:
@@ -203,11 +223,14 @@ class Stream:
         store: TableStore | MultiTableStore,
         sent: dict[str, tuple[TableColumn, ...]],
     ) -> None:
-        """A context's columns and rows, from the shared snapshot cache."""
+        """A context's columns (their id only if this stream defined them) and rows, the
+        rows from the shared snapshot cache."""
+        columns = store.columns
         events = await self._dash.snapshots.events(context, resource, namespace, store)
+        await self._write(columns_event(context, resource, columns, defined=self.defined))
         for event in events:
             await self._write(event)
-        sent[context] = store.columns
+        sent[context] = columns
 
     async def _send_changes(
         self,
@@ -242,7 +265,10 @@ class Stream:
                 if store is not None and store.columns and store.columns is not before:
                     if before is None:
                         await flush()
-                        await self._write(columns_event(context, resource, store.columns))
+                        event = columns_event(
+                            context, resource, store.columns, defined=self.defined
+                        )
+                        await self._write(event)
                         sent[context] = store.columns
                     elif store.columns != before:
                         await flush()
@@ -268,7 +294,9 @@ class Stream:
                     self._dash.snapshots.scoped[name, resource.name] = store
                 if name not in self._sent and store.columns:  # an empty table has columns too
                     self._sent[name] = store.columns
-                    await self._write(columns_event(name, resource, store.columns))
+                    await self._write(
+                        columns_event(name, resource, store.columns, defined=self.defined)
+                    )
             except KubemuxError as exc:
                 self._watch_errors[name] = str(exc)
             finally:

@@ -521,6 +521,7 @@
     const rowNamespaces = new Set();
     const columnSets = new Map(); // JSON of a column list -> {columns, index}: shared by contexts
     const columnsBy = new Map(); // context -> its column set
+    const definitions = new Map(); // column set id -> columns, as the server defined them
     let shown = []; // the columns on screen: {name, kind, col}
     let resource = resourceInput.value.trim();
     let namespaced = true;
@@ -947,7 +948,12 @@
         schedule();
       },
       columns(data) {
-        setColumns(data.context, data.columns);
+        // a set of columns comes whole once per snapshot, then by its id
+        if (data.columns && data.id) definitions.set(data.id, data.columns);
+        if (!data.context) return; // a definition only
+        const columns = data.columns || definitions.get(data.id);
+        if (!columns) return; // never sent: the context's rows keep the columns they had
+        setColumns(data.context, columns);
         // after the snapshot, a context's columns come right before the rows of its LIST
         // (it synced later, was reloaded, or its columns changed): not events
         if (synced) listing.add(data.context);
