@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +11,25 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 
-from kubemux import Forbidden, KubemuxError, Resource, UnknownResource, parse_resource
+from kubemux import (
+    Forbidden,
+    KubemuxError,
+    Resource,
+    TableStore,
+    UnknownResource,
+    parse_resource,
+)
 
 from .._redact import redact_text
 from .._wire.codec import decode_raw
+from ._answers import Answers, Gathered
 from ._responses import Problem, json_response
 from ._state import Dashboard, dashboard_of
 from .views import event_payload, redact
 
 STATIC = Path(__file__).resolve().parent / "static"
-FAN_OUT = 16  # contexts asked at once by the endpoints that ask every context
+RESOURCES_TTL = 30.0  # seconds a context's discovery (or failed namespaces) answer is kept
+NAMESPACES = parse_resource("namespaces")
 
 
 def _param(request: Request, name: str) -> str:
@@ -183,40 +191,51 @@ async def api_events(request: Request) -> Response:
     raise Problem(503, f"the events of context {context!r} are not synced yet", retry_after=1)
 
 
-async def _every_context(
-    dashboard: Dashboard, ask: Callable[[str], Awaitable[Any]]
-) -> tuple[list[str], dict[str, Any], dict[str, str]]:
-    """``ask(context)`` for every context, ``FAN_OUT`` at a time, all within one
-    ``sync_timeout``: (the contexts in kubeconfig order, their answers, their errors).
-    A context that has not answered in time is in neither."""
-    contexts = list(dashboard.registry.contexts)
-    answers: dict[str, Any] = {}
-    errors: dict[str, str] = {}
-    limiter = anyio.CapacityLimiter(FAN_OUT)
+def _kept(dashboard: Dashboard, question: str) -> Answers[Any]:
+    """The kept answers of every context to one of the pickers' questions."""
+    answers: Answers[Any] | None = dashboard.answers.get(question)
+    if answers is not None:
+        return answers
+    registry = dashboard.registry
+    if question == "resources":
+        answers = Answers(registry.resources, ttl=RESOURCES_TTL)
+    else:
 
-    async def one(context: str) -> None:
-        async with limiter:
+        def peek(context: str) -> tuple[list[str], str | None] | None:
+            store = registry.store(context, NAMESPACES, view="table")
+            if not isinstance(store, TableStore):
+                return None
+            return [row.name for row in store.rows()], None
+
+        async def ask(context: str) -> tuple[list[str], str | None]:
             try:
-                answers[context] = await ask(context)
-            except KubemuxError as exc:
-                errors[context] = redact_text(str(exc))
+                table = await registry.table(context, NAMESPACES)
+            except Forbidden as exc:  # the context's own namespace stands in
+                cfg = registry.contexts.get(context)
+                own = (cfg.namespace if cfg is not None else None) or "default"
+                return [own], redact_text(str(exc))
+            return [row.name for row in table.rows()], None
 
-    with anyio.move_on_after(dashboard.sync_timeout):
-        async with anyio.create_task_group() as tg:
-            for context in contexts:
-                tg.start_soon(one, context)
-    return contexts, answers, errors
+        answers = Answers(ask, ttl=RESOURCES_TTL, peek=peek)
+    dashboard.answers[question] = answers
+    return answers
+
+
+async def _gather(dashboard: Dashboard, question: str) -> Gathered[Any]:
+    contexts = list(dashboard.registry.contexts)
+    return await _kept(dashboard, question).gather(contexts, dashboard.hub, dashboard.sync_timeout)
 
 
 async def api_all_resources(request: Request) -> Response:
     """What the contexts serve (discovery), merged: each resource once, with the contexts
-    serving it; in the first context's (kubectl's priority) order, then the others'."""
+    serving it; in the first context's (kubectl's priority) order, then the others'.
+    Answered from what each context said last (:mod:`._answers`): ``pending`` names the
+    contexts that have not answered yet."""
     dashboard = dashboard_of(request)
-    registry = dashboard.registry
-    contexts, answers, errors = await _every_context(dashboard, registry.resources)
+    found = await _gather(dashboard, "resources")
     merged: dict[str, dict[str, Any]] = {}
-    for context in contexts:
-        for r in answers.get(context, ()):
+    for context in found.contexts:
+        for r in found.answers.get(context, ()):
             item = merged.get(r.name)
             if item is None:
                 item = merged[r.name] = {
@@ -227,35 +246,28 @@ async def api_all_resources(request: Request) -> Response:
                     "contexts": [],
                 }
             item["contexts"].append(context)
-    pending = [c for c in contexts if c not in answers and c not in errors]
-    return json_response({"resources": list(merged.values()), "errors": errors, "pending": pending})
+    body = {"resources": list(merged.values()), "errors": found.errors, "pending": found.pending}
+    return json_response(body)
 
 
 async def api_namespaces(request: Request) -> Response:
     """The namespaces of every context's cluster (a live table view of ``namespaces`` in
-    each), merged by name with the contexts that have them. Where the user may not list
-    namespaces, the context's own namespace from the kubeconfig stands in (and the error
-    is in ``errors``)."""
+    each, read where it runs, started in the background where not), merged by name with
+    the contexts that have them. Where the user may not list namespaces, the context's own
+    namespace from the kubeconfig stands in (and the error is in ``errors``); ``pending``
+    names the contexts that have not answered yet."""
     dashboard = dashboard_of(request)
-    registry = dashboard.registry
-
-    forbidden: dict[str, str] = {}
-
-    async def names(context: str) -> list[str]:
-        try:
-            table = await registry.table(context, "namespaces")
-        except Forbidden as exc:
-            forbidden[context] = redact_text(str(exc))
-            cfg = registry.contexts.get(context)
-            return [(cfg.namespace if cfg is not None else None) or "default"]
-        return [row.name for row in table.rows()]
-
-    contexts, answers, errors = await _every_context(dashboard, names)
-    errors.update(forbidden)
+    found = await _gather(dashboard, "namespaces")
+    errors = dict(found.errors)
     merged: dict[str, list[str]] = {}
-    for context in contexts:
-        for name in answers.get(context, ()):
+    for context in found.contexts:
+        answer = found.answers.get(context)
+        if answer is None:
+            continue
+        names, error = answer
+        if error is not None:
+            errors[context] = error
+        for name in names:
             merged.setdefault(name, []).append(context)
-    pending = [c for c in contexts if c not in answers and c not in errors]
     namespaces = [{"name": n, "contexts": merged[n]} for n in sorted(merged)]
-    return json_response({"namespaces": namespaces, "errors": errors, "pending": pending})
+    return json_response({"namespaces": namespaces, "errors": errors, "pending": found.pending})

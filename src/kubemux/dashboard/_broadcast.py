@@ -30,7 +30,8 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -305,6 +306,12 @@ class Hub:
             view = self.views[resource, namespace] = _View(self, resource, namespace)
             self._tg.start_soon(view.run)
         await view.follow(conn)
+
+    def start_soon(self, func: Callable[..., Coroutine[Any, Any, object]], *args: object) -> None:
+        """Run ``func(*args)`` in the hub's task group (it ends with the app)."""
+        if self._tg is None:
+            raise RuntimeError("the hub is not running")
+        self._tg.start_soon(func, *args)
 
     def forget(self, view: _View) -> None:
         if self.views.get(view.key) is view:

@@ -112,6 +112,8 @@ class Dashboard:
             self.prom = prometheus_client.CollectorRegistry()
         self._metrics_registered = False
         self.snapshots = SnapshotCache()
+        # the pickers' questions to every context, answered from what is kept (._answers)
+        self.answers: dict[str, Any] = {}
         # what the event streams read of the dashboard: they and the hub hold this, not it
         self.stream_context = StreamContext(
             title=title,
@@ -214,6 +216,7 @@ class Dashboard:
                     self._end_streams()
                     self._registry = None
                     self.snapshots.clear()
+                    self.answers.clear()
         except BaseException as exc:
             if not started:
                 for callback in self._listeners:

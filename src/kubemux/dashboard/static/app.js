@@ -1073,6 +1073,7 @@
         if (!answer.ok) return;
         const body = await answer.json();
         const list = body.resources;
+        if (body.pending.length) setTimeout(discover, 1000); // being asked: again soon
         if (!list.length) return;
         served = new Map(list.map((r) => [r.name, r]));
         servedNames = new Set();
@@ -1120,6 +1121,11 @@
         const body = await answer.json();
         clusterNamespaces = new Map(body.namespaces.map((n) => [n.name, n.contexts]));
         renderNamespaces();
+        if (body.pending.length) {
+          // the server asks those contexts in the background: ask again soon
+          namespacesAt = 0;
+          setTimeout(loadNamespaces, 1000);
+        }
       } catch (err) {
         // the namespaces seen in rows stay
       }
