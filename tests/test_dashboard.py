@@ -567,11 +567,16 @@ async def test_stream_of_another_resource_and_namespace(
             await stream.until(lambda: stream.names() == {"db-1", "db-2"})
             assert {ns for (_, ns, _) in stream.rows} == {"data"}
         async with event_stream(url, "?resource=nonsense") as stream:
-            event, data = await stream.next()
-            assert event == "problem" and data["fatal"] is True
-            assert "unknown resource 'nonsense'" in data["message"]
-            with pytest.raises(EOFError):
-                await stream.next()
+            # one problem naming it, then the stream stays: the contexts panel goes on
+            data = await stream.until_event("problem")
+            assert data == {
+                "message": "the server doesn't have a resource type 'nonsense' "
+                "(none of the 2 contexts that answered serves it); did you mean 'nodes'?",
+                "fatal": False,
+                "kind": "resource",
+            }
+            await stream.until(lambda: stream.contexts.get("prod", {}).get("state") == "running")
+            assert stream.rows == {} and not stream.contexts["prod"]["last_error"]
 
 
 async def test_object_stream_with_events(tmp_path: Path) -> None:

@@ -512,6 +512,8 @@ async def test_screenshot(tmp_path: Path) -> None:
 async def test_resource_picker_and_a_typo(tmp_path: Path) -> None:
     async with FakeCluster() as c:
         c.create("pods", make_pod("web-1"))
+        c.add_crd("example.com", "widgets", "Widget", short_names=["wd"])
+        c.create("widgets.example.com", {"metadata": {"name": "w1"}})
         path = write_kubeconfig(tmp_path / "config", {"prod": c})
         async with serving(make_app(path)) as url, browser() as chromium:
             page = await chromium.new_page()
@@ -520,13 +522,25 @@ async def test_resource_picker_and_a_typo(tmp_path: Path) -> None:
             await expect(rows(page)).to_have_count(1)
             # the picker offers what the cluster serves (discovery), not a fixed list
             await expect(page.locator('#resources option[value="secrets"]')).to_have_count(1)
-            # a typo: the server's answer, with its suggestion, not a blank table
+            # a typo: one error naming it and what the cluster serves close to it; the
+            # cards stay, the table says it too (not "Waiting for objects…")
             await page.fill("#resource", "podz")
             await page.press("#resource", "Enter")
             await page.locator("#resource").blur()
             hint = page.locator("#banners .banner", has_text="did you mean")
             await expect(hint).to_contain_text("'podz'")
             await expect(hint).to_contain_text("'pods'")
+            await expect(hint).to_contain_text("context 'prod'")
+            await expect(page.locator("#banners .banner")).to_have_count(1)
+            await expect(page.locator("#empty")).to_contain_text("doesn't have a resource type")
+            await expect(page.locator('.card[data-context="prod"] .state')).to_have_text("running")
+            await expect(page.locator("#conn")).to_have_text("live")
+            await expect(page.locator(".card-error:visible")).to_have_count(0)
+            # a custom resource's short name resolves through the cluster's discovery
+            await page.fill("#resource", "wd")
+            await page.locator("#resource").blur()
+            await expect(rows(page)).to_have_count(1)
+            await expect(page.locator("#banners .banner")).to_have_count(0)
             await page.fill("#resource", "pods")
             await page.locator("#resource").blur()
             await expect(page.locator("#banners .banner")).to_have_count(0)

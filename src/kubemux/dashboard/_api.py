@@ -221,7 +221,8 @@ def _kept(dashboard: Dashboard, question: str) -> Answers[Any]:
     return answers
 
 
-async def _gather(dashboard: Dashboard, question: str) -> Gathered[Any]:
+async def gather_answers(dashboard: Dashboard, question: str) -> Gathered[Any]:
+    """Every context's kept answer to ``question`` (``resources``, ``namespaces``)."""
     contexts = list(dashboard.registry.contexts)
     return await _kept(dashboard, question).gather(contexts, dashboard.hub, dashboard.sync_timeout)
 
@@ -232,7 +233,7 @@ async def api_all_resources(request: Request) -> Response:
     Answered from what each context said last (:mod:`._answers`): ``pending`` names the
     contexts that have not answered yet."""
     dashboard = dashboard_of(request)
-    found = await _gather(dashboard, "resources")
+    found = await gather_answers(dashboard, "resources")
     merged: dict[str, dict[str, Any]] = {}
     for context in found.contexts:
         for r in found.answers.get(context, ()):
@@ -257,7 +258,7 @@ async def api_namespaces(request: Request) -> Response:
     namespace from the kubeconfig stands in (and the error is in ``errors``); ``pending``
     names the contexts that have not answered yet."""
     dashboard = dashboard_of(request)
-    found = await _gather(dashboard, "namespaces")
+    found = await gather_answers(dashboard, "namespaces")
     errors = dict(found.errors)
     merged: dict[str, list[str]] = {}
     for context in found.contexts:

@@ -13,8 +13,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from kubemux import parse_resource
+from kubemux import Resource, UnknownResource, parse_resource
 
+from .._informer.discovery import resolve
+from .._resources import known_resource
+from ._answers import ANSWER_WAIT
+from ._api import gather_answers
 from ._broadcast import Connection, Hub
 from ._responses import Problem
 from ._state import Dashboard, dashboard_of
@@ -34,10 +38,11 @@ async def api_stream(request: Request) -> Response:
         )
     dashboard.registry  # noqa: B018 - 503 now if the dashboard is not running
     query = request.query_params
-    try:
-        resource = parse_resource(query.get("resource") or dashboard.resource)
-    except ValueError as exc:
-        return _EventStream(dashboard, functools.partial(_fail, str(exc)))
+    asked = (query.get("resource") or "").strip() or dashboard.resource.name
+    found = await resource_of(dashboard, asked)
+    if isinstance(found, str):  # one clear error; the contexts panel stays live
+        return _EventStream(dashboard, functools.partial(_unknown, asked, found))
+    resource = found
     context, name = query.get("context"), query.get("name")
     if context and name:
         ns = query.get("namespace") or ""
@@ -54,8 +59,68 @@ async def api_stream(request: Request) -> Response:
     return _EventStream(dashboard, run_table)
 
 
-async def _fail(message: str, hub: Hub, conn: Connection) -> None:
-    await Stream(hub.context, conn.write).fail(message)
+async def _unknown(name: str, message: str, hub: Hub, conn: Connection) -> None:
+    await Stream(hub.context, conn.write).unknown(name, message)
+
+
+async def resource_of(dashboard: Dashboard, name: str) -> Resource | str:
+    """The resource ``name`` stands for, as kubectl reads it (a built-in at once; any other
+    name, a CRD's short name too, through the contexts' discovery); or, when no context
+    that answered serves it, the one message saying so, with the close names they serve.
+
+    Waits at most ``sync_timeout`` for the contexts' discovery (kept, :mod:`._answers`);
+    if none answered by then, a name ``parse_resource`` reads is taken as it is.
+    """
+    known = known_resource(name)
+    if known is not None:
+        return known
+    try:
+        parsed: Resource | None = parse_resource(name)
+    except ValueError:
+        parsed = None
+    unknown: list[str] = []
+    suggestions: dict[str, None] = {}
+    with anyio.move_on_after(dashboard.sync_timeout):
+        while True:
+            found = await gather_answers(dashboard, "resources")
+            unknown.clear()
+            for context in found.contexts:
+                served = found.answers.get(context)
+                if served is None:
+                    continue
+                if parsed is not None and any(  # plural.version.group: in some version?
+                    (r.group, r.plural) == (parsed.group, parsed.plural) for r in served
+                ):
+                    return parsed
+                try:
+                    return resolve(name, served, context=context)
+                except UnknownResource as exc:
+                    unknown.append(context)
+                    suggestions.update(dict.fromkeys(exc.suggestions))
+            if not found.pending:
+                break
+            await anyio.sleep(ANSWER_WAIT)  # the others are being asked
+    if not unknown:  # nobody answered: the name as it reads, or what is wrong with it
+        if parsed is not None:
+            return parsed
+        return f"{name!r} is not a resource name kubemux knows, and no context answered"
+    return unserved_message(name, unknown, len(found.contexts), tuple(suggestions)[:3])
+
+
+def unserved_message(
+    name: str, unknown: list[str], contexts: int, suggestions: tuple[str, ...]
+) -> str:
+    """kubectl's words for a resource type no context serves, naming the context (one) or
+    how many, and what they serve that is close."""
+    if len(unknown) == 1:
+        return str(UnknownResource(name, unknown[0], suggestions).message)
+    where = f" (none of the {len(unknown)} contexts that answered serves it)"
+    if contexts > len(unknown):
+        where = f" ({len(unknown)} of {contexts} contexts answered, none serves it)"
+    message = f"the server doesn't have a resource type {name!r}{where}"
+    if suggestions:
+        message += "; did you mean " + " or ".join(repr(s) for s in suggestions) + "?"
+    return message
 
 
 class _EventStream(Response):

@@ -78,6 +78,7 @@ from kubemux import (
     Subscription,
     TableColumn,
     TableStore,
+    UnknownResource,
     WatcherRegistry,
 )
 
@@ -142,6 +143,15 @@ class Stream:
     async def fail(self, message: str) -> None:
         """Tell the page why there is nothing to stream; it does not reconnect."""
         await self._emit("problem", {"message": message, "fatal": True})
+
+    async def unknown(self, name: str, message: str) -> None:
+        """A table of a resource type no context serves: an empty table, one ``problem``
+        (``kind: "resource"``) saying so, and the live contexts panel (the cards stay)."""
+        reset = {"resource": name, "namespace": None, "namespaced": True}
+        await self._emit("reset", {**reset, "title": self._dash.title})
+        await self._emit("problem", {"message": message, "fatal": False, "kind": "resource"})
+        await self._emit("synced", {})
+        await self._contexts_loop()
 
     # ------------------------------------------------------------------ table
     async def table(self, resource: Resource, namespace: str | None) -> None:
@@ -297,6 +307,8 @@ class Stream:
                     await self._write(
                         columns_event(name, resource, store.columns, defined=self.defined)
                     )
+            except UnknownResource:  # not the context's failure: its card stays clean
+                self._watch_errors.pop(name, None)
             except KubemuxError as exc:
                 self._watch_errors[name] = str(exc)
             finally:

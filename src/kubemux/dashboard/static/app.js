@@ -185,7 +185,9 @@
       }
       source.addEventListener("problem", (ev) => {
         const data = JSON.parse(ev.data);
-        setBanner("stream", data.message, data.fatal ? "error" : "warn");
+        // a resource no context serves: one banner of its own (the table says it too)
+        if (data.kind === "resource") setBanner("resource", data.message, "error");
+        else setBanner("stream", data.message, data.fatal ? "error" : "warn");
         if (data.fatal) {
           stop();
           setConn("down", "stopped");
@@ -529,6 +531,7 @@
     let terms = [];
     let current = null; // the highlighted entry (j/k)
     let synced = false;
+    let problem = null; // the resource no context serves, as the server said
     const listing = new Set(); // contexts whose next changes come from a LIST
     let served = null; // resource name -> discovery entry (every context's, merged)
     let rendered = []; // the entries drawn now, in order
@@ -916,7 +919,8 @@
       text($("count"), count === total ? total + " " + resource : count + " of " + total + " " + resource);
       const empty = $("empty");
       empty.hidden = count > 0;
-      if (!total) text(empty, synced ? "No " + resource + "." : "Waiting for objects…");
+      if (problem) text(empty, problem);
+      else if (!total) text(empty, synced ? "No " + resource + "." : "Waiting for objects…");
       else text(empty, "No " + resource + " match the filter.");
     }
 
@@ -926,6 +930,8 @@
     const handlers = {
       reset(data) {
         synced = false;
+        problem = null;
+        setBanner("resource", null);
         for (const entry of rows.values()) entry.stale = true;
         if (data.title) {
           text($("title"), data.title);
@@ -940,6 +946,13 @@
         layout();
         visibleDirty = true;
         schedule();
+      },
+      problem(data) {
+        if (data.kind === "resource") {
+          problem = data.message;
+          visibleDirty = true;
+          schedule();
+        }
       },
       synced() {
         for (const entry of [...rows.values()]) if (entry.stale) removeEntry(entry);
@@ -1024,7 +1037,7 @@
       if (ns) query.set("namespace", ns);
       stream = connect("api/stream?" + query.toString(), handlers);
       updateCount();
-      checkResource(resource);
+      if (!served) discover(); // the pickers; the stream says if no context serves it
     }
 
     // ---------------------------------------------------------------- context filter
@@ -1062,9 +1075,7 @@
 
     // ---------------------------------------------------------------- pickers
     // What the watched contexts serve (discovery, merged by the server) for the resource
-    // picker; a name none serves gets the server's answer (with suggestions) as a banner.
-    let servedNames = null; // names, short names and kinds any context serves
-    let checkedContext = null;
+    // picker (a name none serves: the stream says so, with close names).
     let discoveredAt = 0;
     async function discover() {
       discoveredAt = Date.now();
@@ -1076,14 +1087,6 @@
         if (body.pending.length) setTimeout(discover, 1000); // being asked: again soon
         if (!list.length) return;
         served = new Map(list.map((r) => [r.name, r]));
-        servedNames = new Set();
-        for (const r of list) {
-          servedNames.add(r.name);
-          servedNames.add(r.name.split(".")[0]);
-          servedNames.add(r.kind.toLowerCase());
-          for (const short of r.short_names) servedNames.add(short);
-        }
-        checkedContext = list[0].contexts[0];
         $("resources").replaceChildren(
           ...list.map((r) => el("option", { value: r.name, label: r.kind + " · " + contextsLabel(r.contexts) })),
         );
@@ -1128,22 +1131,6 @@
         }
       } catch (err) {
         // the namespaces seen in rows stay
-      }
-    }
-
-    async function checkResource(name) {
-      setBanner("resource", null);
-      if (!servedNames) await discover();
-      if (!servedNames || !checkedContext || servedNames.has(name.toLowerCase())) return;
-      try {
-        const path = "api/contexts/" + encodeURIComponent(checkedContext) + "/" +
-          encodeURIComponent(name) + "/table";
-        const answer = await fetch(path);
-        if (answer.status === 404 && name === resource) {
-          setBanner("resource", (await answer.json()).error, "error");
-        }
-      } catch (err) {
-        // the stream reports what it can
       }
     }
 
