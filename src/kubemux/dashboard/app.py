@@ -28,6 +28,8 @@ JSON API (errors are ``{"error": message, "status": code}``):
     object. A name the cluster does not serve: 404 with ``suggestions``.
 ``GET /api/contexts/{context}/events/{kind}/{namespace}/{name}``
     The Kubernetes Events about one object, newest first.
+``GET /api/contexts/{context}/pods/{namespace}/{name}/log?container=&previous=&follow=&tailLines=``
+    A container's log, streamed as the API server sends it, bounded (see :mod:`._logs`).
 ``GET /api/stream``
     Server-sent events, see :mod:`.streams`.
 ``GET /metrics``
@@ -71,6 +73,7 @@ from ._api import (
     page,
     problem_handler,
 )
+from ._logs import api_logs
 from ._responses import Problem, json_response
 from ._sse import api_stream
 from ._state import Dashboard, dashboard_of
@@ -144,6 +147,7 @@ def create_app(
         Route("/api/contexts/{context}/resources", api_resources),
         Route("/api/contexts/{context}/{resource}/table", api_table),
         Route("/api/contexts/{context}/events/{kind}/{namespace}/{name}", api_events),
+        Route("/api/contexts/{context}/pods/{namespace}/{name}/log", api_logs),
         Route("/api/contexts/{context}/{resource}", api_list),
         Route("/api/contexts/{context}/{resource}/{namespace}/{name}", api_object),
         Route("/api/stream", api_stream),

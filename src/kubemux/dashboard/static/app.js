@@ -1236,6 +1236,148 @@
     loadNamespaces();
   }
 
+  // ------------------------------------------------------------------ logs
+  // A pod's container log, read from the server as it comes (fetch, a stream of text):
+  // the last lines, then, when following, each line as the container writes it. Put in as
+  // text (a text node); terminal colour codes dropped, other control characters shown as
+  // their symbols. The page keeps at most LOG_CHARS characters (the oldest lines go), and
+  // draws what came once per animation frame, so a chatty or huge log never grows it.
+  const LOG_CHARS = 1 << 20;
+  const ANSI = /\x1b\[[0-?]*[ -\/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]/g;
+  const CONTROL = /[\x00-\x08\x0b-\x1f\x7f]/g;
+
+  function cleanLog(value) {
+    return value
+      .replace(ANSI, "")
+      .replace(/\r\n/g, "\n")
+      .replace(CONTROL, (c) => String.fromCharCode(c === "\x7f" ? 0x2421 : 0x2400 + c.charCodeAt(0)));
+  }
+
+  function logView(context, namespace, name) {
+    const section = $("obj-logs");
+    const box = $("log");
+    const select = $("log-container");
+    const state = $("log-state");
+    let known = "";
+    let controller = null;
+    let pending = "";
+    let frame = 0;
+    let total = 0;
+    let dropped = 0;
+    const note = el("span", { className: "log-dropped" });
+
+    function flush() {
+      frame = 0;
+      if (!pending) return;
+      const atBottom = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
+      const chunk = cleanLog(pending);
+      pending = "";
+      box.append(document.createTextNode(chunk));
+      total += chunk.length;
+      // the oldest text goes, whole lines, until the page holds LOG_CHARS at most
+      while (total > LOG_CHARS) {
+        const first = note.isConnected ? note.nextSibling : box.firstChild;
+        if (!first) break;
+        const excess = total - LOG_CHARS;
+        if (first.length <= excess) {
+          total -= first.length;
+          first.remove();
+        } else {
+          const cut = first.data.indexOf("\n", excess - 1) + 1 || first.length;
+          total -= cut;
+          first.deleteData(0, cut);
+        }
+        dropped += 1;
+      }
+      if (dropped) {
+        text(note, "… older lines dropped (the page keeps the last " + (LOG_CHARS >> 10) + " KiB)\n");
+        if (!note.isConnected) box.prepend(note);
+      }
+      if (atBottom) box.scrollTop = box.scrollHeight;
+    }
+
+    async function run(url, signal, follow) {
+      text(state, "loading…");
+      try {
+        const answer = await fetch(url, { signal });
+        if (!answer.ok) {
+          let message = answer.status + " " + answer.statusText;
+          try {
+            message = (await answer.json()).error || message;
+          } catch (err) {
+            // not JSON: the status says it
+          }
+          box.replaceChildren(el("span", { className: "log-error" }, message));
+          text(state, "");
+          return;
+        }
+        text(state, follow ? "following" : "");
+        const reader = answer.body.getReader();
+        const decoder = new TextDecoder();
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          pending += decoder.decode(value, { stream: true });
+          if (!frame) frame = requestAnimationFrame(flush);
+        }
+        pending += decoder.decode();
+        flush();
+        if (!total) box.replaceChildren(el("span", { className: "log-dropped" }, "(no lines)"));
+        text(state, follow ? "the log ended" : "");
+      } catch (err) {
+        if (err.name === "AbortError") return;
+        text(state, "the log stream broke: " + err.message);
+      }
+    }
+
+    function start() {
+      if (controller) controller.abort();
+      controller = new AbortController();
+      if (frame) cancelAnimationFrame(frame);
+      frame = 0;
+      pending = "";
+      total = 0;
+      dropped = 0;
+      note.remove();
+      box.replaceChildren();
+      const follow = $("log-follow").checked;
+      const query = new URLSearchParams({ container: select.value, tailLines: $("log-tail").value });
+      if (follow) query.set("follow", "1");
+      if ($("log-previous").checked) query.set("previous", "1");
+      const url = "api/contexts/" + encodeURIComponent(context) + "/pods/" +
+        encodeURIComponent(namespace) + "/" + encodeURIComponent(name) + "/log?" + query.toString();
+      run(url, controller.signal, follow);
+    }
+
+    for (const id of ["log-container", "log-tail", "log-follow", "log-previous"]) {
+      $(id).addEventListener("change", start);
+    }
+    $("log-controls").addEventListener("submit", (ev) => ev.preventDefault());
+
+    return {
+      // the pod's containers (init ones first): the picker, and the log of the first
+      // one that is not an init container, once
+      containers(list) {
+        const names = list.map((c) => c.name);
+        const joined = names.join("\u0000");
+        section.hidden = !names.length;
+        if (!names.length || joined === known) return;
+        const first = !known;
+        known = joined;
+        const chosen = select.value;
+        select.replaceChildren(
+          ...list.map((c) => el("option", { value: c.name }, c.init ? c.name + " (init)" : c.name)),
+        );
+        if (names.includes(chosen)) select.value = chosen;
+        else {
+          const main = list.find((c) => !c.init);
+          select.value = main ? main.name : names[0];
+        }
+        if (first || select.value !== chosen) start();
+      },
+    };
+  }
+
   // ------------------------------------------------------------------ one object
   // The server sends the object redacted, with its YAML, the objects it links to (owners, a
   // pod's node) and a pod's containers (views.object_payload); all of it goes in as text.
@@ -1339,6 +1481,7 @@
         $("obj-containers").hidden = containers.length === 0;
         $("containers").tBodies[0].replaceChildren(...containers.map(containerRow));
         text($("obj-yaml"), data.yaml || "");
+        logs.containers(containers);
       },
       events(events) {
         const tbody = $("events").tBodies[0];
@@ -1365,6 +1508,7 @@
       },
     };
     const panel = panelModel();
+    const logs = logView(context, namespace, name);
     const query = new URLSearchParams({ context, resource, namespace, name });
     connect("api/stream?" + query.toString(), handlers);
   }
