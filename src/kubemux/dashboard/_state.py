@@ -31,6 +31,7 @@ from ._broadcast import Hub
 from ._context import StreamContext
 from ._panel import Panel, build_panel
 from ._responses import Problem
+from ._signals import chain_exit_signals
 from ._snapshots import SnapshotCache
 from .views import status_payload
 
@@ -133,6 +134,7 @@ class Dashboard:
         self._closing: anyio.Event | None = None
         self._close_requested = False
         self._listeners: list[Callable[[BaseException | None], None]] = []
+        self._unchain: Callable[[], None] | None = None  # see chain_exit_signals
 
     @property
     def registry(self) -> WatcherRegistry:
@@ -156,6 +158,12 @@ class Dashboard:
         for scope in list(self.stream_scopes):
             scope.cancel("dashboard shutting down")
 
+    def chain_exit_signals(self) -> None:
+        """End the streams as soon as the server is told to exit (:mod:`._signals`);
+        once, from the lifespan's start or, in a mounted app, from the first stream."""
+        if self._unchain is None:
+            self._unchain = chain_exit_signals(self.close_streams)
+
     async def admit(self) -> None:
         """Wait for a new event stream's turn to start.
 
@@ -163,6 +171,7 @@ class Dashboard:
         ``ADMISSION_BURST``: a thousand browsers connecting at once are spread over a few
         seconds, and the event loop keeps turning meanwhile (a queue of timers, no task).
         """
+        self.chain_exit_signals()
         now = time.monotonic()
         turn = max(self._next_admission, now - ADMISSION_BURST / ADMISSION_RATE)
         self._next_admission = turn + 1 / ADMISSION_RATE
@@ -184,6 +193,17 @@ class Dashboard:
         """Open the registry for the app's lifetime (unless it was given one)."""
         self._closing = anyio.Event()
         self._close_requested = False
+        self.chain_exit_signals()
+        try:
+            async with self._running():
+                yield
+        finally:
+            if self._unchain is not None:
+                self._unchain()
+                self._unchain = None
+
+    @contextlib.asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
         if self._external is not None:
             for callback in self._listeners:
                 callback(None)
