@@ -64,7 +64,10 @@ async def kubemux(*argv: str) -> tuple[int, str, str]:
 @pytest.mark.parametrize(
     ("command", "expected"),
     [
-        ("watch", ["--all-contexts", "--context", "--namespace", "--output", "wide,json"]),
+        (
+            "watch",
+            ["--all-contexts", "--context", "--namespace", "--output", "jsonpath=", "-L"],
+        ),
         ("status", ["--probe", "--kubeconfig", "--follow"]),
         ("demo", ["--contexts", "--port", "--watch", "--edit-period"]),
         ("dashboard", ["--kubeconfig", "--port", "--host", "127.0.0.1", "--resource"]),

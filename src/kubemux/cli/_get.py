@@ -17,25 +17,26 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 import anyio
-import orjson
-import yaml
 
-from .._cache.table import FALLBACK_COLUMNS, TableColumn
 from .._errors import ContextNotFound, InvalidContext, KubemuxError, UnknownResource
 from .._informer.discovery import preferred, resolve
 from .._redact import redact_text, terminal_safe
 from .._registry.registry import WatcherRegistry
 from .._resources import Resource
 from .._settings import WatchSettings
-from ._output import KUBECONFIG_HELP, CommandError, TabWriter, cell_text, startup
+from . import _arrivals
+from ._arrivals import Arrivals, progress
+from ._formats import output_flag, parse_format, request_timeout
+from ._output import KUBECONFIG_HELP, CommandError, exception_leaves, startup
+from ._tables import Source, no_resources, print_once
 
 log = logging.getLogger(__name__)
 
-_OUTPUTS = ("wide", "json", "yaml", "name")
 ALL_CONTEXTS_WAIT = 10.0
 """With --all-contexts, how long a context may take to show its rows (then a warning)."""
 OPENING = 8
@@ -97,9 +98,30 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-o",
         "--output",
-        choices=_OUTPUTS,
+        type=output_flag,
         default=None,
-        help="wide: more columns; json, yaml: the objects; name: kind/name",
+        metavar="FORMAT",
+        help="wide: more columns; json, yaml: the objects; name: kind/name; "
+        "jsonpath=TEMPLATE, custom-columns=HEADER:PATH,...: as kubectl prints them",
+    )
+    p.add_argument(
+        "--no-headers", action="store_true", help="no header line (tables, custom-columns)"
+    )
+    p.add_argument(
+        "-L",
+        "--label-columns",
+        action="append",
+        default=None,
+        metavar="KEY",
+        help="a column per label key, after the server's (repeatable, or a comma list)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=request_timeout,
+        default=None,
+        metavar="DURATION",
+        help="how long a context may take to answer (5s, 1m; 0: no limit); default: no "
+        f"limit for the contexts named, {ALL_CONTEXTS_WAIT:g}s each with --all-contexts",
     )
     p.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
     p.add_argument(
@@ -110,74 +132,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         help="with -w: only changes, not the current rows first",
     )
     p.add_argument("--duration", type=float, default=None, help=argparse.SUPPRESS)
-
-
-# ---------------------------------------------------------------------- columns
-class View:
-    """The columns of one resource's table and how each context's rows fill them.
-
-    ``kind`` (``deployment.apps``) prefixes the name cells, as kubectl does when several
-    kinds are printed; NAMESPACE is shown with ``-A`` for a namespaced resource only.
-    """
-
-    def __init__(self, multi: bool, all_namespaces: bool, wide: bool, kind: str = "") -> None:
-        self.multi = multi
-        self.all_namespaces = all_namespaces
-        self.wide = wide
-        self.kind = kind
-        self.columns: list[TableColumn] = []
-
-    def learn(self, columns: Sequence[TableColumn], resource: Resource | None = None) -> None:
-        """Add the columns of a context (the first context's order; more by name)."""
-        if resource is not None and not resource.namespaced:
-            self.all_namespaces = False
-        known = {c.name for c in self.columns}
-        for col in columns:
-            if col.name not in known and (self.wide or col.priority == 0):
-                self.columns.append(col)
-                known.add(col.name)
-
-    def header(self) -> list[str]:
-        head = [c.name.upper() for c in self.columns]
-        if self.all_namespaces:
-            head.insert(0, "NAMESPACE")
-        if self.multi:
-            head.insert(0, "CONTEXT")
-        return head
-
-    def cells(
-        self, context: str, columns: Sequence[TableColumn], row_cells: Sequence[Any], ns: str
-    ) -> list[str]:
-        by_name = {c.name: (c, v) for c, v in zip(columns, row_cells, strict=False)}
-        line = []
-        named = not self.kind
-        for col in self.columns:
-            found = by_name.get(col.name)
-            text = cell_text(found[1], _cell_kind(found[0])) if found else ""
-            if not named and col.format == "name":  # kubectl prefixes the first name column
-                text, named = f"{self.kind}/{text}", True
-            line.append(text)
-        if self.all_namespaces:
-            line.insert(0, ns)
-        if self.multi:
-            line.insert(0, context)
-        return line
-
-
-def _cell_kind(column: TableColumn) -> str:
-    """A server's ``date`` cells are printed as they come (``Created At`` is a timestamp);
-    only the client-side fallback's Age holds a timestamp to turn into an age."""
-    return column.type if column in FALLBACK_COLUMNS else "string"
-
-
-def kind_of(resource: Resource) -> str:
-    """``pod``, ``deployment.apps``: how kubectl names a kind in ``kind/name``."""
-    kind = resource.kind.lower() or resource.plural
-    return f"{kind}.{resource.group}" if resource.group else kind
-
-
-def object_name(resource: Resource, name: str) -> str:
-    return f"{kind_of(resource)}/{name}"
 
 
 # ---------------------------------------------------------------------- contexts
@@ -271,21 +225,6 @@ def expand(
     return list(found.values())
 
 
-class Source:
-    """One context's view of one resource: a table (or full-object store, for
-    ``-o json|yaml``)."""
-
-    def __init__(self, context: str, resource: Resource, namespace: str | None, store: Any):
-        self.context = context
-        self.resource = resource
-        self.namespace = namespace if resource.namespaced else None
-        self.store = store
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.resource.group, self.resource.plural)
-
-
 async def open_view(
     registry: WatcherRegistry, args: argparse.Namespace, context: str, objects: bool
 ) -> list[Source]:
@@ -319,34 +258,65 @@ async def open_view(
     return [found[i] for i in range(len(resources))]
 
 
+def answer_limit(args: argparse.Namespace) -> float:
+    """How long one context may take to answer: ``--request-timeout`` (0: no limit), else
+    ``ALL_CONTEXTS_WAIT`` with --all-contexts, else no limit."""
+    given: float | None = getattr(args, "request_timeout", None)
+    if given is not None:
+        return given if given > 0 else math.inf
+    return ALL_CONTEXTS_WAIT if args.all_contexts else math.inf
+
+
 async def _open_all(
-    registry: WatcherRegistry, args: argparse.Namespace, contexts: list[str], objects: bool
+    registry: WatcherRegistry,
+    args: argparse.Namespace,
+    contexts: list[str],
+    objects: bool,
+    arrived: Callable[[str, list[Source]], None] | None = None,
+    err: TextIO | None = None,
 ) -> list[Source]:
-    """Each context's views, in order. With --all-contexts a failing context is a warning,
-    but a resource type no context serves is the error it is with one context."""
+    """Each context's views, in order; ``arrived(context, sources)`` as each one answers,
+    and a progress line on ``err`` while some keep us waiting (:mod:`._arrivals`). With
+    --all-contexts a failing context is a warning, but a resource type no context serves
+    is the error it is with one context. A context that takes longer than
+    :func:`answer_limit` is a warning with --all-contexts, else the error."""
     found: dict[str, list[Source]] = {}
     unknown: dict[str, CommandError] = {}
+    done: set[str] = set()
+    limit = answer_limit(args)
 
     async def one(context: str) -> None:
-        if not args.all_contexts:
-            found[context] = await open_view(registry, args, context, objects)
-            return
-        with anyio.move_on_after(ALL_CONTEXTS_WAIT) as scope:
-            try:
-                found[context] = await open_view(registry, args, context, objects)
-            except CommandError as exc:
-                unknown[context] = exc
-            except KubemuxError as exc:
-                log.warning("context %r: %s", context, exc)
-        if scope.cancelled_caught:
-            log.warning("context %r: no answer within %gs", context, ALL_CONTEXTS_WAIT)
+        try:
+            with anyio.move_on_after(limit) as scope:
+                if not args.all_contexts:
+                    found[context] = await open_view(registry, args, context, objects)
+                else:
+                    try:
+                        found[context] = await open_view(registry, args, context, objects)
+                    except CommandError as exc:
+                        unknown[context] = exc
+                    except KubemuxError as exc:
+                        log.warning("context %r: %s", context, exc)
+            if scope.cancelled_caught:
+                if not args.all_contexts:
+                    raise CommandError(f"context {context!r}: no answer within {limit:g}s")
+                log.warning("context %r: no answer within %gs", context, limit)
+        finally:
+            done.add(context)
+        if arrived is not None and context in found:
+            arrived(context, found[context])
 
     try:
         async with anyio.create_task_group() as tg:
-            for context in contexts:
-                tg.start_soon(one, context)
+            if err is not None and len(contexts) > 1:
+                tg.start_soon(progress, contexts, done, err)
+            async with anyio.create_task_group() as opening:
+                for context in contexts:
+                    opening.start_soon(one, context)
+            tg.cancel_scope.cancel("every context answered")
     except BaseExceptionGroup as group:  # the first failure, once
-        raise group.exceptions[0] from None
+        leaves = exception_leaves(group)
+        raise leaves[0] from None
     if unknown and not found:
         raise unknown[min(unknown, key=contexts.index)]
     for context, exc in unknown.items():
@@ -358,11 +328,36 @@ async def _open_all(
 async def get(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``kubemux get`` without ``-w``: each context's rows, once."""
     resource_names(args.resource)  # an empty name fails before the kubeconfig is read
+    parse_format(args)  # and a template that cannot be read
     settings = WatchSettings(burst=GET_BURST)
     registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=False, settings=settings)
     async with registry:
-        contexts, sources = await open_views(registry, args, err)
-        return print_once(sources, args, is_multi(args, contexts), out, err)
+        contexts = _contexts(registry, args)
+        multi = is_multi(args, contexts)
+        if not multi:
+            contexts, sources = await open_views(registry, args, err)
+            return print_once(sources, args, multi, out, err)
+        if args.all_contexts:
+            say_skipped(registry, err)
+        fmt = parse_format(args)
+        async with anyio.create_task_group() as tg:
+            arrivals = Arrivals(registry, args, fmt, contexts, out, tg)
+
+            async def after_grace() -> None:
+                await anyio.sleep(_arrivals.GRACE)
+                arrivals.start_streaming()
+
+            tg.start_soon(after_grace)
+            with startup(getattr(args, "verbose", 0)):
+                sources = await _open_all(
+                    registry, args, contexts, fmt.objects, arrivals.arrived, err
+                )
+            tg.cancel_scope.cancel("every context answered")
+        if not arrivals.streaming:  # all within the grace: the one table, as always
+            return print_once(sources, args, multi, out, err)
+        if not arrivals.printed and not args.names:
+            err.write(no_resources(sources, args) + "\n")
+        return 0
 
 
 async def open_views(
@@ -374,118 +369,11 @@ async def open_views(
     if args.all_contexts:
         say_skipped(registry, err)
     with startup(getattr(args, "verbose", 0)):
-        sources = await _open_all(registry, args, contexts, args.output in ("json", "yaml"))
+        objects = parse_format(args).objects
+        sources = await _open_all(registry, args, contexts, objects, err=err)
     return contexts, sources
 
 
 def is_multi(args: argparse.Namespace, contexts: Sequence[str]) -> bool:
     """Whether the CONTEXT column is shown."""
     return len(contexts) > 1 or bool(args.all_contexts)
-
-
-def wanted(args: argparse.Namespace, name: str) -> bool:
-    return not args.names or name in args.names
-
-
-def by_kind(sources: Sequence[Source]) -> list[list[Source]]:
-    """The sources grouped by resource, in the order the resources first appear."""
-    groups: dict[tuple[str, str], list[Source]] = {}
-    for src in sources:
-        groups.setdefault(src.key, []).append(src)
-    return list(groups.values())
-
-
-def print_once(
-    sources: list[Source], args: argparse.Namespace, multi: bool, out: TextIO, err: TextIO
-) -> int:
-    """kubectl's output of ``sources``: a table per resource (a blank line between two),
-    or one ``kind/name`` a line, or one List; "No resources found" on stderr if nothing."""
-    code = 0
-    objects = args.output in ("json", "yaml")
-    kinds = by_kind(sources)
-    if args.names:  # kubectl's error for each missing name, per context and resource
-        for src in sources:
-            have = (
-                {name_of(o) for o in src.store.list()}
-                if objects
-                else {r.name for r in src.store.rows()}
-            )
-            for name in args.names:
-                if name not in have:
-                    err.write(
-                        cell_text(
-                            f'Error from server (NotFound): {src.resource.name} "{name}" not found'
-                        )
-                        + "\n"
-                    )
-                    code = 1
-    if objects:
-        items = [
-            o for kind in kinds for s in kind for o in s.store.list() if wanted(args, name_of(o))
-        ]
-        doc: Any = {
-            "apiVersion": "v1",
-            "items": items,
-            "kind": "List",
-            "metadata": {"resourceVersion": ""},
-        }
-        if len(items) == 1 and len(args.names) == 1 and len(kinds) == 1:
-            doc = items[0]
-        if items or not args.names:
-            dump(doc, args.output, out)
-        return code
-    if args.output == "name":
-        lines = [
-            [object_name(s.resource, r.name)]
-            for kind in kinds
-            for s in kind
-            for r in s.store.rows()
-            if wanted(args, r.name)
-        ]
-        if lines:
-            TabWriter(out).write(lines)
-    else:
-        lines = []
-        for kind in kinds:
-            view = View(
-                multi,
-                args.all_namespaces,
-                args.output == "wide",
-                kind_of(kind[0].resource) if len(kinds) > 1 else "",
-            )
-            for src in kind:
-                view.learn(src.store.columns, src.resource)
-            rows = [
-                view.cells(s.context, s.store.columns, r.cells, r.namespace)
-                for s in kind
-                for r in s.store.rows()
-                if wanted(args, r.name)
-            ]
-            if rows:
-                if lines:  # kubectl's blank line between two tables
-                    out.write("\n")
-                TabWriter(out).write([view.header(), *rows])
-                lines.extend(rows)
-    if not lines and not args.names and not getattr(args, "watch", False):
-        err.write(_no_resources(sources, args) + "\n")
-    return code
-
-
-def name_of(obj: Any) -> str:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    return str((meta or {}).get("name") or "")
-
-
-def dump(doc: Any, output: str, out: TextIO) -> None:
-    if output == "json":
-        out.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        out.write(yaml.safe_dump(doc, default_flow_style=False))
-    out.flush()
-
-
-def _no_resources(sources: list[Source], args: argparse.Namespace) -> str:
-    spaces = {s.namespace for s in sources}
-    if args.all_namespaces or not sources or len(spaces) != 1 or None in spaces:
-        return "No resources found"
-    return cell_text(f"No resources found in {spaces.pop()} namespace.")

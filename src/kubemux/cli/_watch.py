@@ -17,21 +17,10 @@ import orjson
 from .._errors import KubemuxError
 from .._registry.fanout import Change
 from .._registry.registry import WatcherRegistry
-from ._get import (
-    SINGLE_TYPE,
-    Source,
-    View,
-    dump,
-    is_multi,
-    name_of,
-    object_name,
-    open_view,
-    open_views,
-    print_once,
-    resource_names,
-    wanted,
-)
+from ._formats import parse_format
+from ._get import SINGLE_TYPE, is_multi, open_view, open_views, resource_names
 from ._output import CommandError, TabWriter
+from ._tables import Source, View, dump, name_of, object_name, print_once, wanted
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +30,12 @@ async def watch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     args.watch = True
     if len(resource_names(args.resource)) > 1:
         raise CommandError(SINGLE_TYPE)
+    fmt = parse_format(args)
     registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=True)
     async with registry:
         contexts, sources = await open_views(registry, args, err)
-        view = View(is_multi(args, contexts), args.all_namespaces, args.output == "wide")
+        wide = args.output == "wide"
+        view = View(is_multi(args, contexts), args.all_namespaces, wide, labels=fmt.labels)
         with anyio.move_on_after(args.duration):
             await _follow(registry, args, contexts, sources, view, out, err)
     return 0
@@ -63,11 +54,26 @@ async def _follow(
     nothing is missed, and a change already shown is skipped by its resourceVersion); with
     --all-contexts, contexts added to the kubeconfig are opened and shown too. An empty
     start prints nothing (as ``kubectl get -w``): the header comes with the first row."""
-    objects = args.output in ("json", "yaml")
+    fmt = parse_format(args)
+    objects = fmt.objects
     by_context = {s.context: s for s in sources}
     writer = TabWriter(out)
     shown: dict[tuple[str, str, str], str] = {}
-    header = [False]
+    header = [fmt.no_headers]  # printed (or not wanted)
+
+    def print_object(change: Change) -> None:
+        if fmt.kind == "jsonpath":  # the template of each object, as kubectl -w
+            out.write(fmt.render(change.object or {}))
+            out.flush()
+        elif fmt.kind == "custom-columns":
+            row = fmt.row(change.object or {})
+            if view.multi:
+                row = [change.context, *row]
+            head = (["CONTEXT"] if view.multi else []) + fmt.header()
+            writer.write([row] if header[0] else [head, row])
+            header[0] = True
+        else:
+            _print_change(change, str(args.output), out)
 
     def show_current(batch: list[Source]) -> None:
         for src in batch:
@@ -83,7 +89,7 @@ async def _follow(
                 for obj in src.store.list():
                     if wanted(args, name_of(obj)):
                         added = Change(src.context, src.resource.name, "ADDED", obj, snapshot=True)
-                        _print_change(added, args.output, out)
+                        print_object(added)
             return
         if args.output == "name":
             print_once(batch, args, view.multi, out, err)
@@ -91,7 +97,7 @@ async def _follow(
         for src in batch:
             view.learn(src.store.columns, src.resource)
         lines = [
-            view.cells(s.context, s.store.columns, r.cells, r.namespace)
+            view.cells(s.context, s.store.columns, r.cells, r.namespace, r.metadata)
             for s in batch
             for r in s.store.rows()
             if wanted(args, r.name)
@@ -132,14 +138,15 @@ async def _follow(
             if not wanted(args, change.name) or _already_shown(change, shown):
                 continue
             if objects:
-                _print_change(change, args.output, out)
+                print_object(change)
             elif args.output == "name":
                 writer.write([[object_name(src.resource, change.name)]])
             else:
                 obj: dict[str, Any] = dict(change.object or {})
                 view.learn(src.store.columns, src.resource)
                 cells = obj.get("cells") or ()
-                line = view.cells(change.context, src.store.columns, cells, change.namespace)
+                meta = obj.get("metadata")
+                line = view.cells(change.context, src.store.columns, cells, change.namespace, meta)
                 writer.write([line] if header[0] else [view.header(), line])
                 header[0] = True
         tg.cancel_scope.cancel("the subscription ended")

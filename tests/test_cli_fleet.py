@@ -1,0 +1,114 @@
+"""``kubemux get`` over many contexts when some are slow: rows as they come, a progress line,
+``--request-timeout``."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import anyio
+import pytest
+
+from kubemux.cli import _arrivals, run
+from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from support import TIMEOUT
+
+
+class Watched(io.StringIO):
+    """An output whose writes wake whoever waits for a text in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changed = anyio.Event()
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        self.changed.set()
+        self.changed = anyio.Event()
+        return written
+
+    async def wait_for(self, text: str) -> None:
+        with anyio.fail_after(TIMEOUT):
+            while text not in self.getvalue():
+                await self.changed.wait()
+
+
+@pytest.fixture
+def quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grace before streaming and the first progress line, short (settings, not code)."""
+    monkeypatch.setattr(_arrivals, "GRACE", 0.05)
+    monkeypatch.setattr(_arrivals, "PROGRESS_AFTER", 0.1)
+
+
+async def test_rows_come_as_contexts_answer_and_a_slow_one_is_named(
+    tmp_path: Path, quick: None
+) -> None:
+    async with FakeCluster() as fast, FakeCluster() as slow:
+        fast.create("pods", make_pod("web-1"))
+        slow.create("pods", make_pod("db-1"))
+        path = write_kubeconfig(
+            tmp_path / "config", {"a-fast": fast, "b-slow": slow, "c-fast": fast}
+        )
+        slow.stall()  # its discovery and LIST hang until unstall()
+        out, err = Watched(), Watched()
+        result: list[int] = []
+
+        async def command() -> None:
+            argv = ["get", "pods", "--all-contexts", "--kubeconfig", str(path)]
+            result.append(await run(argv, stdout=out, stderr=err))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(command)
+            await out.wait_for("c-fast")  # printed while b-slow still hangs
+            assert "a-fast" in out.getvalue() and "b-slow" not in out.getvalue()
+            assert out.getvalue().startswith("CONTEXT ")
+            await err.wait_for("kubemux: waiting for ")
+            assert "b-slow" in err.getvalue().splitlines()[0]
+            assert not result
+            slow.unstall()
+            await out.wait_for("b-slow")
+        assert result == [0]
+        lines = out.getvalue().splitlines()
+        assert [line.split()[0] for line in lines] == ["CONTEXT", "a-fast", "c-fast", "b-slow"]
+        # the rows line up under the header, as get -w's do
+        assert (
+            len(
+                {
+                    line.index(" web-1") if "web-1" in line else line.index(" db-1")
+                    for line in lines[1:]
+                }
+            )
+            == 1
+        )
+
+
+async def test_all_within_the_grace_is_one_table_in_order(tmp_path: Path) -> None:
+    async with FakeCluster() as a, FakeCluster() as b:
+        a.create("pods", make_pod("web-1"))
+        b.create("pods", make_pod("a-much-longer-name"))
+        path = write_kubeconfig(tmp_path / "config", {"x": a, "y": b})
+        out, err = io.StringIO(), io.StringIO()
+        argv = ["get", "pods", "--all-contexts", "--kubeconfig", str(path)]
+        with anyio.fail_after(TIMEOUT):
+            assert await run(argv, stdout=out, stderr=err) == 0
+        lines = out.getvalue().splitlines()
+        assert [line.split()[0] for line in lines] == ["CONTEXT", "x", "y"]
+        assert err.getvalue() == ""
+
+
+async def test_request_timeout_names_the_context_that_did_not_answer(tmp_path: Path) -> None:
+    async with FakeCluster() as slow:
+        path = write_kubeconfig(tmp_path / "config", {"slow": slow})
+        slow.stall()
+        out, err = io.StringIO(), io.StringIO()
+        argv = ["get", "pods", "--request-timeout", "200ms", "--kubeconfig", str(path)]
+        with anyio.fail_after(TIMEOUT):
+            assert await run(argv, stdout=out, stderr=err) == 1
+        assert err.getvalue() == "kubemux: error: context 'slow': no answer within 0.2s\n"
+        assert out.getvalue() == ""
+        slow.unstall()
+
+
+def test_request_timeout_reads_kubectls_durations() -> None:
+    with pytest.raises(SystemExit):
+        anyio.run(run, ["get", "pods", "--request-timeout", "soon"])
