@@ -44,6 +44,7 @@ from .transport import (
     map_exceptions,
     read_blocks,
     read_body,
+    tls_note,
 )
 
 if TYPE_CHECKING:
@@ -68,11 +69,12 @@ class ContextClient:
     by all informers of the context (made from the first request's settings).
     """
 
-    __slots__ = ("_api", "_auth", "_limiter", "context", "server", "streaming_list")
+    __slots__ = ("_api", "_auth", "_limiter", "context", "server", "streaming_list", "tls")
 
-    def __init__(self, context: str, server: str, api: Any) -> None:
+    def __init__(self, context: str, server: str, api: Any, tls: str | None = None) -> None:
         self.context = context
         self.server = server
+        self.tls = tls  # what TLS errors name: the server name and the CA (tls_note)
         self._api = api
         self._auth: _RequestAuth | None = None  # a refreshing credential (open_client)
         self._limiter: RateLimiter | None = None
@@ -118,7 +120,10 @@ class ContextClient:
             await limiter.acquire()
         progress.begin()
         resp: aiohttp.ClientResponse | None = None
-        with map_exceptions(self.server, what), anyio.move_on_after(settings.response_timeout):
+        with (
+            map_exceptions(self.server, what, self.tls),
+            anyio.move_on_after(settings.response_timeout),
+        ):
             resp = await self._call(path, params, client_timeout, accept)
         if resp is None:
             raise ServerTimeout(
@@ -307,7 +312,10 @@ class ContextClient:
         what = f"POST {path}"
         settings = _DEFAULT_SETTINGS
         resp: aiohttp.ClientResponse | None = None
-        with map_exceptions(self.server, what), anyio.move_on_after(settings.response_timeout):
+        with (
+            map_exceptions(self.server, what, self.tls),
+            anyio.move_on_after(settings.response_timeout),
+        ):
             resp = await self._call(path, {}, t, _JSON, method="POST", body=dict(body))
         if resp is None:
             raise ServerTimeout(
@@ -426,7 +434,9 @@ async def _open_client(
 ) -> AsyncIterator[ContextClient]:
     api, ssl_context = await build_api_client(config, refreshing=provider is not None)
     try:
-        client = ContextClient(config.name, config.display_server, api)  # shown: no password
+        cluster = (config.config.get("clusters") or [{}])[0].get("cluster") or {}
+        tls = tls_note(cluster, config.server) if config.server.startswith("https:") else None
+        client = ContextClient(config.name, config.display_server, api, tls)  # no password
         if provider is not None:
             client._auth = _RequestAuth(provider, api, ssl_context)
             await client._auth.prepare()

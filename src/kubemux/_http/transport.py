@@ -20,10 +20,12 @@ import errno
 import resource  # imported now: an import needs a file descriptor, which EMFILE lacks
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any
 
 import aiohttp
 import anyio
+import yarl
 
 from .._errors import (
     ClusterUnreachable,
@@ -222,7 +224,7 @@ ERROR_BODY_MAX = 1024 * 1024  # an error Status is small; read no more of a host
 
 
 @contextlib.contextmanager
-def map_exceptions(server: str, what: str) -> Iterator[None]:
+def map_exceptions(server: str, what: str, tls: str | None = None) -> Iterator[None]:
     """Convert every foreign exception a request raises into a kubemux error (the one place).
 
     Connecting fails or times out, the connection drops, TLS fails: :class:`ClusterUnreachable`.
@@ -232,17 +234,59 @@ def map_exceptions(server: str, what: str) -> Iterator[None]:
     refuses: :class:`ClusterUnreachable` naming the proxy (its password redacted). Anything
     else (a bug in a library): :class:`InternalError`. kubemux's own errors and cancellation
     pass through.
+
+    A TLS failure says so, with what the certificate was checked against (``tls``: the
+    server name and the CA the context trusts, see :func:`tls_note`), not only the
+    library's words: "TLS: the server's certificate was refused: Hostname mismatch, ...".
     """
     try:
         yield
     except KubemuxError:
         raise
     except Exception as exc:
-        raise _converted(exc, server, what) from exc
+        raise _converted(exc, server, what, tls) from exc
 
 
-def _converted(exc: Exception, server: str, what: str) -> KubemuxError:
+def tls_note(cluster: Mapping[str, Any], server: str) -> str:
+    """What a context checks its server's certificate against, for TLS errors: the name
+    (``tls-server-name`` or the server's host) and the CA (the kubeconfig's file, its inline
+    data, or the system's trust store). Never the certificate itself."""
+    name = cluster.get("tls-server-name") or yarl.URL(server).host or server
+    if cluster.get("insecure-skip-tls-verify"):
+        return f"server name {name!r}; not verified (insecure-skip-tls-verify)"
+    if cluster.get("certificate-authority-data"):
+        ca = "the kubeconfig's certificate-authority-data"
+    elif cluster.get("certificate-authority"):
+        ca = f"certificate-authority {cluster['certificate-authority']}"
+    else:
+        ca = "the system's trust store (the kubeconfig names no certificate-authority)"
+    return f"server name {name!r}, CA: {ca}"
+
+
+def _tls_failure(exc: Exception) -> str | None:
+    """The words for a TLS failure anywhere in ``exc``'s chain, or None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, aiohttp.ClientConnectorCertificateError):
+            cert = current.certificate_error
+            reason = getattr(cert, "verify_message", None) or str(cert)
+            return f"the server's certificate was refused: {reason}"
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return f"the server's certificate was refused: {current.verify_message or current}"
+        if isinstance(current, aiohttp.ClientSSLError | ssl.SSLError):
+            reason = getattr(current, "reason", None) or str(current) or type(current).__name__
+            return f"the handshake failed: {reason}"
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _converted(exc: Exception, server: str, what: str, tls: str | None = None) -> KubemuxError:
     """The kubemux error for a foreign exception (see :func:`map_exceptions`)."""
+    failure = _tls_failure(exc)
+    if failure is not None:
+        return ClusterUnreachable(server, f"{what}: TLS: {failure}" + (f" ({tls})" if tls else ""))
     code = fd_exhaustion(exc)
     if code is not None:
         return too_many_open_files(server, what, code)

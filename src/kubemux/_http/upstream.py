@@ -157,7 +157,7 @@ class Upstream:
             session: aiohttp.ClientSession = self._api.rest_client.pool_manager
             if session.closed:
                 raise ClusterUnreachable(self.server, f"{what}: the context's session closed")
-            with map_exceptions(self.server, what):
+            with map_exceptions(self.server, what, self._client.tls):
                 resp = await session.request(
                     method,
                     url,
@@ -217,7 +217,10 @@ class Upstream:
         if session.closed:
             raise ClusterUnreachable(self.server, f"{what}: the context's session closed")
         refused: aiohttp.WSServerHandshakeError | None = None
-        with map_exceptions(self.server, what), anyio.fail_after(handshake_timeout):
+        with (
+            map_exceptions(self.server, what, self._client.tls),
+            anyio.fail_after(handshake_timeout),
+        ):
             try:
                 ws = await session.ws_connect(
                     url,
