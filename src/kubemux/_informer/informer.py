@@ -49,6 +49,7 @@ from .._wire.types import (
 )
 from .formats import Format, format_for
 from .listing import Lister, status_error
+from .repeats import RepeatedWarning
 from .skips import Skips
 
 __all__ = [
@@ -128,6 +129,7 @@ class Informer(Lister):
         self._last_sync: float | None = None
         self._failures = 0
         self._last_failure_at = -math.inf
+        self._warnings = RepeatedWarning(log)  # the same failure: one line a minute
         self._rv: int | str = ""  # where the next WATCH starts (an entry's rv: see Entry)
         # events_applied = _events + _delivered - _marks, at any time (see _watch_once)
         self._delivered = 0  # events and bookmarks of the current (or last) watch
@@ -440,11 +442,14 @@ class Informer(Lister):
         now = time.monotonic()
         if now - self._last_failure_at > self.settings.backoff.reset_after:
             self._failures = 0  # healthy long enough: the backoff starts over
+            self._warnings.reset()
         self._last_failure_at = now
         self._failures += 1
         self._set_state(BACKING_OFF, str(exc))
         self._short_lived = until_healthy
-        log.warning("%s/%s: %s (failure %d)", self.client.context, self.key, exc, self._failures)
+        self._warnings.warning(
+            f"{self.client.context}/{self.key}: {exc}", f" (failure {self._failures})"
+        )
 
     async def _gone(self, exc: ResourceNotFound) -> None:
         """The server answers 404 for the resource itself (its CRD was deleted): say so, and

@@ -34,6 +34,7 @@ from .._cache.event_index import EventIndex
 from .._cache.store import Store
 from .._errors import ContextRemoved, Forbidden, StartTimeout, as_kubemux_error
 from .._informer.informer import InformerKey, InformerStatus
+from .._informer.repeats import RepeatedWarning
 from .._kubeconfig.load import ContextConfig
 from .._resources import Resource
 from .._settings import Backoff
@@ -139,6 +140,7 @@ class ContextGeneration:
         self.number = number
         self.config = config
         self.persistent = persistent  # retry failed starts in place (autowatch, reload)
+        self._warnings = RepeatedWarning(log)  # a start failing the same way: a line a minute
         self._settings = settings
         self._hooks = hooks
         self.state = ContextState.STARTING
@@ -292,6 +294,7 @@ class ContextGeneration:
                     self._connection, self._tg = connection, tg
                     self._connected_once = True
                     self.failure = None
+                    self._warnings.reset()
                     self.state = ContextState.RUNNING
                     self._hooks.start_failed(self, None)
                     self._started.set()
@@ -309,11 +312,9 @@ class ContextGeneration:
                 self._connection, self._tg = None, None
                 self._hooks.start_failed(self, failure)
                 self._fail_waiting_slots(failure)
-                log.warning(
-                    "context %r: %s (retry in %.1fs)",
-                    self.key,
-                    failure.error,
-                    max(0.0, failure.retry_at - time.monotonic()),
+                retry_in = max(0.0, failure.retry_at - time.monotonic())
+                self._warnings.warning(
+                    f"context {self.key!r}: {failure.error}", f" (retry in {retry_in:.1f}s)"
                 )
                 if not self.persistent:
                     return
