@@ -17,6 +17,7 @@ from .._errors import ContextNotFound, KubeconfigError
 from .._redact import redact_url
 from .files import RefProblem, check_token_file, hash_file
 from .parse import CLUSTER_FILE_FIELDS, MEMORY_SOURCE, ParsedFile, parse_document
+from .schema import CLUSTER, CONTEXT, unknown_keys
 
 __all__ = ["ContextConfig", "KubeconfigSnapshot", "credential_insensitive", "merge"]
 
@@ -189,13 +190,14 @@ def merge(
         if not name:
             invalid[name] = "context has no name"
         elif not cluster_name:
-            invalid[name] = "context has no cluster"
+            invalid[name] = "context has no cluster" + _typos(ctx, CONTEXT, f"contexts[{name}]")
         elif cluster is None:
             invalid[name] = f"cluster {cluster_name!r} not found"
         elif user_name and user is None:
             invalid[name] = f"user {user_name!r} not found"
         elif not cluster.get("server"):
-            invalid[name] = "no server"
+            where = f"clusters[{cluster_name}].cluster"
+            invalid[name] = "no server" + _typos(cluster, CLUSTER, where)
         elif cluster_name in cluster_problems:
             invalid[name] = f"cluster {cluster_name!r}: {cluster_problems[cluster_name]}"
         elif user_name in user_problems:
@@ -325,3 +327,10 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, set | frozenset):
         return sorted(value, key=str)
     return str(value)
+
+
+def _typos(body: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> str:
+    """`` (clusters[c].cluster.sever is not a kubeconfig key: did you mean 'server'?)``, or
+    ``""``: what may explain a missing field."""
+    note = unknown_keys(body, spec, where)
+    return f" ({note})" if note else ""

@@ -18,6 +18,7 @@ auth provider, a socks4 proxy): those make only the contexts using that entry in
 
 from __future__ import annotations
 
+import difflib
 import re
 import urllib.parse
 from collections.abc import Mapping
@@ -34,6 +35,7 @@ __all__ = [
     "check_entry",
     "cluster_problem",
     "type_name",
+    "unknown_keys",
     "user_problem",
 ]
 
@@ -109,6 +111,23 @@ CONFIG: Final[dict[str, Any]] = {
 # Go's StdEncoding (not Strict): groups of four, padding only at the end; \r and \n skipped.
 _BASE64: Final = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
 _NEWLINES: Final = str.maketrans("", "", "\r\n")
+
+
+def unknown_keys(body: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> str:
+    """A note naming the keys of ``body`` that kubectl does not read (kubectl ignores them,
+    so a typo such as ``sever:`` goes unnoticed until the field is missed), each with its
+    path (``where`` is the entry's, ``clusters[prod].cluster``) and the known key it is
+    closest to; ``""`` if there are none. For explaining why an entry lacks a field."""
+    notes = []
+    for key in body:
+        if type(key) is not str or key in spec:
+            continue
+        close = difflib.get_close_matches(key, list(spec), n=1, cutoff=0.6)
+        hint = f": did you mean {close[0]!r}?" if close else ""
+        notes.append(f"{where}.{key} is not a kubeconfig key{hint}")
+        if len(notes) == 3:
+            break
+    return "; ".join(notes)
 
 
 def check_entry(body: dict[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
