@@ -59,8 +59,9 @@ async def test_rows_come_as_contexts_answer_and_a_slow_one_is_named(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(command)
-            await out.wait_for("c-fast")  # printed while b-slow still hangs
-            assert "a-fast" in out.getvalue() and "b-slow" not in out.getvalue()
+            await out.wait_for("a-fast")  # printed while b-slow still hangs
+            await out.wait_for("c-fast")
+            assert "b-slow" not in out.getvalue()
             assert out.getvalue().startswith("CONTEXT ")
             await err.wait_for("kubemux: waiting for ")
             assert "b-slow" in err.getvalue().splitlines()[0]
@@ -69,7 +70,9 @@ async def test_rows_come_as_contexts_answer_and_a_slow_one_is_named(
             await out.wait_for("b-slow")
         assert result == [0]
         lines = out.getvalue().splitlines()
-        assert [line.split()[0] for line in lines] == ["CONTEXT", "a-fast", "c-fast", "b-slow"]
+        first = [line.split()[0] for line in lines]
+        assert first[0] == "CONTEXT" and set(first[1:3]) == {"a-fast", "c-fast"}
+        assert first[3:] == ["b-slow"]
         # the rows line up under the header, as get -w's do
         assert (
             len(
@@ -112,3 +115,29 @@ async def test_request_timeout_names_the_context_that_did_not_answer(tmp_path: P
 def test_request_timeout_reads_kubectls_durations() -> None:
     with pytest.raises(SystemExit):
         anyio.run(run, ["get", "pods", "--request-timeout", "soon"])
+
+
+async def test_watch_shows_each_context_as_it_answers(tmp_path: Path) -> None:
+    async with FakeCluster() as fast, FakeCluster() as slow:
+        fast.create("pods", make_pod("web-1"))
+        slow.create("pods", make_pod("db-1"))
+        path = write_kubeconfig(tmp_path / "config", {"a-slow": slow, "b-fast": fast})
+        slow.stall()
+        out = Watched()
+        async with anyio.create_task_group() as tg:
+            argv = ["watch", "pods", "--all-contexts", "--kubeconfig", str(path)]
+            tg.start_soon(lambda: run(argv, stdout=out, stderr=io.StringIO()))
+            await out.wait_for("web-1")  # while a-slow hangs
+            assert "db-1" not in out.getvalue()
+            slow.unstall()
+            await out.wait_for("db-1")
+            fast.create("pods", make_pod("web-2"))  # and then live changes, as before
+            await out.wait_for("web-2")
+            tg.cancel_scope.cancel()
+        lines = out.getvalue().splitlines()
+        assert lines[0].split()[:2] == ["CONTEXT", "NAME"]
+        assert [line.split()[:2] for line in lines[1:]] == [
+            ["b-fast", "web-1"],
+            ["a-slow", "db-1"],
+            ["b-fast", "web-2"],
+        ]

@@ -374,6 +374,16 @@ async def open_views(
     return contexts, sources
 
 
+def all_contexts(
+    registry: WatcherRegistry, args: argparse.Namespace, err: TextIO | None
+) -> list[str]:
+    """The contexts asked for, naming on ``err`` (once) those that cannot be used."""
+    contexts = _contexts(registry, args)
+    if args.all_contexts:
+        say_skipped(registry, err)
+    return contexts
+
+
 def is_multi(args: argparse.Namespace, contexts: Sequence[str]) -> bool:
     """Whether the CONTEXT column is shown."""
     return len(contexts) > 1 or bool(args.all_contexts)

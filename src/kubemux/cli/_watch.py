@@ -17,8 +17,16 @@ import orjson
 from .._errors import KubemuxError
 from .._registry.fanout import Change
 from .._registry.registry import WatcherRegistry
+from .._resources import known_resource
 from ._formats import parse_format
-from ._get import SINGLE_TYPE, is_multi, open_view, open_views, resource_names
+from ._get import (
+    SINGLE_TYPE,
+    all_contexts,
+    is_multi,
+    open_view,
+    open_views,
+    resource_names,
+)
 from ._output import CommandError, TabWriter
 from ._tables import Source, View, dump, name_of, object_name, print_once, wanted
 
@@ -33,11 +41,19 @@ async def watch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     fmt = parse_format(args)
     registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=True)
     async with registry:
-        contexts, sources = await open_views(registry, args, err)
+        known = known_resource(args.resource)
+        if args.all_contexts and known is not None:
+            # a built-in: subscribed to at once, each context's rows shown as it answers
+            contexts = all_contexts(registry, args, err)
+            sources: list[Source] = []
+            tried: set[str] = set()
+        else:  # (a custom resource's name means what each cluster's discovery says)
+            contexts, sources = await open_views(registry, args, err)
+            tried = set(contexts)
         wide = args.output == "wide"
         view = View(is_multi(args, contexts), args.all_namespaces, wide, labels=fmt.labels)
         with anyio.move_on_after(args.duration):
-            await _follow(registry, args, contexts, sources, view, out, err)
+            await _follow(registry, args, contexts, sources, view, out, err, tried)
     return 0
 
 
@@ -49,6 +65,7 @@ async def _follow(
     view: View,
     out: TextIO,
     err: TextIO,
+    tried: set[str],
 ) -> int:
     """The current rows, then the row of every change (subscribed before the rows are read:
     nothing is missed, and a change already shown is skipped by its resourceVersion); with
@@ -111,7 +128,8 @@ async def _follow(
         show_current([src])
 
     # a category (``toys``) is subscribed to as the one resource it stands for
-    resource = sources[0].resource.name if sources else args.resource
+    known = known_resource(args.resource)
+    resource = sources[0].resource.name if sources else known.name if known else args.resource
 
     namespace = None if args.all_namespaces else args.namespace
     async with (
@@ -127,7 +145,7 @@ async def _follow(
         show_current(sources)
         if args.all_contexts:
             tg.start_soon(
-                _start_new_contexts, registry, args, by_context, objects, opened, contexts
+                _start_new_contexts, registry, args, by_context, objects, opened, list(tried)
             )
         async for change in changes:
             src = by_context.get(change.context)
