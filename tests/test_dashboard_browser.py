@@ -429,6 +429,18 @@ async def test_page_resynchronises_after_the_server_restarts(tmp_path: Path) -> 
             assert await page.evaluate("window.__noReload") is True
 
 
+SHOWCASE_LOG = """\
+2026-12-05T09:12:01Z INFO  starting web 1.4.2 (commit 3f9c2e1)
+2026-12-05T09:12:01Z INFO  config loaded from /etc/web/config.yaml
+2026-12-05T09:12:02Z INFO  connecting to postgres at db.data.svc:5432
+2026-12-05T09:12:02Z WARN  postgres not ready, retrying in 2s
+2026-12-05T09:12:04Z INFO  connected to postgres (pool size 10)
+2026-12-05T09:12:04Z INFO  listening on :8080
+2026-12-05T09:13:10Z ERROR upstream cache.default.svc:6379: connection refused
+2026-12-05T09:13:10Z FATAL cannot start without the cache, exiting (code 1)
+"""
+
+
 def _showcase(clusters: list[FakeCluster], names: list[str]) -> tuple[str, dict[str, Any]]:
     """A pod worth a picture: crash-looping if one is, else running (context, pod)."""
     found: list[tuple[int, str, dict[str, Any]]] = []
@@ -492,10 +504,14 @@ async def test_screenshot(tmp_path: Path) -> None:
 
             context, pod = _showcase(clusters, [*names, "dev"])
             meta = pod["metadata"]
+            cluster = dict(zip([*names, "dev"], clusters, strict=True))[context]
+            container = pod["spec"]["containers"][0]["name"]
+            cluster.append_log(meta["namespace"], meta["name"], SHOWCASE_LOG, container=container)
             await page.goto(object_url(url, context, "pods", meta["namespace"], meta["name"]))
             await expect(page.locator("#containers tbody tr")).to_have_count(1)
             await expect(page.locator("#events tbody tr")).not_to_have_count(0)
             await expect(page.locator("#obj-yaml")).to_contain_text("kind: Pod")
+            await expect(page.locator("#log")).to_contain_text("listening on :8080")
             await expect(page.locator("#conn")).to_have_text("live")
             await page.screenshot(path=str(shots["object"]), animations="disabled")
 

@@ -632,15 +632,22 @@
     });
 
     // Header cells keep the widest width they had: the rows drawn change as the page
-    // scrolls, and auto-sized columns would jump with them.
+    // scrolls, and auto-sized columns would jump with them. While the kept widths fit the
+    // table's box; once they would not (a much wider cell came), they start over from the
+    // widths the table has then, so no column is pushed out of sight.
     const widths = new ResizeObserver((seen) => {
       for (const item of seen) {
         const th = item.target;
         const width = Math.ceil(item.borderBoxSize[0].inlineSize);
-        if (width > (minWidths.get(th.dataset.column) || 0)) {
-          minWidths.set(th.dataset.column, width);
-          th.style.minWidth = width + "px";
-        }
+        if (width > (minWidths.get(th.dataset.column) || 0)) minWidths.set(th.dataset.column, width);
+      }
+      let total = 0;
+      for (const s of shown) total += minWidths.get(s.name) || 0;
+      const fits = total <= table.parentElement.clientWidth + shown.length; // (rounding)
+      if (!fits) minWidths.clear();
+      for (const th of thead.querySelectorAll("th")) {
+        const width = minWidths.get(th.dataset.column);
+        th.style.minWidth = fits && width ? width + "px" : "";
       }
     });
 
@@ -665,6 +672,7 @@
         next.every((s, i) => s.name === shown[i].name && s.col.type === shown[i].col.type);
       shown = next;
       if (same) return false;
+      minWidths.clear(); // widths kept for other columns
       renderHead();
       for (const entry of rendered) entry.tr = null; // drawn again with the new columns
       rendered = [];
@@ -832,7 +840,7 @@
     }
 
     // ---------------------------------------------------------------- changes
-    function upsert(c) {
+    function upsert(c, live) {
       const key = keyOf(c);
       let entry = rows.get(key);
       if (!entry) {
@@ -854,7 +862,7 @@
       entry.search = searchText(entry);
       entry.value = sortValue(entry);
       entry.filled = false;
-      entry.flash = synced;
+      entry.flash = live; // a live change flashes; the rows of a LIST do not
       place(entry);
       visibleDirty = true;
     }
@@ -974,7 +982,7 @@
       changes(batch) {
         const now = Date.now();
         for (const c of batch) {
-          if (c.type === "ADDED" || c.type === "MODIFIED") upsert(c);
+          if (c.type === "ADDED" || c.type === "MODIFIED") upsert(c, synced && !listing.has(c.context));
           else if (c.type === "DELETED") {
             const entry = rows.get(keyOf(c));
             if (entry) removeEntry(entry);
