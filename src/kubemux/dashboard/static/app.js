@@ -638,12 +638,12 @@
     const widths = new ResizeObserver((seen) => {
       for (const item of seen) {
         const th = item.target;
-        const width = Math.ceil(item.borderBoxSize[0].inlineSize);
+        const width = Math.floor(item.borderBoxSize[0].inlineSize); // down: never wider than now
         if (width > (minWidths.get(th.dataset.column) || 0)) minWidths.set(th.dataset.column, width);
       }
       let total = 0;
       for (const s of shown) total += minWidths.get(s.name) || 0;
-      const fits = total <= table.parentElement.clientWidth + shown.length; // (rounding)
+      const fits = total <= table.parentElement.clientWidth;
       if (!fits) minWidths.clear();
       for (const th of thead.querySelectorAll("th")) {
         const width = minWidths.get(th.dataset.column);
