@@ -1,6 +1,6 @@
 """The dashboard at fleet scale, in a real browser: today's page beside a baseline's.
 
-    python bench/dashboard_scale.py [--fleets one,fleet] [--before REF] [--timeout 60]
+    python bench/dashboard_scale.py [--fleets one,fleet,cli] [--before REF] [--timeout 60]
                                     [--idle 10] [--no-before]
 
 Fleets (issue 31):
@@ -9,6 +9,9 @@ Fleets (issue 31):
     5,000 pods in one context (one FakeCluster).
 ``fleet``
     1,000 contexts: 10 FakeClusters x 100 contexts each, 12 pods per cluster (12,000 rows).
+``cli``
+    ``kubemux get pods -A --all-contexts`` on the ``fleet``: when the first row is printed,
+    when the command ends, its peak memory.
 
 The FakeClusters run in a process of their own (as API servers do); with 1,000 contexts
 each cluster sends its watches bookmarks every 5 to 9.5 s (kube-apiserver sends one about
@@ -537,6 +540,39 @@ async def chromium_process() -> AsyncIterator[str]:
             proc.wait()
 
 
+async def measure_http(url: str, idle: float, out: Figures) -> None:
+    """The server's side without a browser (so also for a page that froze): what one
+    event stream receives while nothing changes, after its snapshot and a settling time,
+    and ``/api/namespaces``'s latency (first call and median of four more)."""
+    import httpx
+
+    async with httpx.AsyncClient(timeout=60) as client:
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            await client.get(url + "api/namespaces")
+            times.append((time.perf_counter() - start) * 1000)
+        out.put("namespaces first (HTTP)", ms(times[0]))
+        out.put("namespaces p50 (HTTP)", ms(statistics.median(times[1:])))
+        got = 0
+        counting = False
+        async with client.stream("GET", url + "api/stream?resource=pods") as response:
+
+            async def read() -> None:
+                nonlocal got
+                async for chunk in response.aiter_bytes():
+                    if counting:
+                        got += len(chunk)
+
+            async with asyncio.timeout(idle + 5):
+                task = asyncio.ensure_future(read())
+                await asyncio.sleep(5)  # the snapshot, then quiet
+                counting = True
+                await asyncio.sleep(idle)
+                task.cancel()
+        out.put("idle stream (HTTP)", f"{got / idle / 1024:.1f} KB/s")
+
+
 # ---------------------------------------------------------------------- the run
 ORDER = [
     "warm-up",
@@ -549,6 +585,9 @@ ORDER = [
     "namespaces first",
     "namespaces p50",
     "namespaces complete",
+    "namespaces first (HTTP)",
+    "namespaces p50 (HTTP)",
+    "idle stream (HTTP)",
     "resources first",
     "resources p50",
     "filter: last row",
@@ -567,7 +606,9 @@ TARGETS = {
         "block: typing": "<= 100 ms",
         "block: scroll": "<= 100 ms",
         "idle stream": "<= 20 KB/s",
+        "idle stream (HTTP)": "<= 20 KB/s",
         "namespaces p50": "<= 200 ms",
+        "namespaces p50 (HTTP)": "<= 200 ms",
     },
     "fleet": {
         "all rows": "<= 3 s",
@@ -577,7 +618,9 @@ TARGETS = {
         "block: scroll": "<= 200 ms",
         "one change": "<= 2 s",
         "idle stream": "<= 20 KB/s",
+        "idle stream (HTTP)": "<= 20 KB/s",
         "namespaces p50": "<= 200 ms",
+        "namespaces p50 (HTTP)": "<= 200 ms",
     },
 }
 
@@ -597,6 +640,7 @@ async def run_fleet(key: str, args: argparse.Namespace) -> str:
                     warm = await wait_synced(url, fleet, args.timeout * 3)
                     figures = await measure_page(url, fleet, clusters, args.timeout, args.idle)
                     figures.put("warm-up", "-" if warm is None else f"{warm:.1f} s")
+                    await measure_http(url, args.idle, figures)
                     columns[label] = figures
                 print(f"  {fleet.name}: {label} measured", file=sys.stderr, flush=True)
     labels = list(columns)
@@ -614,11 +658,74 @@ async def run_fleet(key: str, args: argparse.Namespace) -> str:
     return table(f"{fleet.name} ({fleet.rows:,} rows)", ["", *labels, "target"], rows)
 
 
+CLI_RUN = """
+import atexit, resource, sys
+atexit.register(lambda: print("MAXRSS", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                              file=sys.stderr))
+from kubemux.cli import main
+sys.argv = ["kubemux", *sys.argv[1:]]
+sys.exit(main())
+"""
+
+
+def cli_run(src: Path, kubeconfig: Path, limit: float) -> tuple[str, str, str, str]:
+    """``kubemux get pods -A --all-contexts`` from ``src``: (first line, all, max RSS,
+    lines) as printed figures."""
+    argv = [sys.executable, "-c", CLI_RUN, "get", "pods", "-A", "--all-contexts"]
+    argv += ["--kubeconfig", str(kubeconfig)]
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(src)},
+        cwd=tempfile.gettempdir(),
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = None
+    lines = 0
+    for _ in proc.stdout:
+        lines += 1
+        if first is None:
+            first = time.perf_counter() - start
+    proc.wait(limit)
+    total = time.perf_counter() - start
+    rss = next((int(line.split()[1]) for line in proc.stderr if line.startswith("MAXRSS")), 0)
+    return (
+        "-" if first is None else f"{first:.1f} s",
+        f"{total:.1f} s",
+        f"{rss / 1024:.0f} MB",
+        f"{max(0, lines - 1):,}",
+    )
+
+
+def run_cli(args: argparse.Namespace) -> str:
+    """``get --all-contexts`` over the 1,000 contexts, before and after."""
+    fleet = FLEETS["fleet"]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kubemux-bench-") as tmp:
+        kubeconfig = Path(tmp) / "config"
+        with FleetProcess(fleet, kubeconfig):
+            trees: list[tuple[str, contextlib.AbstractContextManager[Path]]] = []
+            if not args.no_before:
+                trees.append((f"before ({args.before})", source_tree(args.before)))
+            trees.append(("after (this tree)", contextlib.nullcontext(ROOT / "src")))
+            for label, tree in trees:
+                with tree as src:
+                    rows.append([label, *cli_run(src, kubeconfig, args.timeout * 3)])
+    header = ["", "first row", "all rows", "max RSS", "rows"]
+    return table(f"kubemux get pods -A --all-contexts ({fleet.name})", header, rows)
+
+
 async def main(args: argparse.Namespace) -> None:
     load = os.getloadavg()
     print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (2 cores)\n")
     for key in args.fleets.split(","):
-        print(await run_fleet(key, args))
+        if key == "cli":
+            print(run_cli(args))
+        else:
+            print(await run_fleet(key, args))
         print()
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
@@ -632,7 +739,9 @@ if __name__ == "__main__":
         anyio.run(serve_fleet, int(a[0]), int(a[1]), int(a[2]), a[3])
         sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--fleets", default="one,fleet", help="one, fleet or both (comma list)")
+    parser.add_argument(
+        "--fleets", default="one,fleet,cli", help="one, fleet, cli (comma list; default all)"
+    )
     parser.add_argument("--before", default=BEFORE, help=f"the baseline (default {BEFORE})")
     parser.add_argument("--no-before", action="store_true", help="measure this tree only")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per measurement")
