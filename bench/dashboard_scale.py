@@ -560,16 +560,18 @@ async def measure_http(url: str, idle: float, out: Figures) -> None:
 
             async def read() -> None:
                 nonlocal got
-                async for chunk in response.aiter_bytes():
-                    if counting:
-                        got += len(chunk)
+                with contextlib.suppress(httpx.HTTPError):
+                    async for chunk in response.aiter_bytes():
+                        if counting:
+                            got += len(chunk)
 
-            async with asyncio.timeout(idle + 5):
-                task = asyncio.ensure_future(read())
-                await asyncio.sleep(5)  # the snapshot, then quiet
-                counting = True
-                await asyncio.sleep(idle)
-                task.cancel()
+            task = asyncio.ensure_future(read())
+            await asyncio.sleep(5)  # the snapshot, then quiet
+            counting = True
+            await asyncio.sleep(idle)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         out.put("idle stream (HTTP)", f"{got / idle / 1024:.1f} KB/s")
 
 
