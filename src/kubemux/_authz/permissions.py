@@ -67,7 +67,7 @@ def _slow_allows(
 class RuleIndex:
     """The rules of some roles, indexed; immutable once built."""
 
-    __slots__ = ("_prefixes", "_resources", "_slow", "_urls")
+    __slots__ = ("_named", "_prefixes", "_resources", "_slow", "_urls")
 
     def __init__(self, roles: Iterable[tuple[RoleKey, Iterable[PolicyRule]]]) -> None:
         self._resources: dict[tuple[str, str, str], _Grant] = {}
@@ -77,6 +77,8 @@ class RuleIndex:
         for key, rules in roles:
             for rule in rules:
                 self._add(key, rule)
+        # the resources some key names: a request for none of them misses in 2-3 set lookups
+        self._named = frozenset(r for _, _, r in self._resources)
 
     def _add(self, key: RoleKey, rule: PolicyRule) -> None:
         verbs, groups, resources = rule.verbs, rule.api_groups, rule.resources
@@ -114,8 +116,10 @@ class RuleIndex:
         ``""``) named ``name`` in ``group``, or None."""
         combined = f"{resource}/{sub}" if sub else resource
         index = self._resources
-        if index:
-            wanted = (combined, ALL, f"*/{sub}") if sub else (combined, ALL)
+        named = self._named
+        wild = f"*/{sub}" if sub else ""
+        if combined in named or ALL in named or (sub and wild in named):
+            wanted = (combined, ALL, wild) if sub else (combined, ALL)
             for v in (verb, ALL):
                 for g in (group, ALL):
                     for r in wanted:
