@@ -228,6 +228,10 @@ class PermissionCache:
             f"indexes={len(self._indexes)} version={self.policy.version}>"
         )
 
+    def __len__(self) -> int:
+        """Users with a set kept."""
+        return len(self._sets)
+
     def decide(self, user: User, attrs: Attributes) -> Decision:
         """The local decision for ``user`` making request ``attrs``."""
         if user.is_privileged:

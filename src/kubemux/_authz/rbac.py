@@ -34,6 +34,7 @@ __all__ = [
     "ROLES",
     "ROLE_BINDINGS",
     "Decision",
+    "Kind",
     "RbacPolicy",
     "RoleKey",
 ]

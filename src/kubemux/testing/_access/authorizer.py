@@ -21,9 +21,11 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ..._resources import Resource
 from .._wire.request_info import RequestInfo
 
 __all__ = [
+    "RBAC_RESOURCES",
     "Caller",
     "Decision",
     "Request",
@@ -32,9 +34,26 @@ __all__ = [
     "authorize",
     "forbidden_body",
     "request_of",
+    "settle_aggregation",
 ]
 
 Objects = Callable[[str], list[dict[str, Any]]]  # "clusterroles" -> its objects
+RBAC_RESOURCES = {
+    plural: Resource(
+        group="rbac.authorization.k8s.io",
+        version="v1",
+        plural=plural,
+        kind=kind,
+        namespaced=not plural.startswith("cluster"),
+    )
+    for plural, kind in (
+        ("roles", "Role"),
+        ("clusterroles", "ClusterRole"),
+        ("rolebindings", "RoleBinding"),
+        ("clusterrolebindings", "ClusterRoleBinding"),
+    )
+}
+"""``rbac.authorization.k8s.io/v1``, by plural: served by every fake, read by its RBAC."""
 _NAMESPACE_SUBRESOURCES = ("status", "finalize")
 
 
@@ -356,3 +375,24 @@ def aggregate(cluster_roles: Iterable[dict[str, Any]]) -> dict[str, list[Any]]:
                         rules.append(item)
         out[name] = rules
     return out
+
+
+def settle_aggregation(
+    read: Callable[[], list[dict[str, Any]]], write: Callable[[dict[str, Any]], object]
+) -> None:
+    """Run the aggregation controller until it settles: each pass writes every aggregated
+    ClusterRole whose rules differ from :func:`aggregate`'s (missing rules read as none, as
+    Go's semantic equality has them)."""
+    for _ in range(100):  # each pass writes only what differs: it settles
+        roles = read()
+        wanted = aggregate(roles)
+        stale = [
+            {**role, "rules": wanted[role["metadata"]["name"]]}
+            for role in roles
+            if role["metadata"]["name"] in wanted
+            and (role.get("rules") or []) != wanted[role["metadata"]["name"]]
+        ]
+        if not stale:
+            return
+        for role in stale:
+            write(role)

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from ..._resources import BUILTIN_RESOURCES, Resource, parse_resource, register_resource
-from .._access.authorizer import aggregate
+from .._access.authorizer import RBAC_RESOURCES, settle_aggregation
 from .._wire.protocol import BadRequest, Key, Selector
 from .crd import CrdInfo
 from .resource import (
@@ -35,7 +35,7 @@ from .resource import (
     Watch,
 )
 
-__all__ = ["RBAC_RESOURCES", "SERVED_RESOURCES", "ObjectStore"]
+__all__ = ["RBAC_RESOURCES", "SERVED_RESOURCES", "ObjectStore"]  # RBAC_RESOURCES: for tests
 
 _TOP_KEYS = ("kind", "apiVersion", "metadata")
 _CRD_GROUP = "apiextensions.k8s.io"
@@ -82,23 +82,6 @@ def _now() -> str:
     return str(_clock[1])
 
 
-_RBAC = "rbac.authorization.k8s.io"
-RBAC_RESOURCES: dict[str, Resource] = {
-    "roles": Resource(group=_RBAC, version="v1", plural="roles", kind="Role"),
-    "clusterroles": Resource(
-        group=_RBAC, version="v1", plural="clusterroles", kind="ClusterRole", namespaced=False
-    ),
-    "rolebindings": Resource(group=_RBAC, version="v1", plural="rolebindings", kind="RoleBinding"),
-    "clusterrolebindings": Resource(
-        group=_RBAC,
-        version="v1",
-        plural="clusterrolebindings",
-        kind="ClusterRoleBinding",
-        namespaced=False,
-    ),
-}
-"""``rbac.authorization.k8s.io/v1``, by plural: what the fake's authorizer reads."""
-
 SERVED_RESOURCES: tuple[Resource, ...] = (
     *BUILTIN_RESOURCES,
     Resource(
@@ -109,8 +92,7 @@ SERVED_RESOURCES: tuple[Resource, ...] = (
     ),
     *RBAC_RESOURCES.values(),
 )
-"""The resource types every fake cluster serves: the built-in table, the rest of what
-``kubectl get all`` lists, and RBAC."""
+"""What every fake serves: the built-in table, the rest of ``kubectl get all``, RBAC."""
 
 
 class ObjectStore:
@@ -163,10 +145,17 @@ class ObjectStore:
 
     # ------------------------------------------------------------------ CRDs
     def _crd_event(self, state: ResourceState, events: Iterable[Event]) -> None:
-        """Serve, change or withdraw custom resources as their CRDs come and go; after a
-        ClusterRole changes, run the aggregation controller."""
-        if (state.resource.group, state.resource.plural) == (_RBAC, "clusterroles"):
-            self._aggregate(state)
+        """Serve, change or withdraw custom resources as their CRDs come and go; aggregate."""
+        if state.resource == RBAC_RESOURCES["clusterroles"]:
+            if not self._aggregating:  # the aggregation controller: writes watches see
+                self._aggregating = True
+                try:
+                    settle_aggregation(
+                        lambda: [_copy(state.objects[key]) for key in state.sorted_keys()],
+                        lambda role: self.replace(state, ("", role["metadata"]["name"]), role),
+                    )
+                finally:
+                    self._aggregating = False
             return
         if (
             state.resource.group != _CRD_GROUP
@@ -178,30 +167,6 @@ class ObjectStore:
                 self._withdraw(event.cur.obj)
             else:
                 self._serve(event.cur.obj)
-
-    def _aggregate(self, state: ResourceState) -> None:
-        """The ClusterRole aggregation controller: an aggregated ClusterRole's rules become
-        those of the ClusterRoles its selectors pick (a write of each one that differs,
-        which watches see), until nothing changes."""
-        if self._aggregating:
-            return
-        self._aggregating = True
-        try:
-            for _ in range(100):  # each pass writes only what differs: it settles
-                roles = [_copy(state.objects[key]) for key in state.sorted_keys()]
-                wanted = aggregate(roles)
-                stale = [
-                    (role, wanted[role["metadata"]["name"]])
-                    for role in roles
-                    if role["metadata"]["name"] in wanted
-                    and (role.get("rules") or []) != wanted[role["metadata"]["name"]]
-                ]
-                if not stale:
-                    return
-                for role, rules in stale:
-                    self.replace(state, ("", role["metadata"]["name"]), {**role, "rules": rules})
-        finally:
-            self._aggregating = False
 
     def _serve(self, crd: Mapping[str, Any]) -> None:
         info = CrdInfo.parse(crd)
