@@ -35,6 +35,7 @@ from typing import Any
 from _common import table
 
 from kubemux._authz.attributes import Attributes
+from kubemux._authz.caches import ExpiringCache, token_key
 from kubemux._authz.permissions import PermissionCache
 from kubemux._authz.rbac import (
     CLUSTER_ROLE_BINDINGS,
@@ -289,6 +290,16 @@ def memory_table(users: int, contexts: int, namespaces: int) -> str:
             cache.permissions(u)
     gc.collect()
     after_sets = tracemalloc.take_snapshot()
+    # each context's TokenReview answers: one User per token, under the token's hash
+    token_caches: list[ExpiringCache[bytes, object]] = []
+    for _ in range(contexts):
+        tokens: ExpiringCache[bytes, object] = ExpiringCache(users * 2)
+        for i in range(users):
+            answer = User(f"user-{i}", f"uid-{i:08d}", (f"team-{i % 10}", "system:authenticated"))
+            tokens.put(token_key(f"token-{i}-" + "x" * 900), answer, 120.0)
+        token_caches.append(tokens)
+    gc.collect()
+    after_tokens = tracemalloc.take_snapshot()
     tracemalloc.stop()
 
     def diff(a: tracemalloc.Snapshot, b: tracemalloc.Snapshot) -> float:
@@ -296,6 +307,7 @@ def memory_table(users: int, contexts: int, namespaces: int) -> str:
 
     objects = diff(base, after_policies)
     sets = diff(after_policies, after_sets)
+    reviews = diff(after_sets, after_tokens)
     distinct = sum(len(c._interned) for c in caches)
     rows = [
         [f"RBAC objects, {contexts} contexts (parsed)", f"{objects:.1f}", ""],
@@ -305,7 +317,14 @@ def memory_table(users: int, contexts: int, namespaces: int) -> str:
             f"{sets * 2**20 / (users * contexts):.0f} B/user-context, {distinct} distinct sets",
         ],
     ]
-    del caches, policies
+    rows.append(
+        [
+            f"TokenReview answers, {users} users x {contexts} contexts",
+            f"{reviews:.1f}",
+            f"{reviews * 2**20 / (users * contexts):.0f} B/user-context",
+        ]
+    )
+    del caches, policies, token_caches
     return table(
         "3. memory (MiB, tracemalloc)",
         ["what", "MiB", "note"],

@@ -362,3 +362,19 @@ async def test_an_unknown_context_and_a_closed_registry(cluster: FakeCluster) ->
         with pytest.raises(kubemux.ContextNotFound):
             await registry.authorizer("nope")
         assert "synced" in repr(await authorizer(registry))
+
+
+async def test_local_allows_can_be_reviewed_too(cluster: FakeCluster) -> None:
+    """For a chain that can deny before RBAC: every decision is asked (and cached)."""
+    async with open_registry(cluster) as registry:
+        authz = await authorizer(registry, local_allows=False)
+        alice = User("alice", groups=("system:authenticated",))
+        for _ in range(3):
+            decision = await authz.decide(alice, authz.attributes("list", "pods", namespace="web"))
+            assert (decision.allowed, decision.by) == (True, "review")
+        assert authz.reviews_sent == 1
+        root = User("root", groups=("system:masters",))
+        assert (
+            await authz.decide(root, authz.attributes("delete", "nodes"))
+        ).by == "system:masters"
+        assert authz.reviews_sent == 1

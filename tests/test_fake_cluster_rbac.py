@@ -101,8 +101,10 @@ async def test_a_user_token_is_governed_by_rbac(cluster: FakeCluster) -> None:
     status, body = await call(cluster, alice, "GET", "/api/v1/namespaces/web/secrets/s1")
     assert (status, body["message"]) == (
         403,
-        ('secrets "s1" is forbidden: User "alice" cannot get resource "secrets" in API group "" '
-        'in the namespace "web": RBAC: clusterrole.rbac.authorization.k8s.io "gone" not found'),
+        (
+            'secrets "s1" is forbidden: User "alice" cannot get resource "secrets" in API group "" '
+            'in the namespace "web": RBAC: clusterrole.rbac.authorization.k8s.io "gone" not found'
+        ),
     )
     # authorization comes before routing: no 404 for what does not exist
     status, body = await call(cluster, alice, "GET", "/apis/example.com/v1/namespaces/db/widgets")
@@ -237,8 +239,10 @@ async def test_impersonation(cluster: FakeCluster) -> None:
     status, body = await call(cluster, bob, "GET", "/api/v1/namespaces/web/pods", **as_alice)
     assert (status, body["message"]) == (
         403,
-        ('users "alice" is forbidden: User "bob" cannot impersonate resource "users" in API group "" '
-        "at the cluster scope"),
+        (
+            'users "alice" is forbidden: User "bob" cannot impersonate resource "users" in API group "" '
+            "at the cluster scope"
+        ),
     )
 
 
