@@ -378,3 +378,17 @@ async def test_local_allows_can_be_reviewed_too(cluster: FakeCluster) -> None:
             await authz.decide(root, authz.attributes("delete", "nodes"))
         ).by == "system:masters"
         assert authz.reviews_sent == 1
+
+
+async def test_a_stopped_context_is_followed_again(cluster: FakeCluster) -> None:
+    """stop_watcher clears the RBAC stores (RESET): the authorizer serves nothing until it
+    has watched them again, then answers from the fresh state."""
+    async with open_registry(cluster) as registry:
+        authz = await authorizer(registry, review_denials=False)
+        alice = User("alice")
+        assert await authz.allowed(alice, "list", "pods", namespace="web")
+        assert await registry.stop_watcher("prod")
+        cluster.delete(RBAC_RESOURCES["rolebindings"], "web", "alice")  # while nobody watches
+        with anyio.fail_after(TIMEOUT):
+            assert not await authz.allowed(alice, "list", "pods", namespace="web")
+        assert authz.has_synced

@@ -1087,3 +1087,384 @@ def test_service_account_users() -> None:
     sa = User("system:serviceaccount:web:deployer")
     assert sa.is_service_account and not User("alice").is_service_account
     assert User("x", groups=("system:masters",)).is_privileged
+
+
+# -- request attributes: staging/src/k8s.io/apiserver/pkg/endpoints/request/requestinfo_test.go
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "verb", "group", "version", "namespace", "resource", "sub", "name"),
+    [  # TestGetAPIRequestInfo's success cases
+        ("GET", "/api/v1/namespaces", "list", "", "v1", "", "namespaces", "", ""),
+        ("GET", "/api/v1/namespaces/other", "get", "", "v1", "other", "namespaces", "", "other"),
+        ("GET", "/api/v1/namespaces/other/pods", "list", "", "v1", "other", "pods", "", ""),
+        ("GET", "/api/v1/namespaces/other/pods/foo", "get", "", "v1", "other", "pods", "", "foo"),
+        ("HEAD", "/api/v1/namespaces/other/pods/foo", "get", "", "v1", "other", "pods", "", "foo"),
+        ("GET", "/api/v1/pods", "list", "", "v1", "", "pods", "", ""),
+        ("HEAD", "/api/v1/pods", "list", "", "v1", "", "pods", "", ""),
+        (
+            "GET",
+            "/api/v1/proxy/namespaces/other/pods/foo",
+            "proxy",
+            "",
+            "v1",
+            "other",
+            "pods",
+            "",
+            "foo",
+        ),
+        (
+            "GET",
+            "/api/v1/proxy/namespaces/other/pods/foo/subpath/not/a/subresource",
+            "proxy",
+            "",
+            "v1",
+            "other",
+            "pods",
+            "",
+            "foo",
+        ),
+        ("GET", "/api/v1/watch/pods", "watch", "", "v1", "", "pods", "", ""),
+        ("GET", "/api/v1/pods?watch=true", "watch", "", "v1", "", "pods", "", ""),
+        ("GET", "/api/v1/pods?watch=false", "list", "", "v1", "", "pods", "", ""),
+        ("GET", "/api/v1/watch/namespaces/other/pods", "watch", "", "v1", "other", "pods", "", ""),
+        (
+            "GET",
+            "/api/v1/namespaces/other/pods?watch=1",
+            "watch",
+            "",
+            "v1",
+            "other",
+            "pods",
+            "",
+            "",
+        ),
+        ("GET", "/api/v1/namespaces/other/pods?watch=0", "list", "", "v1", "other", "pods", "", ""),
+        (
+            "GET",
+            "/api/v1/namespaces/other/pods/foo/status",
+            "get",
+            "",
+            "v1",
+            "other",
+            "pods",
+            "status",
+            "foo",
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/other/pods/foo/proxy/subpath",
+            "get",
+            "",
+            "v1",
+            "other",
+            "pods",
+            "proxy",
+            "foo",
+        ),
+        (
+            "PUT",
+            "/api/v1/namespaces/other/finalize",
+            "update",
+            "",
+            "v1",
+            "other",
+            "namespaces",
+            "finalize",
+            "other",
+        ),
+        (
+            "PUT",
+            "/api/v1/namespaces/other/status",
+            "update",
+            "",
+            "v1",
+            "other",
+            "namespaces",
+            "status",
+            "other",
+        ),
+        (
+            "PATCH",
+            "/api/v1/namespaces/other/pods/foo",
+            "patch",
+            "",
+            "v1",
+            "other",
+            "pods",
+            "",
+            "foo",
+        ),
+        (
+            "DELETE",
+            "/api/v1/namespaces/other/pods/foo",
+            "delete",
+            "",
+            "v1",
+            "other",
+            "pods",
+            "",
+            "foo",
+        ),
+        ("POST", "/api/v1/namespaces/other/pods", "create", "", "v1", "other", "pods", "", ""),
+        ("DELETE", "/api/v1/nodes", "deletecollection", "", "v1", "", "nodes", "", ""),
+        ("DELETE", "/api/v1/namespaces", "deletecollection", "", "v1", "", "namespaces", "", ""),
+        (
+            "DELETE",
+            "/api/v1/namespaces/other/pods",
+            "deletecollection",
+            "",
+            "v1",
+            "other",
+            "pods",
+            "",
+            "",
+        ),
+        (
+            "DELETE",
+            "/apis/extensions/v1/namespaces/other/pods",
+            "deletecollection",
+            "extensions",
+            "v1",
+            "other",
+            "pods",
+            "",
+            "",
+        ),
+        (
+            "POST",
+            "/apis/extensions/v1/namespaces/other/pods",
+            "create",
+            "extensions",
+            "v1",
+            "other",
+            "pods",
+            "",
+            "",
+        ),
+        (
+            "POST",
+            "/apis/extensions/v1beta3/namespaces/other/pods",
+            "create",
+            "extensions",
+            "v1beta3",
+            "other",
+            "pods",
+            "",
+            "",
+        ),
+        # TestSelectorParsing
+        (
+            "GET",
+            "/apis/g/v/resource?fieldSelector=metadata.name=name1",
+            "list",
+            "g",
+            "v",
+            "",
+            "resource",
+            "",
+            "name1",
+        ),
+        (
+            "GET",
+            "/apis/g/v/resource?watch=true&fieldSelector=metadata.name=name1",
+            "watch",
+            "g",
+            "v",
+            "",
+            "resource",
+            "",
+            "name1",
+        ),
+        (
+            "GET",
+            "/apis/g/v/resource?fieldSelector=foo=bar&labelSelector=baz=qux",
+            "list",
+            "g",
+            "v",
+            "",
+            "resource",
+            "",
+            "",
+        ),
+        (
+            "GET",
+            "/apis/g/v/resource?fieldSelector=metadata.name=name1,foo",
+            "list",
+            "g",
+            "v",
+            "",
+            "resource",
+            "",
+            "",
+        ),
+        (
+            "GET",
+            "/apis/g/v/resource?fieldSelector=metadata.name=name1,foo&watch=true",
+            "watch",
+            "g",
+            "v",
+            "",
+            "resource",
+            "",
+            "",
+        ),
+        (
+            "GET",
+            "/apis/g/v/resource?fieldSelector=metadata.name=foo&fieldSelector=metadata.name=bar",
+            "list",
+            "g",
+            "v",
+            "",
+            "resource",
+            "",
+            "foo",
+        ),
+        (
+            "GET",
+            "/apis/g/v/watch/resource?fieldSelector=metadata.name=foo",
+            "watch",
+            "g",
+            "v",
+            "",
+            "resource",
+            "",
+            "",
+        ),
+        (
+            "GET",
+            "/apis/g/v/watch/resource/name?fieldSelector=metadata.name=foo",
+            "watch",
+            "g",
+            "v",
+            "",
+            "resource",
+            "",
+            "name",
+        ),
+        # beyond Kubernetes' tables: sorted terms, ==, escapes, invalid names, a bad limit
+        (
+            "GET",
+            "/api/v1/pods?fieldSelector=metadata.name%3Db,metadata.name%3Da",
+            "list",
+            "",
+            "v1",
+            "",
+            "pods",
+            "",
+            "a",
+        ),
+        (
+            "GET",
+            "/api/v1/pods?fieldSelector=metadata.name%3D%3Dx,spec.nodeName!%3Dn",
+            "list",
+            "",
+            "v1",
+            "",
+            "pods",
+            "",
+            "x",
+        ),
+        (
+            "GET",
+            "/api/v1/pods?fieldSelector=metadata.name!%3Dx",
+            "list",
+            "",
+            "v1",
+            "",
+            "pods",
+            "",
+            "",
+        ),
+        (
+            "GET",
+            "/api/v1/pods?fieldSelector=metadata.name%3D..",
+            "list",
+            "",
+            "v1",
+            "",
+            "pods",
+            "",
+            "",
+        ),
+        (
+            "GET",
+            "/api/v1/pods?fieldSelector=metadata.name%3Dx&limit=abc",
+            "list",
+            "",
+            "v1",
+            "",
+            "pods",
+            "",
+            "",
+        ),
+        (
+            "GET",
+            "/api/v1/pods?watch=&fieldSelector=metadata.name%3Dx",
+            "watch",
+            "",
+            "v1",
+            "",
+            "pods",
+            "",
+            "x",
+        ),
+        ("GET", "/api/v1/pods?watch=FALSE", "list", "", "v1", "", "pods", "", ""),
+    ],
+)
+def test_kubernetes_request_info(
+    method: str,
+    url: str,
+    verb: str,
+    group: str,
+    version: str,
+    namespace: str,
+    resource: str,
+    sub: str,
+    name: str,
+) -> None:
+    import urllib.parse
+
+    from kubemux._authz.attributes import request_attributes
+
+    parsed = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qsl(parsed.query, keep_blank_values=True)
+    attrs = request_attributes(method, parsed.path, query)
+    assert attrs.resource_request
+    assert (attrs.verb, attrs.api_group, attrs.api_version, attrs.namespace) == (
+        verb,
+        group,
+        version,
+        namespace,
+    )
+    assert (attrs.resource, attrs.subresource, attrs.name) == (resource, sub, name)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/api/version/",
+        "/apis/group/version/",
+        "/badprefix/version/resource",
+        "/apis/version/resource",
+    ],
+)
+def test_kubernetes_request_info_non_resource(path: str) -> None:
+    from kubemux._authz.attributes import request_attributes
+
+    attrs = request_attributes("POST", path)
+    assert (attrs.resource_request, attrs.verb, attrs.path) == (False, "post", path)
+
+
+def test_request_info_selectors_travel_with_list_verbs_only() -> None:
+    from kubemux._authz.attributes import request_attributes
+
+    listing = request_attributes(
+        "GET", "/api/v1/pods", {"fieldSelector": "a=b", "labelSelector": "c"}
+    )
+    assert (listing.field_selector, listing.label_selector) == ("a=b", "c")
+    one = request_attributes("GET", "/api/v1/namespaces/n/pods/p", {"fieldSelector": "a=b"})
+    assert one.field_selector == ""
+    with pytest.raises(ValueError, match="unable to determine kind"):
+        request_attributes("GET", "/api/v1/watch")

@@ -18,6 +18,7 @@ controller (:func:`aggregate`).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -107,6 +108,21 @@ def _valid_segment(name: str) -> bool:
     return name not in (".", "..") and "/" not in name and "%" not in name
 
 
+def _selected_name(selector: str) -> str:
+    """The name ``metadata.name=X`` (or ``==``) selects; terms sorted as Go sorts them; none
+    if any term does not parse (kube-apiserver then reads no name). Values with escapes
+    (``\\,``) name nothing here: no valid object name has them."""
+    terms = sorted(t for t in selector.split(",") if t)
+    names = []
+    for term in terms:
+        match = re.fullmatch(r"([^=!]*)(!=|==|=)(.*)", term)
+        if match is None or re.search(r"[=,\\]", match.group(3)):
+            return ""
+        if match.group(1) == "metadata.name" and match.group(2) != "!=":
+            names.append(match.group(3))
+    return names[0] if names and _valid_segment(names[0]) else ""
+
+
 def request_of(info: RequestInfo, method: str, path: str, query: Mapping[str, str]) -> Request:
     """The attributes of a request as ``RequestInfoFactory`` reads them: a Namespace is in
     itself, a LIST or WATCH with ``fieldSelector=metadata.name=X`` is for ``X``, a
@@ -118,13 +134,7 @@ def request_of(info: RequestInfo, method: str, path: str, query: Mapping[str, st
         namespace = info.name  # /api/v1/namespaces/NAME[/status|/finalize]
     name = info.name or ""
     if not name and info.verb in ("list", "watch"):
-        wanted = [
-            term.split("=", 1)[1].lstrip("=")
-            for term in query.get("fieldSelector", "").split(",")
-            if term.replace("==", "=").startswith("metadata.name=")
-        ]
-        if wanted and _valid_segment(wanted[0]):  # the first such term, as Go's selector
-            name = wanted[0]
+        name = _selected_name(query.get("fieldSelector", ""))
     return Request(
         verb=info.verb,
         resource=info.plural,
