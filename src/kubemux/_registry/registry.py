@@ -22,10 +22,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._auth.pool import IN_CLUSTER_ROOT, CredentialPool
+from .._authz.authorizer import Authorizer, AuthorizerSettings
+from .._authz.authorizers import Authorizers
 from .._cache.event_index import EventIndex
 from .._cache.multistore import MultiTableStore
 from .._cache.store import Indexer, Store, Transform, drop_managed_fields
 from .._cache.table import TableStore
+from .._errors import ContextNotFound
 from .._http.upstream import Upstream
 from .._informer.informer import InformerKey
 from .._kubeconfig.load import ContextConfig
@@ -164,6 +167,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             names=ResourceNames(),
             status_changed=self._signal.changed,
         )
+        self._authorizers = Authorizers(self)
         self._entered = False
 
     @classmethod
@@ -204,6 +208,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
                 self._connector.open(),  # a share engine's session, for every generation
                 self._fanout.open(),  # every subscription ends with it
                 self._generations.open() as generations,
+                self._authorizers.open(),  # they use the generations: they stop first
                 anyio.create_task_group() as tg,
             ):
                 tg.start_soon(self._follow, source, name="kubemux kubeconfig follower")
@@ -347,6 +352,15 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         """
         async with self._starter.upstream(context) as upstream:
             yield upstream
+
+    async def authorizer(
+        self, context: str, *, settings: AuthorizerSettings | None = None
+    ) -> Authorizer:
+        """The context's :class:`Authorizer` once its RBAC informers synced (first ``settings``
+        stay). Raises ContextNotFound, NotSynced, or :meth:`watch`'s; cancelling stops the wait."""
+        if context not in self.contexts:
+            raise ContextNotFound(context)
+        return await self._authorizers.get(context, settings)
 
     async def event_index(self, context: str) -> EventIndex:
         """The live :class:`EventIndex` of ``context``, starting its event informer if needed.
