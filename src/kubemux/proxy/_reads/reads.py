@@ -18,8 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-import urllib.parse
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 
 import anyio
 from starlette.types import Receive, Send
@@ -27,6 +26,7 @@ from starlette.types import Receive, Send
 from .._api.lists import INCLUDE_OBJECT_VALUES
 from .._api.paths import ApiPath
 from .._api.responses import JSON
+from .._query.params import Query
 
 __all__ = [
     "CACHE_HEADER",
@@ -35,7 +35,6 @@ __all__ = [
     "ReadRequest",
     "classify",
     "parse_accept",
-    "query_pairs",
     "send_chunks",
 ]
 
@@ -124,28 +123,20 @@ def parse_accept(accept: str) -> tuple[str, str] | None:
     return None
 
 
-def _go_bool(text: str | None) -> bool:
-    return text is not None and not (text == "0" or text.lower() == "false")
-
-
-def classify(
-    path: ApiPath, query: Sequence[tuple[str, str]], headers: Mapping[str, str]
-) -> ReadRequest | None:
+def classify(path: ApiPath, query: Query, headers: Mapping[str, str]) -> ReadRequest | None:
     """The read the cache may answer, or None when the GET goes upstream as it is."""
     if path.kind != "resource" or path.subresource is not None:
         return None
     if any(name.startswith("impersonate-") for name in headers):
         return None  # the cache holds what the proxy's credential sees, not another user's
-    params: dict[str, str] = {}
-    for key, value in query:
-        if key in params:
-            return None  # repeated parameters: let the API server decide what they mean
-        params[key] = value
+    if query.is_repeated:
+        return None  # repeated parameters: let the API server decide what they mean
+    params = dict(query.pairs)
     accepted = parse_accept(headers.get("accept", ""))
     if accepted is None:
         return None
     view, table_version = accepted
-    watch = _go_bool(params.get("watch"))
+    watch = query.is_watch
     if watch:
         verb = "watch"
     elif path.name is not None:
@@ -171,11 +162,6 @@ def classify(
         table_version=table_version or "v1",
         include_object=include,
     )
-
-
-def query_pairs(query_string: bytes) -> list[tuple[str, str]]:
-    """The query parameters, in order (repeated ones kept)."""
-    return urllib.parse.parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)
 
 
 def _cache_headers(lag: float) -> list[tuple[bytes, bytes]]:

@@ -39,9 +39,10 @@ from ..._registry.registry import WatcherRegistry
 from ..._resources import BUILTIN_RESOURCES, Resource
 from .._api.paths import ApiPath, decode_context, parse_api_path, split_raw_path
 from .._api.responses import StatusError, send_error, status_for_error
+from .._query.params import Query, parse_query
 from .._reads.cached import CachedReads, CachedSettings, credential_key
 from .._reads.marks import written_version
-from .._reads.reads import ReadRequest, classify, query_pairs
+from .._reads.reads import ReadRequest, classify
 from .._reads.served import ServedStatus
 from .._upstream.discovery_cache import DiscoveryCache
 from .._upstream.passthrough import forward, read_body, request_headers
@@ -217,18 +218,17 @@ class Proxy:
                     response_timeout=self.settings.response_timeout,
                 )
             return
-        pairs = query_pairs(query)
-        watching = method == "GET" and any(
-            k == "watch" and v.lower() not in ("0", "false") for k, v in pairs
-        )
+        # read once, as the API server reads it: the caps, the timeouts and the cache agree
+        params = parse_query(query)
+        watching = method == "GET" and params.is_watch
         with self.cached.watch_slot(credential_key(scope)) if watching else _no_slot():
             if method == "GET" and self.settings.cache_reads:
-                read = classify(path, pairs, headers)
+                read = classify(path, params, headers)
                 if read is not None and await self._serve_read(
                     context, path, read, scope, receive, send
                 ):
                     return
-            await self._forward(context, path, target, scope, receive, send)
+            await self._forward(context, path, target, params, scope, receive, send)
 
     # ------------------------------------------------------------------ upstream
     @contextlib.asynccontextmanager
@@ -268,7 +268,14 @@ class Proxy:
                 del self._streams[context]
 
     async def _forward(
-        self, context: str, path: ApiPath, target: str, scope: Scope, receive: Receive, send: Send
+        self,
+        context: str,
+        path: ApiPath,
+        target: str,
+        query: Query,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
     ) -> None:
         method = scope["method"]
         body: bytes | None = None
@@ -279,10 +286,7 @@ class Proxy:
                 limit=self.settings.max_body_size,
                 body_timeout=self.settings.body_timeout,
             )
-        query = dict(query_pairs(scope.get("query_string", b"")))
-        streaming = query.get("watch", "").lower() in ("true", "1") or query.get(
-            "follow", ""
-        ).lower() in ("true", "1")
+        streaming = method == "GET" and query.is_stream
         write = method in _API_WRITES and path.kind == "resource"
         with self._stream_slot(context) if streaming else contextlib.nullcontext():
             async with self._upstream(context) as up:
