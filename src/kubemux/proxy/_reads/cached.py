@@ -124,7 +124,7 @@ class CachedReads:
         self.pins: SnapshotPins[PinnedSnapshot] = SnapshotPins()
         self.tokens = ContinueTokens()
         self.marks = WriteMarks()
-        self._watches: dict[str, int] = {}
+        self._watches: dict[tuple[str, str], int] = {}  # (credential, context) -> open
 
     def __repr__(self) -> str:
         return f"<CachedReads stores={len(self.stores)} pins={len(self.pins)} {self.marks!r}>"
@@ -144,21 +144,24 @@ class CachedReads:
         return sum(self._watches.values())
 
     @contextlib.contextmanager
-    def watch_slot(self, credential: str) -> Iterator[None]:
-        """Count one watch of ``credential``; a 429 past the cap (kube-apiserver's wording
-        and ``Retry-After``)."""
-        open_now = self._watches.get(credential, 0)
+    def watch_slot(self, credential: str, context: str) -> Iterator[None]:
+        """Count one watch of ``credential`` on ``context``; a 429 past the cap
+        (kube-apiserver's wording and ``Retry-After``). The cap is per (credential,
+        context): every client of ``kubemux proxy`` sends the same token, so one context's
+        watches must never refuse another context's."""
+        key = (credential, context)
+        open_now = self._watches.get(key, 0)
         if open_now >= self.settings.max_watches_per_credential:
             raise as_status_error(too_many_requests(TOO_MANY))
-        self._watches[credential] = open_now + 1
+        self._watches[key] = open_now + 1
         try:
             yield
         finally:
-            left = self._watches[credential] - 1
+            left = self._watches[key] - 1
             if left:
-                self._watches[credential] = left
+                self._watches[key] = left
             else:
-                del self._watches[credential]
+                del self._watches[key]
 
     # ------------------------------------------------------------------ stores
     def _heard(self, context: str, resource: Resource, view: str) -> float | None:

@@ -93,8 +93,9 @@ class ProxySettings:
         read_your_writes_timeout: Seconds a read after a write through the proxy waits for
             the cache to reach the write (then it goes upstream).
         max_watches_per_credential: Watches (from the cache or upstream) one credential
-            (``Authorization`` header) may hold at once; more get a 429 with
-            ``Retry-After``.
+            (``Authorization`` header) may hold at once on one context; more get a 429
+            with ``Retry-After``. Per context: every client of ``kubemux proxy`` sends the
+            same token, and one context's load must never refuse another's.
         watch_write_timeout: Seconds a watch's write may take (a client that stops
             reading is cut off: its connection closes; checked every quarter of it).
         watch: Downstream watches: buffers (a watcher that many events behind is cut
@@ -221,7 +222,7 @@ class Proxy:
         # read once, as the API server reads it: the caps, the timeouts and the cache agree
         params = parse_query(query)
         watching = method == "GET" and params.is_watch
-        with self.cached.watch_slot(credential_key(scope)) if watching else _no_slot():
+        with self.cached.watch_slot(credential_key(scope), context) if watching else _no_slot():
             if method == "GET" and self.settings.cache_reads:
                 read = classify(path, params, headers)
                 if read is not None and await self._serve_read(
