@@ -303,9 +303,12 @@ class Proxy:
                     read_timeout=self.settings.read_timeout,
                     capture=_CAPTURE if write and not streaming else 0,
                 )
-        if write and answer is not None and "dryRun" not in query:
-            self._mark_write(context, path, method, answer)
-        if write and (path.group, path.plural) in (_API_DEFINITIONS):
+        # a write that was refused or only tried (dryRun) changed nothing upstream
+        accepted = answer.status is not None and 200 <= answer.status < 300
+        accepted = accepted and "dryRun" not in query
+        if write and answer.body is not None and accepted:
+            self._mark_write(context, path, method, answer.body)
+        if write and accepted and (path.group, path.plural) in _API_DEFINITIONS:
             self.discovery.invalidate(context)  # an API appeared or went: discovery again
 
     def _mark_write(self, context: str, path: ApiPath, method: str, answer: bytes) -> None:

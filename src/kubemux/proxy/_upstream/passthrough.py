@@ -16,6 +16,7 @@ cookies, and the encoding aiohttp removed), body.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Sequence
 
@@ -27,7 +28,7 @@ from ..._errors import KubemuxError
 from ..._http.upstream import Upstream
 from .._api.responses import StatusError, status_for_error
 
-__all__ = ["forward", "read_body", "request_headers"]
+__all__ = ["Forwarded", "forward", "read_body", "request_headers"]
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,19 @@ async def _wait_closed(upstream: Upstream, scope: anyio.CancelScope) -> None:
     scope.cancel("the context stopped")
 
 
+@dataclasses.dataclass(slots=True)
+class Forwarded:
+    """What came back from upstream.
+
+    Attributes:
+        status: The answer's HTTP status (None: no answer, or it broke off).
+        body: A 2xx answer's whole body, when it was captured (see :func:`forward`).
+    """
+
+    status: int | None = None
+    body: bytes | None = None
+
+
 async def forward(
     upstream: Upstream,
     scope: Scope,
@@ -141,13 +155,14 @@ async def forward(
     read_timeout: float,
     headers: Sequence[tuple[str, str]] | None = None,
     capture: int = 0,
-) -> bytes | None:
+) -> Forwarded:
     """Send the request to ``target`` (path and query, encoded) upstream and stream the
     answer back. ``body`` has been read already (so the downstream ``receive`` only waits
     for the client to leave, which ends the exchange).
 
-    With ``capture``, a successful (2xx) answer of at most that many bytes is also
-    returned, whole (what a write answered: read your writes); else None.
+    Returns the answer's status (None when it broke off) and, with ``capture``, a
+    successful (2xx) answer of at most that many bytes, whole (what a write answered: read
+    your writes).
 
     An answer that breaks off midway (also because the context stopped or reloaded) ends
     without its last chunk (the ASGI server then closes the connection), so the client
@@ -158,7 +173,7 @@ async def forward(
             downstream yet).
     """
     failure: list[StatusError] = []
-    captured: list[bytes] = []
+    result = Forwarded()
     async with anyio.create_task_group() as tg:
         tg.start_soon(_wait_disconnect, receive, tg.cancel_scope)
         tg.start_soon(_wait_closed, upstream, tg.cancel_scope)
@@ -174,14 +189,14 @@ async def forward(
                 read_timeout=read_timeout,
                 headers=request_headers(scope) if headers is None else list(headers),
                 capture=capture,
-                captured=captured,
+                result=result,
             )
         except StatusError as exc:
             failure.append(exc)
         tg.cancel_scope.cancel("answered")
     if failure:
         raise failure[0]
-    return captured[0] if captured else None
+    return result
 
 
 async def _exchange(
@@ -196,7 +211,7 @@ async def _exchange(
     read_timeout: float,
     headers: list[tuple[str, str]],
     capture: int = 0,
-    captured: list[bytes] | None = None,
+    result: Forwarded | None = None,
 ) -> None:
     method = scope["method"]
     timeout = aiohttp.ClientTimeout(
@@ -241,5 +256,7 @@ async def _exchange(
             )
             return  # without the final message: the connection is closed, not completed
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-        if keep is not None and captured is not None:
-            captured.append(bytes(keep))
+        if result is not None:
+            result.status = resp.status
+            if keep is not None:
+                result.body = bytes(keep)
