@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Iterator
 import anyio
 import orjson
 from starlette.applications import Starlette
-from starlette.routing import Mount
+from starlette.routing import Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from ..._errors import KubemuxError
@@ -50,6 +50,7 @@ from .._upstream.raw_upgrade import bridge as bridge_raw
 from .._upstream.raw_upgrade import is_streaming, raw_connection
 from .._upstream.upgrade import RefusedUpgrades, bridge, deny, spdy_refusal
 from .._watch.watch import WatchLimits
+from .health import HEALTH_PATHS, health
 
 __all__ = ["Proxy", "ProxySettings", "create_app"]
 
@@ -419,7 +420,8 @@ def create_app(registry: WatcherRegistry, *, settings: ProxySettings | None = No
     (writes, subresources, logs, exec over WebSocket) forwarded to the context's API
     server with the context's credentials. Mount it in your own Starlette or FastAPI app,
     behind your own authentication (``Mount("/k8s", create_app(registry))``): it checks
-    nothing itself, and its clients act with the kubeconfig's credentials. It needs no
+    nothing itself, and its clients act with the kubeconfig's credentials. It also answers
+    ``/livez``, ``/readyz``, ``/healthz`` (and ``.../ping``) as kube-apiserver does. It needs no
     lifespan; the registry is yours to open and close. ``app.state.proxy`` is its
     :class:`Proxy`.
 
@@ -427,7 +429,8 @@ def create_app(registry: WatcherRegistry, *, settings: ProxySettings | None = No
         TypeError: ``registry`` is not a :class:`~kubemux.WatcherRegistry`.
     """
     proxy = Proxy(registry, settings)
-    app = Starlette(routes=[Mount("/clusters", app=proxy)])
+    health_routes = [Route(path, health, methods=["GET", "HEAD"]) for path in HEALTH_PATHS]
+    app = Starlette(routes=[Mount("/clusters", app=proxy), *health_routes])
     app.router.default = _not_found
     app.state.proxy = proxy
     return app
