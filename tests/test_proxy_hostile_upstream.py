@@ -123,12 +123,18 @@ async def test_an_upstream_header_no_client_can_read_is_a_status(
         up.raw_headers[odd] = [b"Content-Type: application/json", header]
         up.raw_headers["/version"] = [b"Content-Type: application/json", header]
         with anyio.fail_after(TIMEOUT):
-            for path in (odd, "/version"):  # passed through; the discovery cache
-                status, headers, body = await client.request("GET", "h", path)
-                assert 500 <= status < 600, (name, path, status)
-                assert headers["Content-Type"] == "application/json", body[:200]
-                doc = json.loads(body)
-                assert doc["kind"] == "Status" and doc["code"] == status
-                assert b"Traceback" not in body
+            status, headers, body = await client.request("GET", "h", odd)  # passed through
+            assert 500 <= status < 600, (name, status)
+            assert headers["Content-Type"] == "application/json", body[:200]
+            doc = json.loads(body)
+            assert doc["kind"] == "Status" and doc["code"] == status
+            assert b"Traceback" not in body
+            # the discovery cache keeps a few headers (ETag among them) and drops the rest
+            status, headers, body = await client.request("GET", "h", "/version")
+            if header.startswith(b"ETag"):
+                assert 500 <= status < 600 and json.loads(body)["kind"] == "Status", status
+            else:
+                assert status == 200 and json.loads(body) == {}  # what the server sent
+                assert not {"X-Odd", "X-Bad"} & set(headers)
             status, _, body = await client.request("GET", "h", SHELL)  # still serving
             assert status == 200 and json.loads(body)["metadata"]["name"] == "shell"

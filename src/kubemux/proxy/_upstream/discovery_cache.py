@@ -39,7 +39,7 @@ from starlette.types import Send
 from ..._errors import KubemuxError
 from ..._http.transport import map_exceptions
 from ..._http.upstream import Upstream
-from .._api.responses import StatusError, status_for_error
+from .._api.responses import StatusError, status_for_error, upstream_header
 from .._query.params import parse_query
 
 __all__ = ["DiscoveryCache"]
@@ -185,7 +185,7 @@ class DiscoveryCache:
                 async with upstream.request("GET", target, headers=sent, timeouts=timeout) as resp:
                     status = resp.status
                     kept = tuple(
-                        (name.encode(), resp.headers[name].encode("latin-1"))
+                        upstream_header(name, resp.headers[name], upstream.context)
                         for name in _KEPT_HEADERS
                         if name in resp.headers
                     )
@@ -250,7 +250,7 @@ class DiscoveryCache:
                 if resp.status != 200:
                     return None
                 kept = tuple(
-                    (name.encode(), resp.headers[name].encode("latin-1"))
+                    upstream_header(name, resp.headers[name], upstream.context)
                     for name in _KEPT_HEADERS
                     if name in resp.headers
                 )

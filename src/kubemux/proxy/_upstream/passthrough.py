@@ -26,7 +26,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..._errors import KubemuxError
 from ..._http.upstream import Upstream
-from .._api.responses import StatusError, status_for_error
+from .._api.responses import StatusError, status_for_error, upstream_header
 
 __all__ = ["Forwarded", "forward", "read_body", "request_headers"]
 
@@ -75,9 +75,9 @@ def request_headers(scope: Scope) -> list[tuple[str, str]]:
     return out
 
 
-def _response_headers(resp: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:
+def _response_headers(resp: aiohttp.ClientResponse, context: str) -> list[tuple[bytes, bytes]]:
     headers = [
-        (k.lower().encode("latin-1"), v.encode("latin-1"))
+        upstream_header(k, v, context)
         for k, v in resp.headers.items()
         if k.lower() not in _NOT_DOWNSTREAM
     ]
@@ -231,13 +231,8 @@ async def _exchange(
             ) from None
         except KubemuxError as exc:
             raise status_for_error(exc, upstream.context) from None
-        await send(
-            {
-                "type": "http.response.start",
-                "status": resp.status,
-                "headers": _response_headers(resp),
-            }
-        )
+        headers = _response_headers(resp, upstream.context)  # a 502 before anything is sent
+        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
         keep: bytearray | None = bytearray() if capture and 200 <= resp.status < 300 else None
         try:
             async for chunk in resp.content.iter_any():

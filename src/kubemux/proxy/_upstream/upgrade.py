@@ -92,7 +92,7 @@ def _refusal(exc: aiohttp.WSServerHandshakeError, context: str) -> StatusError:
     )
     headers = {}
     retry = exc.headers.get("Retry-After") if exc.headers else None
-    if retry:
+    if retry and retry.isascii() and retry.strip().isdigit():
         headers["Retry-After"] = retry
     return StatusError(code, message, reason=reason, headers=headers)
 
