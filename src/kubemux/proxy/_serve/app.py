@@ -130,6 +130,7 @@ class Proxy:
         self.refused = RefusedUpgrades()
         self._resources: dict[tuple[str, int, str, str, str], Resource | None] = {}
         self._streams: dict[str, int] = {}  # context -> upstream streams open
+        self.ending = anyio.Event()  # set by close(): streams passed through end
         s = self.settings
         self.cached = CachedReads(
             registry,
@@ -149,7 +150,10 @@ class Proxy:
         return self.cached.status()
 
     def close(self) -> None:
-        """End every watch served from the cache (each client sees its stream end)."""
+        """End every watch served from the cache and every stream passed through (each
+        client sees its stream end cleanly, with its last chunk: it re-watches). New
+        watches end at once. Idempotent."""
+        self.ending.set()
         self.cached.close()
 
     @property
@@ -303,6 +307,7 @@ class Proxy:
                     response_timeout=self.settings.response_timeout,
                     read_timeout=self.settings.read_timeout,
                     capture=_CAPTURE if write and not streaming else 0,
+                    ending=self.ending if streaming else None,
                 )
         # a write that was refused or only tried (dryRun) changed nothing upstream
         accepted = answer.status is not None and 200 <= answer.status < 300

@@ -35,6 +35,7 @@ import os
 import secrets
 import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -269,15 +270,23 @@ def _no_subprotocol(headers: object) -> None:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, with an event set once it listens."""
+    """uvicorn's server, with an event set once it listens, and the app's streams ended
+    cleanly when it begins to stop (by a signal too: uvicorn catches SIGTERM itself)."""
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(self, config: uvicorn.Config, ending: Callable[[], None]) -> None:
         super().__init__(config)
         self.ready = anyio.Event()
+        self._ending = ending
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         self.ready.set()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # first every watch and stream ends with its last chunk (clients re-watch); then
+        # uvicorn's graceful wait finds the responses complete instead of cutting them
+        self._ending()
+        await super().shutdown(sockets)
 
 
 class ProxyServer:
@@ -412,7 +421,7 @@ class ProxyServer:
         )
         config.load()
         config.ssl = self.certificates.server_context()
-        server = self._server = _Server(config)
+        server = self._server = _Server(config, self.proxy.close)
         done = anyio.Event()
         shield = anyio.CancelScope(shield=True)
 
@@ -452,7 +461,9 @@ class ProxyServer:
             sock.close()
 
     def shutdown(self) -> None:
-        """Ask the server to stop (open watches and streams end). Idempotent."""
+        """Ask the server to stop. Idempotent. Open watches and streams end cleanly (their
+        last chunk: clients re-watch rather than see a broken stream), then the server
+        waits (5 s at most) for the answers in flight and stops."""
         if self._server is not None:
             self._server.should_exit = True
 

@@ -124,6 +124,12 @@ async def _wait_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
             return
 
 
+async def _wait_ending(ending: anyio.Event, scope: anyio.CancelScope, result: Forwarded) -> None:
+    await ending.wait()
+    result.ended = True
+    scope.cancel("the proxy is stopping")
+
+
 async def _wait_closed(upstream: Upstream, scope: anyio.CancelScope) -> None:
     await upstream.wait_closed()
     scope.cancel("the context stopped")
@@ -140,6 +146,9 @@ class Forwarded:
 
     status: int | None = None
     body: bytes | None = None
+    started: bool = False  # the answer's head went downstream
+    finished: bool = False  # and its last chunk
+    ended: bool = False  # the proxy ended it (stopping)
 
 
 async def forward(
@@ -155,6 +164,7 @@ async def forward(
     read_timeout: float,
     headers: Sequence[tuple[str, str]] | None = None,
     capture: int = 0,
+    ending: anyio.Event | None = None,
 ) -> Forwarded:
     """Send the request to ``target`` (path and query, encoded) upstream and stream the
     answer back. ``body`` has been read already (so the downstream ``receive`` only waits
@@ -166,7 +176,9 @@ async def forward(
 
     An answer that breaks off midway (also because the context stopped or reloaded) ends
     without its last chunk (the ASGI server then closes the connection), so the client
-    sees a truncated body, never a complete one.
+    sees a truncated body, never a complete one. A stream ended by ``ending`` (the proxy
+    is stopping) ends with its last chunk: a watch or ``follow`` client goes on from what
+    it saw, as when the API server ends a watch.
 
     Raises:
         StatusError: the request could not be sent or got no answer (nothing was sent
@@ -177,6 +189,8 @@ async def forward(
     async with anyio.create_task_group() as tg:
         tg.start_soon(_wait_disconnect, receive, tg.cancel_scope)
         tg.start_soon(_wait_closed, upstream, tg.cancel_scope)
+        if ending is not None:
+            tg.start_soon(_wait_ending, ending, tg.cancel_scope, result)
         try:
             await _exchange(
                 upstream,
@@ -196,6 +210,9 @@ async def forward(
         tg.cancel_scope.cancel("answered")
     if failure:
         raise failure[0]
+    if result.ended and result.started and not result.finished:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        result.finished = True
     return result
 
 
@@ -233,6 +250,8 @@ async def _exchange(
             raise status_for_error(exc, upstream.context) from None
         headers = _response_headers(resp, upstream.context)  # a 502 before anything is sent
         await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+        if result is not None:
+            result.started = True
         keep: bytearray | None = bytearray() if capture and 200 <= resp.status < 300 else None
         try:
             async for chunk in resp.content.iter_any():
@@ -252,6 +271,7 @@ async def _exchange(
             return  # without the final message: the connection is closed, not completed
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         if result is not None:
+            result.finished = True
             result.status = resp.status
             if keep is not None:
                 result.body = bytes(keep)
