@@ -99,6 +99,12 @@ class ProxySettings:
             same token, and one context's load must never refuse another's.
         watch_write_timeout: Seconds a watch's write may take (a client that stops
             reading is cut off: its connection closes; checked every quarter of it).
+        max_connections: Connections :class:`~kubemux.proxy.ProxyServer` keeps open at once,
+            and never more than the open-file limit less a quarter; at the cap the oldest
+            connection that has not yet sent a request with the token is closed to make
+            room (idle sockets never keep the token holder out).
+        handshake_timeout: Seconds a connection to :class:`~kubemux.proxy.ProxyServer` has
+            to finish its TLS handshake (asyncio's default is 60).
         watch: Downstream watches: buffers (a watcher that many events behind is cut
             off), bookmark period.
     """
@@ -115,6 +121,8 @@ class ProxySettings:
     read_your_writes_timeout: float = 3.0
     max_watches_per_credential: int = 1024
     watch_write_timeout: float = 30.0
+    max_connections: int = 4096
+    handshake_timeout: float = 10.0
     watch: WatchLimits = dataclasses.field(default_factory=WatchLimits)
 
 

@@ -248,8 +248,8 @@ async def _exchange(
             ) from None
         except KubemuxError as exc:
             raise status_for_error(exc, upstream.context) from None
-        headers = _response_headers(resp, upstream.context)  # a 502 before anything is sent
-        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+        answer = _response_headers(resp, upstream.context)  # a 502 before anything is sent
+        await send({"type": "http.response.start", "status": resp.status, "headers": answer})
         if result is not None:
             result.started = True
         keep: bytearray | None = bytearray() if capture and 200 <= resp.status < 300 else None
