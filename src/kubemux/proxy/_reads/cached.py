@@ -71,6 +71,7 @@ from .._query.selectors import ObjectFilter
 from .._watch.watch import ObjectWatchFormat, TableWatchFormat, WatchFormat, WatchLimits
 from .marks import WriteMarks
 from .reads import ReadRequest, send_chunks, stream_watch
+from .scans import Scans
 from .served import ServedStatus, ServedStore, ServedStores
 from .table_join import Inconsistent, joined_rows, row_matcher, served_ages, served_columns
 
@@ -89,6 +90,8 @@ class CachedSettings:
     read_your_writes_timeout: float = 3.0
     max_watches_per_credential: int = 1024
     watch_write_timeout: float = 30.0
+    max_concurrent_scans: int = 2
+    scan_slice: float = 0.002
     watch: WatchLimits = dataclasses.field(default_factory=WatchLimits)
 
 
@@ -124,6 +127,7 @@ class CachedReads:
         self.pins: SnapshotPins[PinnedSnapshot] = SnapshotPins()
         self.tokens = ContinueTokens()
         self.marks = WriteMarks()
+        self.scans = Scans(self.settings.max_concurrent_scans, self.settings.scan_slice)
         self._watches: dict[tuple[str, str], int] = {}  # (credential, context) -> open
 
     def __repr__(self) -> str:
@@ -403,7 +407,11 @@ class CachedReads:
             )
             await send_chunks(send, chunks, read.content_type, lag=lag)
             return True
-        page, last = take_page(snapshot.items(read.namespace, after), options.limit, match)
+        items = snapshot.items(read.namespace, after)
+        if match is None:  # at most a page of objects: nothing to scan
+            page, last = take_page(items, options.limit, None)
+        else:  # a selector: every object is looked at, in turns and slices
+            page, last = await self.scans.take_page(items, options.limit, match)
         token: str | None = None
         remaining: int | None = None
         if last is not None:

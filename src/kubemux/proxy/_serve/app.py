@@ -52,7 +52,7 @@ from .._upstream.upgrade import RefusedUpgrades, bridge, deny, spdy_refusal
 from .._watch.watch import WatchLimits
 from .health import HEALTH_PATHS, health
 
-__all__ = ["Proxy", "ProxySettings", "create_app"]
+__all__ = ["Proxy", "ProxySettings", "ProxyStatistics", "create_app"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,11 @@ class ProxySettings:
             same token, and one context's load must never refuse another's.
         watch_write_timeout: Seconds a watch's write may take (a client that stops
             reading is cut off: its connection closes; checked every quarter of it).
+        max_concurrent_scans: Selector scans (a LIST with a label or field selector looks
+            at every object) running at once; more wait their turn, first come first
+            served. They share the event loop with every other client.
+        scan_slice: Seconds a scan works before it yields the event loop to the others
+            (the snapshot it reads is immutable: it goes on where it was).
         max_connections: Connections :class:`~kubemux.proxy.ProxyServer` keeps open at once,
             and never more than the open-file limit less a quarter; at the cap the oldest
             connection that has not yet sent a request with the token is closed to make
@@ -121,9 +126,31 @@ class ProxySettings:
     read_your_writes_timeout: float = 3.0
     max_watches_per_credential: int = 1024
     watch_write_timeout: float = 30.0
+    max_concurrent_scans: int = 2
+    scan_slice: float = 0.002
     max_connections: int = 4096
     handshake_timeout: float = 10.0
     watch: WatchLimits = dataclasses.field(default_factory=WatchLimits)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ProxyStatistics:
+    """What a :class:`Proxy` is doing, at one instant (``Proxy.statistics()``).
+
+    Attributes:
+        watches: Watches open (from the cache or passed through), every credential.
+        upstream_streams: Streams open upstream (watches, ``follow``, exec ...), every
+            context.
+        scans_running: Selector scans running (at most ``max_concurrent_scans``).
+        scans_waiting: Selector scans waiting for their turn.
+        pins: Snapshots pinned for continue tokens.
+    """
+
+    watches: int
+    upstream_streams: int
+    scans_running: int
+    scans_waiting: int
+    pins: int
 
 
 class Proxy:
@@ -148,6 +175,8 @@ class Proxy:
                 read_your_writes_timeout=s.read_your_writes_timeout,
                 max_watches_per_credential=s.max_watches_per_credential,
                 watch_write_timeout=s.watch_write_timeout,
+                max_concurrent_scans=s.max_concurrent_scans,
+                scan_slice=s.scan_slice,
                 watch=s.watch,
             ),
         )
@@ -156,6 +185,17 @@ class Proxy:
         """The stores reads are served from: version, lag (seconds since the cache last
         heard from its API server), downstream watches."""
         return self.cached.status()
+
+    def statistics(self) -> ProxyStatistics:
+        """What the proxy is doing now (see :class:`ProxyStatistics`)."""
+        cached = self.cached
+        return ProxyStatistics(
+            watches=cached.watching,
+            upstream_streams=sum(self._streams.values()),
+            scans_running=cached.scans.running,
+            scans_waiting=cached.scans.waiting,
+            pins=len(cached.pins),
+        )
 
     def close(self) -> None:
         """End every watch served from the cache and every stream passed through (each

@@ -47,6 +47,8 @@ class WatchLimits:
             closer together than this go to each watcher in one write. 0: at every event.
         wait_timeout: How long ``sendInitialEvents`` from a version ahead of the cache
             waits for it (then a 504 ERROR event).
+        scan_slice: Seconds the initial events of a selective watch (every object of the
+            snapshot looked at) are scanned before the event loop is yielded to others.
     """
 
     max_buffered_events: int = 1000
@@ -54,6 +56,7 @@ class WatchLimits:
     chunk_bytes: int = 128 * 1024  # as a LIST's chunks (proxy._lists.CHUNK_BYTES)
     write_interval: float = 0.05
     wait_timeout: float = 3.0
+    scan_slice: float = 0.002
 
 
 class WatchEnd(enum.Enum):

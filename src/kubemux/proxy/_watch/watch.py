@@ -45,6 +45,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 import anyio
 
+from .._api.pace import Pacer
 from .._api.statuses import ProxyStatusError, expired
 from .._query.options import WatchPlan, WatchStart, wait_for_resource_version
 from .._query.selectors import ObjectFilter
@@ -248,7 +249,8 @@ class WatchBroadcaster:
         if snapshot is not None:
             match = None if view.filter.is_everything else view.filter.matches_raw
             namespace = view.filter.namespace
-            for _key, raw in snapshot.items(namespace):
+            pacer = Pacer(settings.scan_slice)  # a selector looks at every object: in slices
+            async for _key, raw in pacer.paced(snapshot.items(namespace)):
                 if match is not None and not match(raw):
                     continue
                 await put(fmt.event("ADDED", raw, headers=not watcher.started))
