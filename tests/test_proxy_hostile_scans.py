@@ -214,3 +214,49 @@ async def test_pages_stay_exact_while_the_namespace_changes(
             rv, paged = await _page_names(client, path, 25, between)
             assert rv == whole["metadata"]["resourceVersion"]
             assert paged == expected  # the set at the first page, in order, once each
+
+
+async def test_pages_of_pins_taken_between_changes_are_each_exact(
+    cluster: FakeCluster, kubeconfig: Path
+) -> None:
+    many_pods(cluster, 300, "big", size=300)
+    path = "/api/v1/namespaces/big/pods"
+    step = 0
+
+    def change() -> None:  # an update, a create before and after most names, a delete
+        nonlocal step
+        step += 1
+        name = f"p-{(step * 37) % 300:05d}"
+        if cluster.get("pods", "big", name) is not None:
+            _changed(cluster, "big", name, step)
+        cluster.create("pods", make_pod(f"a-{step:03d}", "big", size=300))
+        cluster.create("pods", make_pod(f"z-{step:03d}", "big", size=300))
+        gone = f"p-{(step * 53) % 300:05d}"
+        if cluster.get("pods", "big", gone) is not None:
+            cluster.delete("pods", "big", gone)
+
+    def names(doc: Any) -> list[tuple[str, str]]:
+        return [(o["metadata"]["name"], o["metadata"]["resourceVersion"]) for o in doc["items"]]
+
+    async with running_proxy(kubeconfig) as (_, client):
+        with anyio.fail_after(TIMEOUT * 2):
+            lists = []  # (expected, first page) of five lists, the store changing between
+            for _ in range(5):
+                rv = cluster.resource_version
+                status, whole = await client.get_json("prod", f"{path}?resourceVersion={rv}")
+                assert status == 200 and whole["metadata"]["resourceVersion"] == rv
+                status, first = await client.get_json("prod", f"{path}?limit=20")
+                assert status == 200 and first["metadata"]["resourceVersion"] == rv
+                lists.append((names(whole), first))
+                change()
+                change()
+            for expected, first in lists:  # every one paged to its end, changes between
+                got, doc = names(first), first
+                while token := doc["metadata"].get("continue"):
+                    left = doc["metadata"]["remainingItemCount"]
+                    assert left == len(expected) - len(got)  # counted at the pin too
+                    change()
+                    status, doc = await client.get_json("prod", f"{path}?limit=20&continue={token}")
+                    assert status == 200
+                    got += names(doc)
+                assert got == expected

@@ -378,6 +378,7 @@ class CachedReads:
         after: Key | None = None
         offset = 0
         pinned: PinnedSnapshot | None = None
+        snapshot: Any = None
         if plan.source is Source.CONTINUE:
             position = self.tokens.decode(
                 options.continue_, context, scope_name, alive=self.pins.alive
@@ -385,11 +386,12 @@ class CachedReads:
             after, offset = position.last_key, position.offset
             if position.snapshot_id != LATEST:
                 pinned = self.pins.get(position.snapshot_id)
-            if pinned is None:  # the 410's token: the rest at the latest snapshot
-                pinned = PinnedSnapshot(served.snapshot())
-        else:
-            pinned = PinnedSnapshot(served.snapshot())
-        snapshot = pinned.snapshot
+                snapshot = pinned.snapshot if pinned is not None else None
+        if pinned is None:  # a first page, or the 410's token: the latest snapshot
+            # read now; what a token pins is the same state as a view sharing structure
+            # with the other pins (taken in this same step), not this snapshot
+            snapshot = served.snapshot()
+            pinned = PinnedSnapshot(served.pins.pin(snapshot))
         if plan.exact and snapshot.resource_version != str(plan.resource_version):
             return False  # moved on between the plan and the snapshot: upstream knows
         filt = ObjectFilter(read.namespace, options.label_selector, options.field_selector)
