@@ -68,6 +68,7 @@ from .._query.options import (
     watch_timeout,
 )
 from .._query.selectors import ObjectFilter
+from .._watch.flow import Flow
 from .._watch.watch import ObjectWatchFormat, TableWatchFormat, WatchFormat, WatchLimits
 from .marks import WriteMarks
 from .reads import ReadRequest, send_chunks, stream_watch
@@ -472,12 +473,18 @@ class CachedReads:
             fmt = ObjectWatchFormat(resource.kind, resource.api_version)
         filt = ObjectFilter(read.namespace, options.label_selector, options.field_selector)
         lifetime = watch_timeout(options.timeout_seconds)
+        limits = self.settings.watch
+        flow = Flow(
+            limits.max_buffered_bytes, min(limits.idle_timeout, self.settings.watch_write_timeout)
+        )
         await stream_watch(
-            lambda write: served.broadcaster.serve(plan, fmt, filt, write, watch_timeout=lifetime),
+            lambda write: served.broadcaster.serve(
+                plan, fmt, filt, write, watch_timeout=lifetime, flow=flow
+            ),
             receive,
             send,
             lag=served.lag,
-            write_timeout=self.settings.watch_write_timeout,
+            flow=flow,
             touch=served.touch,
         )
         return True

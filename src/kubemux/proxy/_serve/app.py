@@ -97,8 +97,9 @@ class ProxySettings:
             (``Authorization`` header) may hold at once on one context; more get a 429
             with ``Retry-After``. Per context: every client of ``kubemux proxy`` sends the
             same token, and one context's load must never refuse another's.
-        watch_write_timeout: Seconds a watch's write may take (a client that stops
-            reading is cut off: its connection closes; checked every quarter of it).
+        watch_write_timeout: Seconds a watch's write may take at most (a client that
+            stops reading is cut off: its connection closes; checked every quarter of it).
+            ``watch.idle_timeout`` (10 s) is shorter and cuts it first, unless raised.
         max_concurrent_scans: Selector scans (a LIST with a label or field selector looks
             at every object) running at once; more wait their turn, first come first
             served. They share the event loop with every other client.
@@ -110,8 +111,8 @@ class ProxySettings:
             room (idle sockets never keep the token holder out).
         handshake_timeout: Seconds a connection to :class:`~kubemux.proxy.ProxyServer` has
             to finish its TLS handshake (asyncio's default is 60).
-        watch: Downstream watches: buffers (a watcher that many events behind is cut
-            off), bookmark period.
+        watch: Downstream watches: what a watcher may hold (events and bytes), the idle
+            time after which a watcher that does not read is cut, bookmarks, pacing.
     """
 
     max_body_size: int = 3 * 1024 * 1024
