@@ -92,7 +92,7 @@ class CachedSettings:
     max_watches_per_credential: int = 1024
     watch_write_timeout: float = 30.0
     max_concurrent_scans: int = 2
-    scan_slice: float = 0.002
+    scan_slice: float = 0.001
     watch: WatchLimits = dataclasses.field(default_factory=WatchLimits)
 
 

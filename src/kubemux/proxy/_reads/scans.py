@@ -33,7 +33,7 @@ class Scans:
         slice_seconds: Work between two yields of the event loop.
     """
 
-    def __init__(self, max_concurrent: int = 2, slice_seconds: float = 0.002) -> None:
+    def __init__(self, max_concurrent: int = 2, slice_seconds: float = 0.001) -> None:
         self.slice_seconds = slice_seconds
         self._limiter = anyio.CapacityLimiter(max_concurrent)
 

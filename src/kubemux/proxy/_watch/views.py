@@ -73,7 +73,7 @@ class WatchLimits:
     chunk_bytes: int = 128 * 1024  # as a LIST's chunks (proxy._lists.CHUNK_BYTES)
     write_interval: float = 0.05
     wait_timeout: float = 3.0
-    scan_slice: float = 0.002
+    scan_slice: float = 0.001
 
 
 class WatchEnd(enum.Enum):
