@@ -27,6 +27,7 @@ from ..._cache.store import Store
 from ..._resources import Resource
 from .._query.options import wait_for_resource_version
 from .._watch.watch import WatchBroadcaster, WatchLimits
+from .pins import PinSource
 
 __all__ = ["ServedStatus", "ServedStore", "ServedStores", "rv_int"]
 
@@ -88,6 +89,7 @@ class ServedStore:
         "history",
         "last_heard",
         "namespace",
+        "pins",
         "store",
         "view",
     )
@@ -111,6 +113,7 @@ class ServedStore:
         self.broadcaster = WatchBroadcaster(self.history, store.snapshot, self.current_rv, settings)
         self.last_heard = heard if heard is not None else time.time()
         self.closed = False
+        self.pins = PinSource()  # what continue tokens pin, sharing structure
         self._on_reset = on_reset
         self._remove = self.history.add_listener(self._on_event)
 
@@ -148,6 +151,7 @@ class ServedStore:
 
     def _on_event(self, event: Any) -> None:
         self.last_heard = time.time()
+        self.pins.on_event(event)
         if event.type == "RESET":
             self.close()
 

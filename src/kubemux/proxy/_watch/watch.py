@@ -45,9 +45,11 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 import anyio
 
+from .._api.pace import Pacer
 from .._api.statuses import ProxyStatusError, expired
 from .._query.options import WatchPlan, WatchStart, wait_for_resource_version
 from .._query.selectors import ObjectFilter
+from .flow import Flow
 from .formats import (
     INITIAL_EVENTS_END,
     EventHistoryLike,
@@ -144,6 +146,7 @@ class WatchBroadcaster:
         send: Callable[[bytes], Awaitable[None]],
         *,
         watch_timeout: float,
+        flow: Flow | None = None,
     ) -> WatchEnd:
         """Serve one watch until it ends; every line goes through ``send``.
 
@@ -154,6 +157,8 @@ class WatchBroadcaster:
             send: Writes one chunk of lines to the client (it may block: only this watch
                 waits, others and the store go on).
             watch_timeout: Its lifetime in seconds (:func:`~._rv.watch_timeout`).
+            flow: Its budget and pulse, which the write side keeps (``send`` reports its
+                writes there; a new one from the settings by default).
 
         Returns:
             Why it ended. A client that goes away shows as ``send`` raising, which
@@ -178,13 +183,15 @@ class WatchBroadcaster:
                 return WatchEnd.ERROR
             except TimeoutError:
                 return WatchEnd.TIMEOUT
+        if flow is None:
+            flow = Flow(self.settings.max_buffered_bytes, self.settings.idle_timeout)
         # one synchronous step: take the starting point and join the view
         view = self._view(fmt, filt)
         snapshot: SnapshotLike | None = None
         backlog: Sequence[HistoryEventLike] = ()
         if plan.start is WatchStart.INITIAL:
             snapshot = self.snapshot()
-            watcher = Watcher(_as_int(snapshot.resource_version))
+            watcher = Watcher(_as_int(snapshot.resource_version), flow)
         elif plan.start is WatchStart.SINCE:
             events = self.history.since(plan.resource_version)
             if events is None:
@@ -193,9 +200,9 @@ class WatchBroadcaster:
                 await send(self._too_old(plan.resource_version))
                 return WatchEnd.EXPIRED
             backlog = events
-            watcher = Watcher(max(plan.resource_version, events[-1].rv if events else 0))
+            watcher = Watcher(max(plan.resource_version, events[-1].rv if events else 0), flow)
         else:
-            watcher = Watcher(self.current_rv())
+            watcher = Watcher(self.current_rv(), flow)
         view.add(watcher)
         self._watchers += 1
         try:
@@ -248,7 +255,8 @@ class WatchBroadcaster:
         if snapshot is not None:
             match = None if view.filter.is_everything else view.filter.matches_raw
             namespace = view.filter.namespace
-            for _key, raw in snapshot.items(namespace):
+            pacer = Pacer(settings.scan_slice)  # a selector looks at every object: in slices
+            async for _key, raw in pacer.paced(snapshot.items(namespace)):
                 if match is not None and not match(raw):
                     continue
                 await put(fmt.event("ADDED", raw, headers=not watcher.started))
@@ -286,7 +294,7 @@ class WatchBroadcaster:
             while True:
                 if buffer:
                     while buffer and size < settings.chunk_bytes:
-                        line = line_for(buffer.popleft(), watcher)
+                        line = line_for(watcher.take(), watcher)
                         chunk.append(line)
                         size += len(line)
                     await flush()
