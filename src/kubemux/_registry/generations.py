@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from .._cache.stream import StoreListener
 from .._errors import (
     ApiError,
     ClusterUnreachable,
@@ -35,7 +36,7 @@ from .._informer.informer import InformerKey, InformerStatus
 from .._kubeconfig.load import ContextConfig
 from .._kubeconfig.source import KubeconfigSource
 from .._resources import Resource
-from .context import ChangeSink, ContextGeneration, GenerationSettings, Hooks, Slot
+from .context import ContextGeneration, GenerationSettings, Hooks, Slot
 from .failure import Failure
 from .status import ContextState, ContextStatus, build_context_status
 
@@ -57,7 +58,7 @@ class Generations:
         source: KubeconfigSource,
         *,
         settings: GenerationSettings,
-        publisher: Callable[[ContextGeneration, Slot], ChangeSink],
+        publisher: Callable[[ContextGeneration, Slot], StoreListener],
         final: Callable[[ContextGeneration, str, str, str], None],
         status_changed: Callable[[], None],
         autowatch: Iterable[tuple[InformerKey, Resource]],

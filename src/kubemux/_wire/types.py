@@ -6,10 +6,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from .._redact import redact_text
-from .codec import Entry
 
 __all__ = [
     "MAX_ERROR_TYPES",
@@ -17,7 +16,6 @@ __all__ = [
     "InformerKey",
     "InformerState",
     "InformerStatus",
-    "OnChange",
     "View",
     "skip_reason",
 ]
@@ -56,10 +54,6 @@ class View(enum.StrEnum):
     TABLE = "table"
     """The server's rows: cells of its columns and the object's metadata, as ``kubectl
     get`` shows them (:meth:`~kubemux.WatcherRegistry.table`)."""
-
-
-OnChange = Callable[[str, Entry, Entry | None], None]
-"""Called synchronously for every change applied to the store: (type, entry, old entry)."""
 
 
 MAX_SKIP_REASON = 300

@@ -27,7 +27,7 @@ from ..._cache.store import Store
 from ..._informer.discovery import resolve
 from ..._kubeconfig.load import ContextConfig
 from ..._resources import BUILTIN_RESOURCES, Resource, known_resource, parse_resource
-from ..._wire.types import InformerKey, InformerState, OnChange
+from ..._wire.types import InformerKey, InformerState
 from .source import FakeSource, Gate, SourceHooks
 
 __all__ = ["FakeConnector"]
@@ -385,7 +385,6 @@ class _FakeConnection:
         key: InformerKey,
         *,
         store: Store,
-        on_change: OnChange,
         on_state: Callable[[], None],
     ) -> FakeSource:
         return FakeSource(
@@ -393,7 +392,6 @@ class _FakeConnection:
             resource,
             key,
             store=store,
-            on_change=on_change,
             on_state=on_state,
             hooks=self.fake._hooks,
         )

@@ -16,7 +16,7 @@ from ..._cache.store import Store
 from ..._cache.table import FALLBACK_COLUMNS, TableStore
 from ..._resources import Resource
 from ..._wire.codec import Entry
-from ..._wire.types import InformerKey, InformerState, InformerStatus, OnChange
+from ..._wire.types import InformerKey, InformerState, InformerStatus
 from .._wire.protocol import Selector
 
 __all__ = ["FakeSource", "Gate", "SourceHooks"]
@@ -90,7 +90,7 @@ class SourceHooks:
 class FakeSource:
     """What fills one slot from a FakeConnector (the ``SlotSource`` protocol): its first
     sync takes the objects there are, then changes are applied as the connector makes them
-    (:meth:`apply`, synchronously)."""
+    (:meth:`apply`, synchronously), all through the store's writer (which announces them)."""
 
     def __init__(
         self,
@@ -99,7 +99,6 @@ class FakeSource:
         key: InformerKey,
         *,
         store: Store,
-        on_change: OnChange,
         on_state: Callable[[], None],
         hooks: SourceHooks,
     ) -> None:
@@ -108,7 +107,6 @@ class FakeSource:
         self.resource = resource
         self.key = key
         self.store = store
-        self._on_change = on_change
         self._on_state = on_state
         self._selector = Selector.parse(
             key.namespace if resource.namespaced else None,
@@ -140,8 +138,7 @@ class FakeSource:
             raise
         objects = hooks.objects(self.context, name)
         entries = [self._entry(o) for o in objects if self._selector.matches(o)]
-        for change in self.store._replace(entries, hooks.resource_version()):
-            self._on_change(change.type, change.entry, change.old)
+        self.store.writer.replace(entries, hooks.resource_version())
         self._synced = True
         self._last_sync = time.time()
         self.report(InformerState.WATCHING, None)
@@ -175,9 +172,6 @@ class FakeSource:
             view=self.key.view,
         )
 
-    def snapshot_entries(self, namespace: str | None = None) -> list[Entry]:
-        return self.store._entries(namespace)
-
     def crash(self, error: BaseException) -> None:
         """Raise ``error`` from :meth:`run` (a bug below the registry)."""
         self._crashed = copy.copy(error)
@@ -193,18 +187,16 @@ class FakeSource:
     def _entry(self, obj: Mapping[str, Any]) -> Entry:
         store = self.store
         if isinstance(store, TableStore):  # the rows of a server without Table support
-            store.columns, store.is_fallback = FALLBACK_COLUMNS, True
+            store.writer.set_columns(FALLBACK_COLUMNS, fallback=True)
             meta = obj.get("metadata") or {}
             row = {"cells": [meta.get("name"), meta.get("creationTimestamp")], "metadata": meta}
-            return store._prepare(orjson.dumps(row))
-        return store._prepare(orjson.dumps(obj))
+            return store.writer.prepare(orjson.dumps(row))
+        return store.writer.prepare(orjson.dumps(obj))
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
         """One change of an object of this resource (filtered by the informer's scope)."""
         entry = self._entry(obj)
         if kind != "DELETED" and not self._selector.matches(obj):
             kind = "DELETED"  # it no longer matches: gone from this informer's view
-        change = self.store._apply(kind, entry)
-        if change is not None:
+        if self.store.writer.apply(kind, entry) is not None:  # the writer announces it
             self._events += 1
-            self._on_change(change.type, change.entry, change.old)
