@@ -137,9 +137,11 @@ class EventCount:
 
         count = self
 
-        class Counting(StoreListener):
+        class Counting(StoreListener):  # counts inline: one call per change, as on_change
             def changed(self, change: Any) -> None:
-                count()
+                count.count += 1
+                if count.count >= count.n:
+                    count.done.set()
 
         store.writer.add_listener(Counting())
         return {"store": store}

@@ -64,6 +64,7 @@ from ._registry.status import RegistryStatus as RegistryStatus
 from ._resources import Resource as Resource
 from ._resources import parse_resource as parse_resource
 from ._resources import register_resource as register_resource
+from ._runtime import __version__ as __version__
 from ._runtime import raise_fd_limit as raise_fd_limit
 from ._settings import Backoff as Backoff
 from ._settings import WatchSettings as WatchSettings
@@ -71,8 +72,6 @@ from ._wire.codec import StoreChange as StoreChange
 from ._wire.types import InformerState as InformerState
 from ._wire.types import InformerStatus as InformerStatus
 from ._wire.types import View as View
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ApiError",

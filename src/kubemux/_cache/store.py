@@ -674,6 +674,11 @@ class StoreWriter:
         """The entry of one object held, or None. Not a read (idle reaping does not count it)."""
         return self._store._get(namespace, name)
 
+    def reads(self) -> int:
+        """Reads of the store so far (``get``, ``list``...): how its owner tells a store in
+        use from one nobody reads (idle reaping)."""
+        return self._store._reads
+
     def sizes(self) -> StoreSizes:
         """Objects held and their bytes (kept up to date by the writer: nothing scanned)."""
         store = self._store

@@ -29,11 +29,11 @@ from .._cache.store import Store
 from .._errors import (
     ApiError,
     ClusterUnreachable,
-    InternalError,
     KubemuxError,
     ProtocolError,
     ResourceExpired,
     ResourceNotFound,
+    as_kubemux_error,
 )
 from .._http.client import SLOW_AFTER, ContextClient, Progress
 from .._resources import Resource
@@ -261,11 +261,7 @@ class Informer:
         return listed.resource_version
 
     def _as_kubemux(self, exc: Exception) -> KubemuxError:
-        if isinstance(exc, KubemuxError):
-            return exc
-        return InternalError(
-            f"{self.client.context}/{self.key}: unexpected {type(exc).__name__}: {str(exc)[:300]}"
-        )
+        return as_kubemux_error(exc, f"{self.client.context}/{self.key}")
 
     # ------------------------------------------------------------------ WATCH
     async def _watch_loop(self, rv: str) -> NoReturn:

@@ -27,7 +27,7 @@ import anyio
 
 from .._cache.store import Store
 from .._cache.stream import StoreListener
-from .._errors import ApiError, KubemuxError
+from .._errors import ApiError, KubemuxError, unwrap
 from .._http.client import ContextClient
 from .._resources import Resource
 from .._settings import WatchSettings
@@ -111,7 +111,7 @@ class ServedWatch:
                 await appeared.wait()
                 tg.cancel_scope.cancel()
         except ExceptionGroup as group:  # the first LIST failed: its error
-            raise _first(group) from None
+            raise unwrap(group) from None
         return there
 
     async def _poll_discovery(self, resource: Resource) -> bool:
@@ -162,10 +162,3 @@ def _serves(crd: Mapping[str, Any], version: str) -> bool:
         if isinstance(condition, Mapping) and condition.get("type") == "Established":
             return condition.get("status") == "True"
     return True
-
-
-def _first(group: ExceptionGroup[Exception]) -> Exception:
-    exc: Exception = group
-    while isinstance(exc, ExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc

@@ -9,10 +9,11 @@ from .._cache.stream import StoreListener
 from .._informer.informer import InformerKey
 from .._resources import Resource
 from .._wire.codec import StoreChange
+from .._wire.types import View
 from .context import ContextGeneration, Slot, iter_synced
-from .fanout import Change, Fanout
+from .fanout import Change, Fanout, Subscription
 
-__all__ = ["Publisher", "ResourceNames", "SlotPublisher"]
+__all__ = ["Publisher", "ResourceNames", "SlotPublisher", "scope", "subscription"]
 
 
 class Publisher:
@@ -99,6 +100,48 @@ class SlotPublisher(StoreListener):
             index = self.gen.event_index
             if index is not None:
                 index.apply(change.type, entry)
+
+
+def scope(namespace: str | None, namespaces: Iterable[str] | None) -> str | frozenset[str] | None:
+    """A subscription's namespace scope: one, several, or every one (None).
+
+    Raises:
+        ValueError: both given.
+    """
+    if namespaces is None:
+        return namespace
+    if namespace is not None or isinstance(namespaces, str):
+        raise ValueError("give namespace or a list of namespaces, not both")
+    return frozenset(namespaces)
+
+
+def subscription(
+    fanout: Fanout,
+    gens: Mapping[str, ContextGeneration],
+    names: Container[str] | None,
+    contexts: Iterable[str] | None,
+    namespace: str | frozenset[str] | None,
+    *,
+    snapshot: bool,
+    buffer_size: int,
+    view: View,
+) -> Subscription:
+    """A subscription to ``fanout`` (see :meth:`~kubemux.WatcherRegistry.subscribe`); its
+    snapshot replays what the synced slots of the generations in ``gens`` (live) announced."""
+    wanted = frozenset(contexts) if contexts is not None else None
+
+    def take_snapshot() -> list[Change]:
+        chosen = [g for g in gens.values() if wanted is None or g.key in wanted]
+        return Publisher.snapshot(chosen, names, namespace, view)
+
+    return fanout.subscribe(
+        resource=names,
+        contexts=wanted,
+        namespace=namespace,
+        buffer_size=buffer_size,
+        snapshot=take_snapshot if snapshot else None,
+        view=view,
+    )
 
 
 class ResourceNames:

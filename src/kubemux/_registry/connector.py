@@ -31,7 +31,15 @@ from .._kubeconfig.load import ContextConfig
 from .._resources import Resource, known_resource, parse_resource
 from .._settings import WatchSettings
 
-__all__ = ["Connection", "Connector", "HttpConnection", "HttpConnector", "SlotSource"]
+__all__ = [
+    "Connection",
+    "Connector",
+    "HttpConnection",
+    "HttpConnector",
+    "SharedConnector",
+    "Sharing",
+    "SlotSource",
+]
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +105,23 @@ class Connector(Protocol):
     def connect(
         self, config: ContextConfig
     ) -> contextlib.AbstractAsyncContextManager[Connection]: ...
+
+
+class SharedConnector(Connector, Protocol):
+    """A connector that shares its slots with other replicas (``kubemux.share``)."""
+
+    def placement_status(self) -> object:
+        """This replica's part in sharing, for ``status().share`` (None: nothing to say)."""
+
+
+class Sharing(Protocol):
+    """What ``WatcherRegistry(share=...)`` takes: a share engine (``kubemux.share.Redis``),
+    which wraps the registry's HTTP connector in its own. The registry knows engines only
+    through this: the share package sits above it and is imported by nothing below."""
+
+    def connector(self, http: Connector, *, can_lead: bool) -> SharedConnector:
+        """A connector that runs ``http``'s slots shared through this engine (``can_lead``:
+        False, only follow)."""
 
 
 class HttpConnection:

@@ -33,7 +33,7 @@ from .._auth.provider import recording_interruptions
 from .._cache.event_index import EventIndex
 from .._cache.store import Store
 from .._cache.stream import StoreListener
-from .._errors import ContextRemoved, Forbidden, StartTimeout, as_kubemux_error
+from .._errors import ContextRemoved, Forbidden, StartTimeout, as_kubemux_error, unwrap
 from .._informer.informer import InformerKey, InformerStatus
 from .._kubeconfig.load import ContextConfig
 from .._resources import Resource
@@ -366,7 +366,8 @@ class ContextGeneration:
                     slot.ready.set()
                     self._hooks.state_changed()
             except Exception as exc:
-                exc = _unwrap(exc)
+                inner = unwrap(exc)  # the source's error, out of its task group
+                exc = inner if isinstance(inner, Exception) else exc
                 if not synced and self._narrow(slot, exc):
                     return  # forbidden cluster-wide: its namespaces run instead (a note)
                 if not synced:  # the first sync failed
@@ -467,13 +468,6 @@ def _drop_store(slot: Slot) -> None:
 
 def _nothing() -> None:
     pass
-
-
-def _unwrap(exc: Exception) -> Exception:
-    """The one exception inside task-group wrapping, else ``exc`` itself."""
-    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 async def _prune_forever(index: EventIndex, period: float) -> None:

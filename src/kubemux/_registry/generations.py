@@ -413,7 +413,7 @@ class Generations:
             slots = gen.slots.values()
             if not gen.is_running or any(s.key in pinned for s in slots):
                 continue
-            reads = sum(s.store._reads for s in slots)
+            reads = sum(s.store.writer.reads() for s in slots)
             busy = gen.key in named or not all(s.ready.is_set() for s in slots)
             if busy or reads != gen.reads_seen:
                 gen.reads_seen = reads

@@ -23,7 +23,7 @@ from .._cache.event_index import EventIndex
 from .._cache.multistore import MultiStore, MultiTableStore
 from .._cache.store import Store, Transform
 from .._cache.table import TableStore
-from .._errors import ContextRemoved, Forbidden, ResourceNotFound
+from .._errors import ContextRemoved, Forbidden, ResourceNotFound, unwrap
 from .._http.upstream import Upstream
 from .._informer.informer import InformerKey
 from .._resources import Resource, known_resource, parse_resource, path_segment
@@ -153,7 +153,7 @@ class Starter:
                 for ns in dict.fromkeys(scope):
                     tg.start_soon(one, ns)
         except BaseExceptionGroup as group:  # the first failure, as watch() raises it
-            raise _first(group) from None
+            raise unwrap(group) from None
         kind = MultiTableStore if view == "table" else MultiStore
         return kind(parts, reason=reason)
 
@@ -391,10 +391,3 @@ def informer_key(
         field_selector or None,
         view,
     )
-
-
-def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc

@@ -55,6 +55,18 @@ class View(enum.StrEnum):
     """The server's rows: cells of its columns and the object's metadata, as ``kubectl
     get`` shows them (:meth:`~kubemux.WatcherRegistry.table`)."""
 
+    @classmethod
+    def of(cls, value: str, what: str = "view") -> View:
+        """``value`` as a :class:`View`.
+
+        Raises:
+            ValueError: not a view (the message names ``what`` and the views).
+        """
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"{what} must be 'objects' or 'table', not {value!r}") from None
+
 
 MAX_SKIP_REASON = 300
 """The longest skip reason an informer's status shows (characters)."""

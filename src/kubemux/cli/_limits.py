@@ -20,8 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .._http.transport import fd_exhaustion, too_many_open_files
-from .._runtime import raise_fd_limit
+from .._runtime import fd_exhaustion, raise_fd_limit, too_many_open_files
 
 __all__ = ["open_file_limits"]
 

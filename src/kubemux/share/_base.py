@@ -24,6 +24,7 @@ from .._cache.stream import StoreListener
 from .._errors import KubemuxError
 from .._http.client import ContextClient
 from .._informer.informer import Informer, InformerKey
+from .._registry.connector import Connector, SharedConnector
 from .._resources import Resource
 from .._settings import WatchSettings
 from .._wire.codec import Entry, StoreChange
@@ -204,6 +205,11 @@ class ShareEngine(Protocol):
 
     def open(self) -> contextlib.AbstractAsyncContextManager[ShareSession]:
         """Connect; the session closes its connections and tasks on exit."""
+        ...
+
+    def connector(self, http: Connector, *, can_lead: bool) -> SharedConnector:
+        """The registry's connector for this engine (how ``WatcherRegistry(share=engine)``
+        gets it): ``ShareConnector(http, self, can_lead=can_lead)``."""
         ...
 
 

@@ -26,8 +26,10 @@ import anyio.abc
 
 from .._cache.store import Store
 from .._redact import redact_text, redact_url
+from .._registry.connector import Connector
 from .._settings import WatchSettings
 from ._base import Lead, MemberStatus, PlacementStatus, ShareError, SlotStatus
+from ._connector import ShareConnector
 from ._placement import Membership
 from ._redis_crypt import (
     SealedValues,
@@ -150,6 +152,10 @@ class Redis:
     def identity_salt(self) -> bytes:
         """See :attr:`kubemux.share.ShareEngine.identity_salt` (never shown)."""
         return self._salt
+
+    def connector(self, http: Connector, *, can_lead: bool) -> ShareConnector:
+        """See :meth:`kubemux.share.ShareEngine.connector`."""
+        return ShareConnector(http, self, can_lead=can_lead)
 
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator[RedisSession]:

@@ -34,6 +34,7 @@ import logging
 import re
 from collections.abc import Iterator
 
+from .._errors import unwrap as unwrap_group
 from .._redact import terminal_safe
 from .._wire.codec import DecodeError, Entry, decode_entry, pinned_entry
 
@@ -149,9 +150,10 @@ def unwrap() -> Iterator[None]:
     try:
         yield
     except BaseExceptionGroup as group:
-        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
-            raise group.exceptions[0] from None
-        raise
+        inner = unwrap_group(group)
+        if inner is group:
+            raise
+        raise inner from None
 
 
 def slot_digest(key: bytes | str) -> str:
