@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from .._wire.codec import StoreChange
+from .._wire.versions import rv_int
 from .stream import StoreListener
 
 __all__ = ["EventHistory", "HistoryEvent"]
@@ -34,7 +35,6 @@ DEFAULT_MAX_EVENTS = 10_000
 DEFAULT_MAX_AGE = 150.0
 """At least 75 s (kube-apiserver's watch cache keeps events that long), twice that here."""
 _MARK_PERIOD = 1.0  # seconds between two time marks: what ages are measured to
-_RV_DIGITS = 30  # a decimal resourceVersion of more digits is not one (etcd's have ~10)
 
 
 class HistoryEvent(msgspec.Struct, frozen=True, gc=False):
@@ -69,19 +69,10 @@ class _Step(msgspec.Struct, gc=False):
     changes: tuple[StoreChange, ...]
 
 
-def _rv_int(rv: int | str | None) -> int | None:
-    """A resourceVersion as an integer, or None if it is not a decimal one."""
-    if isinstance(rv, int):
-        return rv
-    if rv and rv.isascii() and rv.isdigit() and len(rv) <= _RV_DIGITS:
-        return int(rv)
-    return None
-
-
 def _change_rv(change: StoreChange) -> int | None:
     entry = change.entry
     rv = entry.rv
-    return _rv_int(rv if rv is not None else entry.resource_version)
+    return rv_int(rv if rv is not None else entry.resource_version)
 
 
 def _event(change: StoreChange, rv: int) -> HistoryEvent:
@@ -239,7 +230,7 @@ class EventHistory(StoreListener):
         """A list was swapped in: a relist's changes are kept as one step at its
         resourceVersion (before they are announced: :meth:`since` answers as the store
         is); a first list's start the history (it answers from its version on)."""
-        rv = _rv_int(resource_version)
+        rv = rv_int(resource_version)
         if not relist:
             self._forget(math.inf if rv is None else rv)
         elif rv is None:
@@ -258,13 +249,13 @@ class EventHistory(StoreListener):
         """A slice of a list's changes, given to the listeners at the list's version (kept
         already by :meth:`listed`)."""
         if self._listeners:
-            rv = _rv_int(resource_version)
+            rv = rv_int(resource_version)
             for change in changes:
                 self._notify(_event(change, -1 if rv is None else rv))
 
     def bookmarked(self, resource_version: str) -> None:
         if self._listeners:
-            rv = _rv_int(resource_version)
+            rv = rv_int(resource_version)
             self._notify(HistoryEvent("BOOKMARK", -1 if rv is None else rv, "", "", b"", None))
 
     def cleared(self) -> None:

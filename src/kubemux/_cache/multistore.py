@@ -8,7 +8,8 @@ from typing import Any, NoReturn
 
 from .._wire.codec import Entry
 from .._wire.types import View
-from .store import Indexer, Key, Store
+from .snapshot import Key
+from .store import Indexer, Store
 from .table import TableColumn, TableRow, TableStore
 
 __all__ = ["MultiStore", "MultiTableStore"]

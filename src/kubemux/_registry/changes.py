@@ -30,7 +30,7 @@ class Publisher:
         """The listener of one slot's store (the generation installs it)."""
         return SlotPublisher(self._fanout, gen, slot, feeds_index=slot.key in self._event_keys)
 
-    def final(self, gen: ContextGeneration, resource: str, kind: str, view: str) -> None:
+    def final(self, gen: ContextGeneration, resource: str, kind: str, view: View) -> None:
         """A generation's last word about a resource: ``RESET`` or ``REMOVED``."""
         self._fanout.publish(Change(gen.key, resource, kind, None, gen.number, view=view), None)
 
@@ -39,7 +39,7 @@ class Publisher:
         gens: Iterable[ContextGeneration],
         resources: Container[str] | None,
         namespace: str | frozenset[str] | None,
-        view: str,
+        view: View,
     ) -> list[Change]:
         """ADDED changes replaying what the synced slots of ``gens`` announced so far."""
         initial: list[Change] = []

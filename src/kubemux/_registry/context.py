@@ -38,6 +38,7 @@ from .._informer.informer import InformerKey, InformerStatus
 from .._kubeconfig.load import ContextConfig
 from .._resources import Resource
 from .._settings import Backoff
+from .._wire.types import View
 from .connector import Connection, Connector, SlotSource
 from .failure import Failure
 from .status import ContextState
@@ -54,7 +55,7 @@ class Hooks:
     publisher: Callable[[ContextGeneration, Slot], StoreListener]
     """The listener of one slot's store (subscriptions, the event index): installed when the
     slot is made, removed when it goes."""
-    final: Callable[[ContextGeneration, str, str, str], None]
+    final: Callable[[ContextGeneration, str, str, View], None]
     """(generation, resource, change type, view): a final RESET or REMOVED."""
     state_changed: Callable[[], None]
     start_failed: Callable[[ContextGeneration, Failure | None], None]
@@ -70,7 +71,7 @@ class GenerationSettings:
     connector: Connector
     start_backoff: Backoff
     start_timeout: float
-    make_store: Callable[[Resource, str], Store]  # (resource, view)
+    make_store: Callable[[Resource, View], Store]
     event_keys: frozenset[InformerKey]
     event_cap: int | None
     event_max_age: float | None

@@ -36,6 +36,7 @@ from .._informer.informer import InformerKey, InformerStatus
 from .._kubeconfig.load import ContextConfig
 from .._kubeconfig.source import KubeconfigSource
 from .._resources import Resource
+from .._wire.types import View
 from .context import ContextGeneration, GenerationSettings, Hooks, Slot
 from .failure import Failure
 from .status import ContextState, ContextStatus, build_context_status
@@ -59,7 +60,7 @@ class Generations:
         *,
         settings: GenerationSettings,
         publisher: Callable[[ContextGeneration, Slot], StoreListener],
-        final: Callable[[ContextGeneration, str, str, str], None],
+        final: Callable[[ContextGeneration, str, str, View], None],
         status_changed: Callable[[], None],
         autowatch: Iterable[tuple[InformerKey, Resource]],
         stop_timeout: float,

@@ -90,7 +90,7 @@ class WatcherRegistry(KubeconfigAPI, anyio.AsyncContextManagerMixin):
         *,
         settings: WatchSettings | None = None,
         autowatch: Sequence[ResourceSpec] = (),
-        autowatch_view: str = "objects",
+        autowatch_view: View | str = View.OBJECTS,
         start_backoff: Backoff | None = None,
         start_timeout: float = 30.0,
         stop_timeout: float = 5.0,
@@ -272,7 +272,7 @@ class WatcherRegistry(KubeconfigAPI, anyio.AsyncContextManagerMixin):
         namespace; the store's ``scope`` and ``reason`` and :meth:`status` say so.
         """
         store = await self._starter.scoped_store(
-            context, resource, namespace, namespaces, label_selector, field_selector, "objects"
+            context, resource, namespace, namespaces, label_selector, field_selector, View.OBJECTS
         )
         for name, fn in (indexers or {}).items():
             store.add_indexer(name, fn)
@@ -297,7 +297,7 @@ class WatcherRegistry(KubeconfigAPI, anyio.AsyncContextManagerMixin):
         raises; cancelling the caller does not cancel the shared start.
         """
         store = await self._starter.scoped_store(
-            context, resource, namespace, namespaces, label_selector, field_selector, "table"
+            context, resource, namespace, namespaces, label_selector, field_selector, View.TABLE
         )
         assert isinstance(store, TableStore | MultiTableStore)
         return store
@@ -361,7 +361,7 @@ class WatcherRegistry(KubeconfigAPI, anyio.AsyncContextManagerMixin):
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
-        view: str = "objects",
+        view: View | str = View.OBJECTS,
     ) -> Store | None:
         """The synced store of a running informer, or None (never starts anything).
 
@@ -380,7 +380,7 @@ class WatcherRegistry(KubeconfigAPI, anyio.AsyncContextManagerMixin):
         namespace: str | None = None,
         snapshot: bool = True,
         buffer_size: int | None = None,
-        view: str = "objects",
+        view: View | str = View.OBJECTS,
         namespaces: Iterable[str] | None = None,
     ) -> Subscription:
         """Subscribe to changes; use as ``async with registry.subscribe(...) as changes``.

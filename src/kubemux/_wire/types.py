@@ -100,9 +100,9 @@ class InformerKey:
     namespace: str | None = None
     label_selector: str | None = None
     field_selector: str | None = None
-    view: View | str = View.OBJECTS
-    """What is cached: a :class:`View` once built (the strings ``"objects"`` and ``"table"``
-    are taken too; another raises ``ValueError``)."""
+    view: View = View.OBJECTS
+    """What is cached (the strings ``"objects"`` and ``"table"`` are taken too, made a
+    :class:`View`; another raises ``ValueError``)."""
 
     def __post_init__(self) -> None:
         if type(self.view) is not View:

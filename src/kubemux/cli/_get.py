@@ -113,7 +113,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 # ---------------------------------------------------------------------- columns
-class View:
+class TableLayout:
     """The columns of one resource's table and how each context's rows fill them.
 
     ``kind`` (``deployment.apps``) prefixes the name cells, as kubectl does when several
@@ -447,7 +447,7 @@ def print_once(
     else:
         lines = []
         for kind in kinds:
-            view = View(
+            view = TableLayout(
                 multi,
                 args.all_namespaces,
                 args.output == "wide",

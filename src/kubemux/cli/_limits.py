@@ -24,7 +24,7 @@ from .._runtime import fd_exhaustion, raise_fd_limit, too_many_open_files
 
 __all__ = ["open_file_limits"]
 
-log = logging.getLogger("kubemux.cli")
+log = logging.getLogger(__name__)
 
 ACCEPT_WARNING_PERIOD = 60.0  # seconds between two "cannot accept" warnings
 

@@ -28,6 +28,7 @@ from .._registry.connector import Connector, SharedConnector
 from .._resources import Resource
 from .._settings import WatchSettings
 from .._wire.codec import Entry, StoreChange
+from .._wire.types import View
 
 __all__ = [
     "Lead",
@@ -223,7 +224,7 @@ def share_key(
     label_selector: str | None = None,
     field_selector: str | None = None,
     transform: str = "drop_managed_fields",
-    view: str = "objects",
+    view: View | str = View.OBJECTS,
 ) -> str:
     """The key under which replicas share one watch: a sha256 hex digest.
 

@@ -7,6 +7,7 @@ a meta hash no leader wrote is reported and retried, never a crash or a stuck sl
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any
@@ -22,13 +23,14 @@ from ._redis_keys import (
     SkippedValue,
     checked_type,
     field_key,
-    log,
     meta_of,
     seq_of,
     unwrap,
 )
 from ._redis_slot import SlotState
 from ._redis_table import parse_columns, set_columns
+
+log = logging.getLogger(__name__)
 
 
 class Follower:

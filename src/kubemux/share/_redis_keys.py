@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import logging
 import re
 from collections.abc import Iterator
 
@@ -39,7 +38,6 @@ from .._redact import terminal_safe
 from .._wire.codec import DecodeError, Entry, decode_entry, pinned_entry
 
 # the engine's logger: one name for all of its modules
-log = logging.getLogger("kubemux.share._redis")
 
 # ARGV: token, epoch, maxlen, rv, n, expected seq, rv's MAC, then n x (t, f, v, ts, m).
 # -3: meta.seq is not the one this leader wrote last (forged, or not a number): a snapshot.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import math
 import secrets
 import time
@@ -24,8 +25,10 @@ from .._redact import redact_text
 from .._wire.codec import Entry
 from .._wire.types import count_error
 from ._base import Lead, SlotStatus
-from ._redis_keys import BadSlotData, ForgedLease, PlainValues, SkippedValue, log
+from ._redis_keys import BadSlotData, ForgedLease, PlainValues, SkippedValue
 from ._redis_table import table_of
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis

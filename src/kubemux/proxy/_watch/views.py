@@ -22,9 +22,9 @@ from .formats import EventHistoryLike, HistoryEventLike, WatchFormat
 __all__ = [
     "Headed",
     "Item",
-    "View",
     "WatchEnd",
     "WatchLimits",
+    "WatchView",
     "Watcher",
     "at_resource_version",
     "line_for",
@@ -79,7 +79,7 @@ class Headed:
 
     __slots__ = ("_headed", "plain", "raw", "type", "view")
 
-    def __init__(self, view: View, type: str, raw: bytes, plain: bytes):
+    def __init__(self, view: WatchView, type: str, raw: bytes, plain: bytes):
         self.view = view
         self.type = type
         self.raw = raw
@@ -114,7 +114,7 @@ class Watcher:
         self.wake.set()
 
 
-class View:
+class WatchView:
     """The watchers sharing one format and filter, and the history listener feeding them."""
 
     __slots__ = (
@@ -138,7 +138,7 @@ class View:
         settings: WatchLimits,
         fmt: WatchFormat,
         filt: ObjectFilter,
-        on_close: Callable[[View], None],
+        on_close: Callable[[WatchView], None],
     ):
         self.settings = settings
         self.on_close = on_close
