@@ -651,6 +651,21 @@ def test_long_modules_are_named_in_the_design_notes() -> None:
             assert f"`{path}`" in notes, f"{name} ({module.lines} lines) is not named"
 
 
+def test_the_architecture_page_names_every_folder_and_stays_short() -> None:
+    """docs/architecture.md names every subpackage of ``src/kubemux`` (a new folder is a new
+    layer: say what it owns) and is at most 250 lines."""
+    page = SRC.parent / "docs" / "architecture.md"
+    text = page.read_text(encoding="utf-8")
+    assert text.count("\n") <= 250
+    packages = {
+        module.path.parent.relative_to(SRC / PACKAGE).as_posix()
+        for module in _known().values()
+        if module.is_package and module.name != PACKAGE
+    }
+    missing = sorted(p for p in packages if f"{p.rpartition('/')[2]}/" not in text)
+    assert not missing, f"docs/architecture.md does not name: {', '.join(missing)}"
+
+
 def test_the_registry_module_stays_small() -> None:
     registry = _known()[f"{PACKAGE}._registry.registry"]
     assert registry.lines <= MAX_REGISTRY_LINES, f"_registry/registry.py: {registry.lines} lines"

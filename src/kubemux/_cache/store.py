@@ -34,7 +34,7 @@ from .._wire.codec import Entry, StoreChange, decode_entry, decode_raw
 from .._wire.types import View
 from .history import EventHistory, HistoryEvent
 from .snapshot import Key, SortedNames, StoreSnapshot
-from .stream import StoreListener
+from .stream import ChangeStream, StoreListener, release_sliced
 
 __all__ = [
     "EventHistory",
@@ -137,18 +137,16 @@ class Store:
         "_indexers",
         "_items",
         "_keyvals",
-        "_listeners",
-        "_on_changed",
         "_owned",
         "_peak",
         "_reads",
         "_rv",
         "_snap",
         "_sorted",
+        "_stream",
         "_synced",
         "_transform",
         "_type_prefix",
-        "_unannounced",
         "_writer",
         "resource",
     )
@@ -183,10 +181,7 @@ class Store:
         self._snap: StoreSnapshot | None = None  # the last one taken
         self._sorted: SortedNames = {}
         self._history: EventHistory | None = None  # made when first asked for (see history)
-        self._listeners: builtins.list[StoreListener] = []  # the change stream (see .stream)
-        self._on_changed: tuple[Callable[[StoreChange], None], ...] = ()  # their .changed
-        # a list's changes not announced yet (namespace -> name -> change): see commit
-        self._unannounced: dict[str, dict[str, StoreChange]] = {}
+        self._stream = ChangeStream(self)  # the listeners: the writer announces through it
         self._writer = self._make_writer()
         self._type_prefix = (
             b'"kind":'
@@ -233,7 +228,7 @@ class Store:
             history = self._history = EventHistory()
             if self._synced:
                 history.listed(self.resource_version, (), relist=False)
-            self._add_listener(history)
+            self._stream.add(history)
         return history
 
     def snapshot(self) -> StoreSnapshot:
@@ -445,11 +440,11 @@ class Store:
             if self._count * 4 < self._peak:
                 self._compact()
             change = StoreChange("DELETED", entry, old)
-            for changed in self._on_changed:
+            for changed in self._stream.on_changed:
                 try:  # free in CPython 3.11+ until something raises
                     changed(change)
                 except Exception as exc:  # noqa: BLE001 - a listener's bug: logged, removed
-                    self._failed(changed, exc)
+                    self._stream.failed(changed, exc)
             return change
         if bucket is None:
             bucket = items[ns] = {}
@@ -471,49 +466,17 @@ class Store:
             self._index_remove((ns, name))
             self._index_add((ns, name), self._index_values(entry))
         change = StoreChange("ADDED" if old is None else "MODIFIED", entry, old)
-        for changed in self._on_changed:
+        for changed in self._stream.on_changed:
             try:
                 changed(change)
             except Exception as exc:  # noqa: BLE001 - a listener's bug: logged, removed
-                self._failed(changed, exc)
+                self._stream.failed(changed, exc)
         return change
 
     def _bookmark(self, resource_version: str) -> None:
         """The server's resourceVersion moved with no object change."""
         self._rv = resource_version
-        self._tell("bookmarked", resource_version)
-
-    # ------------------------------------------------------------- the change stream
-    def _add_listener(self, listener: StoreListener) -> Callable[[], None]:
-        self._listeners.append(listener)
-        self._on_changed = (*self._on_changed, listener.changed)
-
-        def remove() -> None:
-            self._remove_listener(listener)
-
-        return remove
-
-    def _remove_listener(self, listener: StoreListener) -> None:
-        if listener in self._listeners:
-            i = self._listeners.index(listener)
-            del self._listeners[i]
-            self._on_changed = (*self._on_changed[:i], *self._on_changed[i + 1 :])
-
-    def _tell(self, method: str, *args: Any, **kwargs: Any) -> None:
-        """Call ``method`` of every listener (the slow path: lists, bookmarks, clears)."""
-        for listener in tuple(self._listeners):
-            try:
-                getattr(listener, method)(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - a listener's bug: logged, removed
-                self._failed(listener.changed, exc)
-
-    def _failed(self, changed: Callable[[StoreChange], None], exc: Exception) -> None:
-        """A listener raised (a bug): it is logged and removed, the others go on."""
-        for listener in self._listeners:
-            if listener.changed == changed:
-                log.error("%r: the listener %r raised; it is removed", self, listener, exc_info=exc)
-                self._remove_listener(listener)
-                return
+        self._stream.tell("bookmarked", resource_version)
 
     def _compact(self) -> None:
         """Give hash tables back after mass deletes (dicts and sets never shrink by themselves).
@@ -547,8 +510,8 @@ class Store:
         for _ in replacement._find_deleted(slice_size=self._count + 1):
             pass
         changes, relist = replacement._swap(resource_version)
-        self._tell("listed", resource_version, changes, relist=relist)
-        self._tell("announced", changes, resource_version)
+        self._stream.tell("listed", resource_version, changes, relist=relist)
+        self._stream.tell("announced", changes, resource_version)
         return changes
 
     def _clear(self) -> None:
@@ -561,8 +524,8 @@ class Store:
         self._synced = False
         self._cow, self._owned, self._snap = False, set(), None
         self._sorted = {}
-        self._unannounced = {}
-        self._tell("cleared")
+        self._stream.unannounced = {}
+        self._stream.tell("cleared")
 
 
 class StoreSizes(NamedTuple):
@@ -625,29 +588,14 @@ class StoreWriter:
         """Have ``listener`` hear every change from now on (see :class:`StoreListener`);
         returns the function that removes it (idempotent). To start from what the store
         holds, read :meth:`announced_entries` in the same synchronous step."""
-        return self._store._add_listener(listener)
+        return self._store._stream.add(listener)
 
     def announced_entries(self, namespace: str | None = None) -> builtins.list[Entry]:
         """The objects as the store's listeners have been told so far (of one namespace, if
         given), sorted: the store, less the changes of a list still being announced (their
         old entries instead). Not a read (idle reaping does not count it)."""
         store = self._store
-        entries = store._entries(namespace)
-        pending = store._unannounced
-        if not pending:
-            return entries
-        out: builtins.list[Entry] = []
-        for e in entries:
-            change = pending.get(e.namespace, {}).get(e.name)
-            if change is None:
-                out.append(e)
-            elif change.type == "MODIFIED" and change.old is not None:
-                out.append(change.old)
-        for ns, bucket in pending.items():
-            if namespace is None or ns == namespace:
-                out.extend(c.old for c in bucket.values() if c.type == "DELETED" and c.old)
-        out.sort(key=_entry_key)
-        return out
+        return store._stream.announced(store._entries(namespace), namespace)
 
     def replacement(self) -> Replacement:
         """A full list to build beside the store (in slices) and swap in at once with
@@ -752,15 +700,12 @@ class Replacement:
         """
         for _ in self._find_deleted(slice_size):
             await anyio.lowlevel.checkpoint()
-        store = self._store
         changes, relist = self._swap(resource_version)
         count = len(changes)
-        store._tell("listed", resource_version, changes, relist=relist)
-        if count <= slice_size:
-            store._tell("announced", changes, resource_version)
-        else:
-            await _announce_sliced(store, changes, resource_version, slice_size)
-        await _release_sliced(changes, slice_size)
+        await self._store._stream.announce(
+            changes, resource_version, relist=relist, step=slice_size
+        )
+        await release_sliced(changes, slice_size)
         return count
 
     def _find_deleted(self, slice_size: int) -> Iterator[None]:
@@ -794,46 +739,6 @@ class Replacement:
         return changes, synced
 
 
-async def _announce_sliced(
-    store: Store, changes: builtins.list[StoreChange], resource_version: str, step: int
-) -> None:
-    """Announce a list's changes ``step`` at a time; meanwhile ``store._unannounced`` holds
-    the rest (for :meth:`StoreWriter.announced_entries`)."""
-    pending: dict[str, dict[str, StoreChange]] = {}
-    for c in changes:
-        bucket = pending.get(c.entry.namespace)
-        if bucket is None:
-            bucket = pending[c.entry.namespace] = {}
-        bucket[c.entry.name] = c
-    store._unannounced = pending
-    start = 0
-    try:
-        while start < len(changes):
-            part = changes[start : start + step]
-            start += step
-            for c in part:
-                bucket = pending[c.entry.namespace]
-                del bucket[c.entry.name]
-                if not bucket:
-                    del pending[c.entry.namespace]
-            store._tell("announced", part, resource_version)
-            await anyio.lowlevel.checkpoint()
-    finally:
-        if store._unannounced is pending:
-            if start < len(changes):  # cancelled part-way: the rest at once
-                store._tell("announced", changes[start:], resource_version)
-            store._unannounced = {}
-
-
-async def _release_sliced(changes: builtins.list[StoreChange], step: int) -> None:
-    """Drop a list's changes a slice at a time. Their entries are theirs alone (the store
-    keeps the bytes), so freeing 50k at once would stall the loop ~10 ms."""
-    while len(changes) > step:
-        del changes[-step:]
-        await anyio.lowlevel.checkpoint()
-    changes.clear()
-
-
 def _same_version(kept: bytes | Entry, entry: Entry) -> bool:
     """Does a relist's ``entry`` have the resourceVersion of what the store keeps? (None
     known: no.) Equal bytes that both hold their resourceVersion have the same one; else
@@ -843,10 +748,6 @@ def _same_version(kept: bytes | Entry, entry: Entry) -> bool:
     rv = entry.compact_rv()
     old_rv = _entry("", "", kept).compact_rv()
     return bool(rv) and rv == old_rv
-
-
-def _entry_key(entry: Entry) -> Key:
-    return (entry.namespace, entry.name)
 
 
 def _discard(table: dict[str, set[Key]], value: str, key: Key) -> None:
