@@ -245,6 +245,60 @@ async def test_history_listeners_get_a_relist_in_slices_kept_whole_at_the_swap()
     assert partial and all(s == 1000 for _, s in partial)  # since() had the whole relist
 
 
+async def test_a_proxy_watch_started_mid_relist_gets_nothing_twice() -> None:
+    """The proxy's watches hear a relist a slice at a time: one that starts from the store
+    (its snapshot, at the list's version) gets none of the relist's changes, one that
+    resumes from before the relist gets each of them exactly once."""
+    from kubemux._wire.types import View
+    from kubemux.proxy._query.options import parse_list_options, plan_watch
+    from kubemux.proxy._query.selectors import ObjectFilter
+    from kubemux.proxy._reads.served import ServedStore
+    from kubemux.proxy._watch.watch import ObjectWatchFormat
+
+    store = filled(600, rv=1000)  # p0..p599
+    served = ServedStore("c", store, View.OBJECTS)
+    fmt, everything = ObjectWatchFormat("Pod", "v1"), ObjectFilter()
+    lines: dict[str, list[bytes]] = {"fresh": [], "resumed": []}
+
+    async def watch(name: str, rv: str) -> None:
+        plan = plan_watch(parse_list_options({"watch": "1", "resourceVersion": rv}, PODS))
+
+        async def send(data: bytes) -> None:
+            lines[name].extend(data.splitlines())
+
+        await served.broadcaster.serve(plan, fmt, everything, send, watch_timeout=60)
+
+    replacement = store.writer.replacement()
+    for i in range(300, 600):
+        replacement.add(entry(f"p{i}", i + 1))  # p0..p299 deleted
+    heard: list[int] = []
+    store.history.add_listener(lambda event: heard.append(event.rv))
+    with anyio.fail_after(TIMEOUT):
+        async with anyio.create_task_group() as tg:
+
+            async def join_mid_relist() -> None:
+                while not 0 < len(heard) < 300:
+                    await anyio.lowlevel.checkpoint()
+                tg.start_soon(watch, "fresh", "0")  # the store now: at the list's version
+                tg.start_soon(watch, "resumed", "1000")  # from before the relist
+
+            tg.start_soon(join_mid_relist)
+            await replacement.commit("2000", slice_size=50)
+            while len(lines["resumed"]) < 300 or len(lines["fresh"]) < 300:
+                await anyio.lowlevel.checkpoint()
+            store.writer.apply("ADDED", entry("late", 2001))
+            while len(lines["fresh"]) < 301 or len(lines["resumed"]) < 301:
+                await anyio.lowlevel.checkpoint()
+            tg.cancel_scope.cancel()
+    fresh = [orjson.loads(line) for line in lines["fresh"]]
+    assert [e["type"] for e in fresh] == ["ADDED"] * 301  # the 300 left, then "late"
+    assert fresh[-1]["object"]["metadata"]["name"] == "late"
+    resumed = [orjson.loads(line) for line in lines["resumed"]]
+    deleted = [e["object"]["metadata"]["name"] for e in resumed if e["type"] == "DELETED"]
+    assert sorted(deleted) == sorted(f"p{i}" for i in range(300))  # each once
+    assert [e["type"] for e in resumed[300:]] == ["ADDED"]
+
+
 # ------------------------------------------------------------------ snapshots
 def test_a_snapshot_does_not_see_later_changes() -> None:
     store = filled(3)
