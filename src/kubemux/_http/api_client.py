@@ -44,8 +44,8 @@ import anyio
 
 from .._errors import KubeconfigError
 from .._redact import redact_text
+from .._runtime import fd_exhaustion, too_many_open_files
 from .socks import SOCKS_SCHEMES, SocksConnector, is_socks
-from .transport import fd_exhaustion, too_many_open_files
 
 if TYPE_CHECKING:
     from .._kubeconfig.load import ContextConfig

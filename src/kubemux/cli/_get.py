@@ -25,7 +25,7 @@ import orjson
 import yaml
 
 from .._cache.table import FALLBACK_COLUMNS, TableColumn
-from .._errors import ContextNotFound, InvalidContext, KubemuxError, UnknownResource
+from .._errors import ContextNotFound, InvalidContext, KubemuxError, UnknownResource, unwrap
 from .._informer.discovery import preferred, resolve
 from .._redact import redact_text, terminal_safe
 from .._registry.registry import WatcherRegistry
@@ -113,7 +113,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 # ---------------------------------------------------------------------- columns
-class View:
+class TableLayout:
     """The columns of one resource's table and how each context's rows fill them.
 
     ``kind`` (``deployment.apps``) prefixes the name cells, as kubectl does when several
@@ -315,7 +315,7 @@ async def open_view(
             for i, resource in enumerate(resources):
                 tg.start_soon(one, i, resource)
     except BaseExceptionGroup as group:  # the first failure, once
-        raise group.exceptions[0] from None
+        raise unwrap(group) from None
     return [found[i] for i in range(len(resources))]
 
 
@@ -346,7 +346,7 @@ async def _open_all(
             for context in contexts:
                 tg.start_soon(one, context)
     except BaseExceptionGroup as group:  # the first failure, once
-        raise group.exceptions[0] from None
+        raise unwrap(group) from None
     if unknown and not found:
         raise unknown[min(unknown, key=contexts.index)]
     for context, exc in unknown.items():
@@ -447,7 +447,7 @@ def print_once(
     else:
         lines = []
         for kind in kinds:
-            view = View(
+            view = TableLayout(
                 multi,
                 args.all_namespaces,
                 args.output == "wide",

@@ -20,7 +20,7 @@ from .._registry.registry import WatcherRegistry
 from ._get import (
     SINGLE_TYPE,
     Source,
-    View,
+    TableLayout,
     dump,
     is_multi,
     name_of,
@@ -44,7 +44,7 @@ async def watch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     registry = WatcherRegistry.from_kubeconfig(args.kubeconfig, follow=True)
     async with registry:
         contexts, sources = await open_views(registry, args, err)
-        view = View(is_multi(args, contexts), args.all_namespaces, args.output == "wide")
+        view = TableLayout(is_multi(args, contexts), args.all_namespaces, args.output == "wide")
         with anyio.move_on_after(args.duration):
             await _follow(registry, args, contexts, sources, view, out, err)
     return 0
@@ -55,7 +55,7 @@ async def _follow(
     args: argparse.Namespace,
     contexts: list[str],
     sources: list[Source],
-    view: View,
+    view: TableLayout,
     out: TextIO,
     err: TextIO,
 ) -> int:

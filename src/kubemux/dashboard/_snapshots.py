@@ -9,7 +9,7 @@ import anyio.lowlevel
 
 from kubemux import MultiTableStore, Resource, Store, TableColumn, TableStore
 
-from ._encoding import BATCH, columns_event, encode_event
+from ._encoding import BATCH, Encodings, encode_event
 from ._rows import row_change
 
 __all__ = ["SLICE", "SnapshotCache"]
@@ -44,8 +44,9 @@ class SnapshotCache:
     ``registry.store()`` does not name, for every stream's snapshot.
     """
 
-    def __init__(self, max_entries: int = 256) -> None:
+    def __init__(self, max_entries: int = 256, encodings: Encodings | None = None) -> None:
         self.max_entries = max_entries
+        self.encodings_of = encodings or Encodings()  # the app's: columns events are shared
         self.encodings = 0  # snapshots encoded (for tests and benches)
         self.summarized = 0  # objects summarised for snapshots (for tests and benches)
         self._entries: OrderedDict[tuple[str, str, str | None], _Snapshot] = OrderedDict()
@@ -86,7 +87,7 @@ class SnapshotCache:
             known = entry.rows if entry is not None else {}
             raws = store.list_raw(namespace)  # the store at one instant; slices follow it
             rows: dict[bytes, bytes] = {}
-            events = [columns_event(context, resource, version[2])]
+            events = [self.encodings_of.columns_event(context, resource, version[2])]
             fresh = 0
             for start in range(0, len(raws), BATCH):
                 batch = []

@@ -29,6 +29,7 @@ from kubemux import (
 
 from ._broadcast import Hub
 from ._context import StreamContext
+from ._encoding import Encodings
 from ._responses import Problem
 from ._snapshots import SnapshotCache
 from .views import status_payload
@@ -110,7 +111,8 @@ class Dashboard:
 
             self.prom = prometheus_client.CollectorRegistry()
         self._metrics_registered = False
-        self.snapshots = SnapshotCache()
+        self.encodings = Encodings()  # the app's own, as its snapshots
+        self.snapshots = SnapshotCache(encodings=self.encodings)
         # what the event streams read of the dashboard: they and the hub hold this, not it
         self.stream_context = StreamContext(
             title=title,
@@ -118,6 +120,7 @@ class Dashboard:
             status_period=status_period,
             stream_send_timeout=stream_send_timeout,
             snapshots=self.snapshots,
+            encodings=self.encodings,
             running_registry=lambda: self.registry,
             contexts_json=self.contexts_json,
         )

@@ -21,7 +21,7 @@ The work per stream is bounded, whatever the number of streams and however they 
   then slices of ``BATCH`` rows, yielding
   to the event loop between slices, and every stream shares those bytes
   (:class:`SnapshotCache`);
-- a live change is summarised and encoded once, whichever streams send it (:func:`encoded`),
+- a live change is summarised and encoded once, whichever streams send it (:meth:`Encodings.encoded`),
   by the same row encoder as the snapshots' (:mod:`._rows`);
 - the contexts panel is built once per state for every stream (:meth:`Stream._contexts`);
 - a connection holds at most ``_broadcast.PENDING_BYTES`` of queued (shared) events; the
@@ -81,17 +81,16 @@ from kubemux import (
 )
 
 from ._context import StreamContext
-from ._encoding import BATCH, RETRY_MS, columns_event, encode_event, encoded
+from ._encoding import BATCH, RETRY_MS, Encodings, encode_event
 from ._snapshots import SnapshotCache  # re-exported: this module was its home
 from .views import event_payload, object_payload, status_payload
 
 __all__ = [
     "EVENT_RESOURCES",
+    "Encodings",
     "SnapshotCache",
     "Stream",
-    "columns_event",
     "encode_event",
-    "encoded",
 ]
 
 log = logging.getLogger(__name__)
@@ -224,7 +223,7 @@ class Stream:
         checked: set[str] = set()
 
         async def flush() -> None:
-            rows = [r for r in map(encoded, pending) if r is not None]
+            rows = [r for r in map(self._dash.encodings.encoded, pending) if r is not None]
             pending.clear()
             if rows:
                 await self._write(encode_event("changes", b"[" + b",".join(rows) + b"]"))
@@ -241,7 +240,10 @@ class Stream:
                 if store is not None and store.columns and store.columns is not before:
                     if before is None:
                         await flush()
-                        await self._write(columns_event(context, resource, store.columns))
+                        columns = self._dash.encodings.columns_event(
+                            context, resource, store.columns
+                        )
+                        await self._write(columns)
                         sent[context] = store.columns
                     elif store.columns != before:
                         await flush()
@@ -267,7 +269,9 @@ class Stream:
                     self._dash.snapshots.scoped[name, resource.name] = store
                 if name not in self._sent and store.columns:  # an empty table has columns too
                     self._sent[name] = store.columns
-                    await self._write(columns_event(name, resource, store.columns))
+                    await self._write(
+                        self._dash.encodings.columns_event(name, resource, store.columns)
+                    )
             except KubemuxError as exc:
                 self._watch_errors[name] = str(exc)
             finally:

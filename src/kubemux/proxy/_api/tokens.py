@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator
 from hashlib import sha256
 from typing import Any, Final, Generic, TypeVar
 
+from ..._cache.snapshot import Key
 from .statuses import ProxyStatusError, bad_request, gone_continue_too_old
 
 __all__ = [
@@ -51,7 +52,6 @@ __all__ = [
     "take_page",
 ]
 
-Key = tuple[str, str]
 
 LATEST: Final = -1
 """The snapshot id of a token that continues at the latest snapshot (what a 410 offers)."""

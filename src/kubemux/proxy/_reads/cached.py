@@ -42,10 +42,12 @@ import anyio
 from starlette.types import Receive, Scope, Send
 
 from ..._cache.multistore import MultiStore
+from ..._cache.snapshot import Key
 from ..._errors import ApiError, KubemuxError
 from ..._registry.registry import WatcherRegistry
 from ..._resources import Resource
 from ..._wire.codec import raw_resource_version
+from ..._wire.types import View
 from .._api.lists import iter_list, iter_table, join_table, split_table_row
 from .._api.responses import StatusError, status_for_error
 from .._api.statuses import ProxyStatusError, too_many_requests
@@ -78,7 +80,6 @@ from .table_join import Inconsistent, joined_rows, row_matcher, served_ages, ser
 
 __all__ = ["CachedReads", "CachedSettings", "as_status_error", "credential_key"]
 
-Key = tuple[str, str]
 TOO_MANY = "Too many requests, please try again later."
 
 
@@ -169,7 +170,7 @@ class CachedReads:
                 del self._watches[key]
 
     # ------------------------------------------------------------------ stores
-    def _heard(self, context: str, resource: Resource, view: str) -> float | None:
+    def _heard(self, context: str, resource: Resource, view: View) -> float | None:
         status = self.registry.status().contexts.get(context)
         if status is None:
             return None
@@ -183,7 +184,7 @@ class CachedReads:
         return max(times) if times else None
 
     async def served(
-        self, context: str, resource: Resource, view: str, namespace: str | None
+        self, context: str, resource: Resource, view: View, namespace: str | None
     ) -> ServedStore | None:
         """The store that serves ``view`` of ``resource`` in ``namespace`` (None: all),
         starting its informer if needed; None when the cache cannot serve it (the
@@ -289,7 +290,7 @@ class CachedReads:
         stores = [served]
         objects: ServedStore | None = None
         if needs_objects:
-            objects = await self.served(context, resource, "objects", read.namespace)
+            objects = await self.served(context, resource, View.OBJECTS, read.namespace)
             if objects is None:
                 return False
             stores.append(objects)

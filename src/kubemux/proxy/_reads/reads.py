@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 import anyio
 from starlette.types import Receive, Send
 
+from ..._wire.types import View
 from .._api.lists import INCLUDE_OBJECT_VALUES
 from .._api.paths import ApiPath
 from .._api.responses import JSON
@@ -79,7 +80,7 @@ class ReadRequest:
     """
 
     verb: str
-    view: str
+    view: View
     namespace: str | None
     name: str | None
     params: Mapping[str, str]
@@ -94,12 +95,12 @@ class ReadRequest:
         return JSON
 
 
-def parse_accept(accept: str) -> tuple[str, str] | None:
+def parse_accept(accept: str) -> tuple[View, str] | None:
     """The first media type of ``Accept`` the cache can write: ("objects", "") for JSON,
     ("table", version) for a Table; None if it names none of them (protobuf, YAML,
     PartialObjectMetadata)."""
     if not accept.strip():
-        return ("objects", "")
+        return (View.OBJECTS, "")
     for item in accept.split(","):
         media, *raw_params = (p.strip() for p in item.split(";"))
         params = {}
@@ -108,18 +109,18 @@ def parse_accept(accept: str) -> tuple[str, str] | None:
             params[key.strip().lower()] = value.strip()
         media = media.lower()
         if media in ("*/*", "application/*") or (media == "application/json" and not params):
-            return ("objects", "")
+            return (View.OBJECTS, "")
         if media != "application/json":
             continue
         kind = params.get("as")
         if kind is None:  # application/json;q=0.9 and the like
             if set(params) <= {"q"}:
-                return ("objects", "")
+                return (View.OBJECTS, "")
             continue
         if kind == "Table" and params.get("g") == "meta.k8s.io":
             version = params.get("v")
             if version in ("v1", "v1beta1"):
-                return ("table", version)
+                return (View.TABLE, version)
     return None
 
 

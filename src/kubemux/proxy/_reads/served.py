@@ -25,18 +25,13 @@ import anyio
 
 from ..._cache.store import Store
 from ..._resources import Resource
+from ..._wire.types import View
+from ..._wire.versions import rv_int
 from .._query.options import wait_for_resource_version
 from .._watch.watch import WatchBroadcaster, WatchLimits
 from .pins import PinSource
 
-__all__ = ["ServedStatus", "ServedStore", "ServedStores", "rv_int"]
-
-
-def rv_int(resource_version: str) -> int:
-    """A resourceVersion as an integer (0 when it is not a decimal one)."""
-    if resource_version.isascii() and resource_version.isdigit() and len(resource_version) < 30:
-        return int(resource_version)
-    return 0
+__all__ = ["ServedStatus", "ServedStore", "ServedStores"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,7 +53,7 @@ class ServedStatus:
 
     context: str
     resource: str
-    view: str
+    view: View
     namespace: str | None
     resource_version: str
     lag: float
@@ -98,7 +93,7 @@ class ServedStore:
         self,
         context: str,
         store: Store,
-        view: str,
+        view: View,
         *,
         namespace: str | None = None,
         settings: WatchLimits | None = None,
@@ -134,7 +129,7 @@ class ServedStore:
 
     def current_rv(self) -> int:
         """:attr:`resource_version` as an integer."""
-        return rv_int(self.store.resource_version)
+        return rv_int(self.store.resource_version) or 0  # 0: not a decimal one
 
     @property
     def lag(self) -> float:
@@ -232,7 +227,7 @@ class ServedStores:
         self,
         context: str,
         store: Store,
-        view: str,
+        view: View,
         *,
         namespace: str | None = None,
         heard: Callable[[], float | None] | None = None,

@@ -220,7 +220,7 @@ def _http_protocol(
                 for name, value in self.headers:
                     if name == b"authorization" and authorized(value):
                         self.admitted.trust()
-            upgrade = self._get_upgrade()
+            upgrade = self._get_upgrade()  # uvicorn's own (this subclasses its protocol)
             spdy = upgrade is not None and upgrade.startswith(b"spdy/") and self._raw is None
             if spdy:
                 self._raw = _RawDownstream(self)
@@ -244,7 +244,8 @@ def _http_protocol(
                     )
                     self.transport.close()
                     return
-            # uvicorn's data_received, but an SPDY upgrade keeps the bytes after the request
+            # uvicorn's data_received (its private helpers: this subclasses its protocol),
+            # but an SPDY upgrade keeps the bytes after the request
             self._unset_keepalive_if_required()
             try:
                 self.parser.feed_data(data)
@@ -256,10 +257,10 @@ def _http_protocol(
                     offset = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
                     self._raw_active = True
                     self._raw.queue.feed_data(data[offset:])
-                elif self._should_upgrade():
+                elif self._should_upgrade():  # uvicorn's, as in its data_received
                     self.handle_websocket_upgrade()
                 else:
-                    self._unsupported_upgrade_warning()
+                    self._unsupported_upgrade_warning()  # uvicorn's, as in its data_received
 
     return GuardedHttp
 

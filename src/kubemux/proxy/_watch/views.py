@@ -29,10 +29,10 @@ from .formats import EventHistoryLike, HistoryEventLike, WatchFormat
 
 __all__ = [
     "Item",
-    "View",
     "ViewItem",
     "WatchEnd",
     "WatchLimits",
+    "WatchView",
     "Watcher",
     "at_resource_version",
     "line_for",
@@ -102,7 +102,7 @@ class ViewItem:
 
     __slots__ = ("_headed", "_plain", "kind", "raw", "rv", "size", "view")
 
-    def __init__(self, view: View, kind: str, raw: bytes, rv: int) -> None:
+    def __init__(self, view: WatchView, kind: str, raw: bytes, rv: int) -> None:
         self.view = view
         self.kind = kind
         self.raw = raw  # for DELETED after leaving the selector: the object before
@@ -164,7 +164,7 @@ class Watcher:
         self.wake.set()
 
 
-class View:
+class WatchView:
     """The watchers sharing one format and filter, and the history listener feeding them."""
 
     __slots__ = (
@@ -188,7 +188,7 @@ class View:
         settings: WatchLimits,
         fmt: WatchFormat,
         filt: ObjectFilter,
-        on_close: Callable[[View], None],
+        on_close: Callable[[WatchView], None],
     ):
         self.settings = settings
         self.on_close = on_close

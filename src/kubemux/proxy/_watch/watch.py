@@ -45,6 +45,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 import anyio
 
+from ..._wire.versions import rv_int
 from .._api.pace import Pacer
 from .._api.statuses import ProxyStatusError, expired
 from .._query.options import WatchPlan, WatchStart, wait_for_resource_version
@@ -60,7 +61,7 @@ from .formats import (
     TableWatchFormat,
     WatchFormat,
 )
-from .views import View, WatchEnd, Watcher, WatchLimits, line_for
+from .views import WatchEnd, Watcher, WatchLimits, WatchView, line_for
 
 __all__ = [
     "INITIAL_EVENTS_END",
@@ -98,7 +99,7 @@ class WatchBroadcaster:
         self.snapshot = snapshot
         self.current_rv = current_rv
         self.settings = settings or WatchLimits()
-        self._views: dict[tuple[Hashable, Hashable], View] = {}
+        self._views: dict[tuple[Hashable, Hashable], WatchView] = {}
         self._watchers = 0
         self._closed = False
 
@@ -115,7 +116,7 @@ class WatchBroadcaster:
         """Watches being served."""
         return self._watchers
 
-    def drop_view(self, view: View) -> None:
+    def drop_view(self, view: WatchView) -> None:
         if self._views.get(view.key) is view:
             del self._views[view.key]
 
@@ -129,11 +130,11 @@ class WatchBroadcaster:
             view.watchers.clear()
             view.close()
 
-    def _view(self, fmt: WatchFormat, filt: ObjectFilter) -> View:
+    def _view(self, fmt: WatchFormat, filt: ObjectFilter) -> WatchView:
         key = (fmt.key, filt.key)
         view = self._views.get(key)
         if view is None:
-            view = self._views[key] = View(
+            view = self._views[key] = WatchView(
                 self.history, self.current_rv, self.settings, fmt, filt, self.drop_view
             )
         return view
@@ -191,7 +192,7 @@ class WatchBroadcaster:
         backlog: Sequence[HistoryEventLike] = ()
         if plan.start is WatchStart.INITIAL:
             snapshot = self.snapshot()
-            watcher = Watcher(_as_int(snapshot.resource_version), flow)
+            watcher = Watcher(rv_int(snapshot.resource_version) or 0, flow)
         elif plan.start is WatchStart.SINCE:
             events = self.history.since(plan.resource_version)
             if events is None:
@@ -223,7 +224,7 @@ class WatchBroadcaster:
     async def _write(
         self,
         watcher: Watcher,
-        view: View,
+        view: WatchView,
         plan: WatchPlan,
         snapshot: SnapshotLike | None,
         backlog: Sequence[HistoryEventLike],
@@ -324,7 +325,3 @@ class WatchBroadcaster:
         finally:
             if alarm is not None:
                 alarm.cancel()
-
-
-def _as_int(resource_version: str) -> int:
-    return int(resource_version) if resource_version.isascii() and resource_version.isdigit() else 0

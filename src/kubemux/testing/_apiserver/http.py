@@ -88,11 +88,10 @@ class ApiServer(ApiState):
         )
         self.notify()
         try:
-            while self.stalled and not self.stopping:
-                await self._gate.wait()
+            await self.held()
             if self.stopping:
                 return abort(request)
-            fault = self._take_fault(path, is_watch, query)
+            fault = self.take_fault(path, is_watch, query)
             if fault is not None:
                 headers = {"Retry-After": "1"} if fault.status in (429, 503) else None
                 return status_response(

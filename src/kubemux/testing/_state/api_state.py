@@ -191,7 +191,13 @@ class ApiState:
             watch.wake.set()
         self.notify()
 
-    def _take_fault(self, path: str, is_watch: bool, query: Mapping[str, str]) -> Fault | None:
+    async def held(self) -> None:
+        """Wait while requests are held (:meth:`stall`), until unstalled or stopping."""
+        while self.stalled and not self.stopping:
+            await self._gate.wait()
+
+    def take_fault(self, path: str, is_watch: bool, query: Mapping[str, str]) -> Fault | None:
+        """The scripted fault this request meets, if any (counted down, dropped when spent)."""
         for fault in self.faults:
             if fault.matches(path, is_watch, query):
                 fault.remaining -= 1

@@ -20,9 +20,10 @@ from typing import Any
 
 import orjson
 
+from ..._cache.snapshot import Key
 from ..._resources import BUILTIN_RESOURCES, Resource, parse_resource, register_resource
 from .._access.authorizer import RBAC_RESOURCES, settle_aggregation
-from .._wire.protocol import BadRequest, Key, Selector
+from .._wire.protocol import BadRequest, Selector
 from .crd import CrdInfo
 from .resource import (
     ADDED,
