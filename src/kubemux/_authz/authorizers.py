@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
@@ -20,7 +20,7 @@ import anyio
 import anyio.abc
 
 from .._cache.store import Store
-from .._errors import ResponseTooLarge
+from .._errors import ContextNotFound, ResponseTooLarge
 from .._http.upstream import Upstream
 from .._resources import Resource
 from .authorizer import Authorizer, AuthorizerSettings
@@ -36,6 +36,9 @@ _JSON = (("Content-Type", "application/json"), ("Accept", "application/json"))
 
 class ContextSource(Protocol):
     """What :class:`Authorizers` needs of a registry."""
+
+    @property
+    def contexts(self) -> Mapping[str, object]: ...
 
     async def watch(self, context: str, resource: Resource, /) -> Store: ...
 
@@ -95,10 +98,13 @@ class Authorizers:
         """``context``'s authorizer, started if needed, once synced.
 
         Raises:
+            ContextNotFound: no such context in the kubeconfig.
             RuntimeError: the registry is not open.
             NotSynced, and what starting the RBAC informers raises (see
             :meth:`Authorizer.wait_synced`).
         """
+        if context not in self._registry.contexts:
+            raise ContextNotFound(context)
         found = self._by_context.get(context)
         if found is None:
             if self._tg is None:

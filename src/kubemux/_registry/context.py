@@ -79,6 +79,10 @@ class GenerationSettings:
     """context -> the namespaces its user may read (where a forbidden cluster-wide LIST
     falls back to; else the context's namespace, else ``default``)."""
 
+    def __post_init__(self) -> None:
+        if not self.start_timeout > 0:
+            raise ValueError(f"start_timeout must be positive, not {self.start_timeout!r}")
+
 
 @dataclasses.dataclass(slots=True)
 class Narrowed:

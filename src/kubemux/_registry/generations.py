@@ -73,6 +73,8 @@ class Generations:
         self._autowatch = tuple(autowatch)
         self._pinned = frozenset(key for key, _ in self._autowatch)
         self._stop_timeout = stop_timeout
+        if idle_timeout is not None and not idle_timeout > 0:
+            raise ValueError(f"idle_timeout must be positive or None, not {idle_timeout!r}")
         self._idle_timeout = idle_timeout
         self._named = named  # the contexts open subscriptions name (they are in use)
         self._hooks = Hooks(

@@ -21,7 +21,7 @@ from .._cache.event_index import EventIndex
 from .._cache.multistore import MultiTableStore
 from .._cache.store import Indexer, Store, Transform, drop_managed_fields
 from .._cache.table import TableStore
-from .._errors import ContextNotFound, unwrapped
+from .._errors import unwrapped
 from .._http.upstream import Upstream
 from .._informer.informer import InformerKey
 from .._kubeconfig.load import ContextConfig
@@ -32,7 +32,7 @@ from .._settings import Backoff, WatchSettings
 from .._wire.types import View
 from .changes import Publisher, ResourceNames, scope, subscription
 from .connector import Connector, HttpConnector, Sharing
-from .context import ContextGeneration, GenerationSettings
+from .context import GenerationSettings
 from .fanout import Fanout, Subscription
 from .following import KubeconfigAPI, KubeconfigFollower, default_source
 from .generations import Generations
@@ -107,10 +107,6 @@ class WatcherRegistry(KubeconfigAPI, anyio.AsyncContextManagerMixin):
         share: Sharing | None = None,
         share_lead: bool = True,
     ) -> None:
-        if idle_timeout is not None and not idle_timeout > 0:
-            raise ValueError(f"idle_timeout must be positive or None, not {idle_timeout!r}")
-        if not start_timeout > 0:
-            raise ValueError(f"start_timeout must be positive, not {start_timeout!r}")
         if not isinstance(source, KubeconfigSource):
             source = KubeconfigSource.static(source)
         signal = StatusSignal()
@@ -118,7 +114,6 @@ class WatcherRegistry(KubeconfigAPI, anyio.AsyncContextManagerMixin):
         autowatch_view = View.of(autowatch_view, "autowatch_view")
         autowatched = [parse_resource(r) for r in autowatch]
         self._subscriber_buffer = subscriber_buffer
-        self._idle_timeout = idle_timeout
         connector = connector or HttpConnector(self.settings, CredentialPool())
         # a share engine wraps the connector (it opens its own session)
         self._shared = share.connector(connector, can_lead=share_lead) if share else None
@@ -340,8 +335,6 @@ class WatcherRegistry(KubeconfigAPI, anyio.AsyncContextManagerMixin):
     ) -> Authorizer:
         """The context's :class:`Authorizer` once its RBAC informers synced (first ``settings``
         stay). Raises ContextNotFound, NotSynced, or :meth:`watch`'s; cancelling stops the wait."""
-        if context not in self.contexts:
-            raise ContextNotFound(context)
         return await self._authorizers.get(context, settings)
 
     async def event_index(self, context: str) -> EventIndex:
@@ -452,11 +445,3 @@ class WatcherRegistry(KubeconfigAPI, anyio.AsyncContextManagerMixin):
 
     def _structure_sizes(self) -> dict[str, int]:
         return {**self._generations.sizes(), "subscribers": len(self._fanout)}
-
-    def _idle_generations(self, now: float) -> list[ContextGeneration]:  # for tests
-        assert self._idle_timeout is not None
-        return self._generations.idle(now)
-
-    @property
-    def _gens(self) -> Mapping[str, ContextGeneration]:  # for tests
-        return self._generations.gens

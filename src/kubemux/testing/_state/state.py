@@ -4,8 +4,7 @@ Sync and loop-agnostic: object operations never await and never block on watcher
 watch owns a queue that object operations append to; the HTTP layer drains those queues.
 
 Objects are stored as JSON bytes, never mutated: an update stores a new version. Callers get
-fresh copies, so they can edit what they receive (or what they passed in) without corrupting
-the cluster.
+fresh copies, free to edit what they receive (or passed in) without corrupting the cluster.
 """
 
 from __future__ import annotations
