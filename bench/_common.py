@@ -112,7 +112,8 @@ def line_blocks(data: bytes, size: int, *, copy: bool) -> list[tuple[bytes, int,
 
 
 class EventCount:
-    """An informer's ``on_change`` that counts; ``done`` is set at the ``n``-th change."""
+    """Counts the changes a store announces; ``done`` is set at the ``n``-th change. Hand
+    :meth:`informer_args` to the ``Informer``."""
 
     def __init__(self, n: int) -> None:
         import anyio
@@ -125,6 +126,32 @@ class EventCount:
         self.count += 1
         if self.count >= self.n:
             self.done.set()
+
+    def informer_args(self, store: Any) -> dict[str, Any]:
+        """``store=`` (listened to) for an ``Informer``; ``on_change=`` too on a tree from
+        before the store's change stream (issue 30), for A/B runs against one."""
+        try:
+            from kubemux import StoreListener
+        except ImportError:
+            return {"store": store, "on_change": self}
+
+        count = self
+
+        class Counting(StoreListener):  # counts inline: one call per change, as on_change
+            def changed(self, change: Any) -> None:
+                count.count += 1
+                if count.count >= count.n:
+                    count.done.set()
+
+        store.writer.add_listener(Counting())
+        return {"store": store}
+
+
+def open_watch_of(informer: Any) -> tuple[Any, str]:
+    """(object, attribute name) of an informer's watch request, to time or replay it: its
+    lister's ``open_watch`` (its own ``_open_watch`` on a tree from before issue 30)."""
+    lister = getattr(informer, "lister", None)
+    return (lister, "open_watch") if lister is not None else (informer, "_open_watch")
 
 
 async def replay_watch(
@@ -143,7 +170,7 @@ async def replay_watch(
 
         yield gen()
 
-    informer._open_watch = replay
+    setattr(*open_watch_of(informer), replay)
     informer._rv = rv
     async with anyio.create_task_group() as tg:
         cpu, wall = time.process_time(), time.perf_counter()

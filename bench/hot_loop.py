@@ -66,8 +66,7 @@ async def peer(path: str, block: int) -> dict[str, Any]:
                 pods,
                 InformerKey("pods"),
                 settings=WatchSettings(),
-                store=store,
-                on_change=events,
+                **events.informer_args(store),
             )
             gc.collect()
             base = rss()
@@ -77,7 +76,7 @@ async def peer(path: str, block: int) -> dict[str, Any]:
             if phase == "empty":
                 gc.collect()
                 out["rss_per_object"] = (rss() - base) / len(store)
-    out["stored_bytes"] = sum(len(e.raw) for e in store._entries(None)) / len(store)
+    out["stored_bytes"] = sum(len(e.raw) for e in store.writer.entries()) / len(store)
     return out
 
 

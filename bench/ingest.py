@@ -39,7 +39,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _common import server, table
+from _common import EventCount, open_watch_of, server, table
 
 
 def rss() -> int:
@@ -153,19 +153,13 @@ def _context(url: str) -> Any:
     return ContextConfig.from_dict("bench", kubeconfig_dict({"bench": url}))
 
 
-def _pods_informer(client: Any, store: Any, on_change: Any) -> Any:
+def _pods_informer(client: Any, store: Any, events: EventCount | None = None) -> Any:
     from kubemux import WatchSettings, parse_resource
     from kubemux._informer.informer import Informer, InformerKey
 
     pods = parse_resource("pods")
-    return Informer(
-        client,
-        pods,
-        InformerKey("pods"),
-        settings=WatchSettings(),
-        store=store,
-        on_change=on_change,
-    )
+    args = events.informer_args(store) if events is not None else {"store": store}
+    return Informer(client, pods, InformerKey("pods"), settings=WatchSettings(), **args)
 
 
 async def _informer_pass(client: Any, store: Any, rv: str, n: int) -> float:
@@ -174,18 +168,11 @@ async def _informer_pass(client: Any, store: Any, rv: str, n: int) -> float:
 
     import anyio
 
-    done = anyio.Event()
-    count = 0
-
-    def on_change(kind: str, entry: Any, old: Any) -> None:
-        nonlocal count
-        count += 1
-        if count >= n:
-            done.set()
-
-    informer = _pods_informer(client, store, on_change)
+    events = EventCount(n)
+    informer = _pods_informer(client, store, events)
     informer._rv = rv
-    open_watch, started = informer._open_watch, []
+    target, name = open_watch_of(informer)
+    open_watch, started = getattr(target, name), []
 
     @contextlib.asynccontextmanager
     async def timed_watch(params: Any) -> Any:
@@ -193,10 +180,10 @@ async def _informer_pass(client: Any, store: Any, rv: str, n: int) -> float:
             started.append(time.perf_counter())  # the response has begun, as for the others
             yield blocks
 
-    informer._open_watch = timed_watch  # type: ignore[method-assign]
+    setattr(target, name, timed_watch)
     async with anyio.create_task_group() as tg:
         tg.start_soon(informer._watch_once)
-        await done.wait()
+        await events.done.wait()
         seconds = time.perf_counter() - started[0]
         tg.cancel_scope.cancel()
     return seconds
@@ -219,7 +206,7 @@ async def peer_kubemux(url: str, rv: str, n: int) -> dict[str, Any]:
         store.get(ns, name)
         reads += 1
     read_us = (time.perf_counter() - t1) / reads * 1e6
-    stored = sum(len(e.raw) for e in store._entries(None)) / len(store)
+    stored = sum(len(e.raw) for e in store.writer.entries()) / len(store)
     return {
         "events": len(store),
         "seconds": dt_,
@@ -263,7 +250,7 @@ async def peer_relist(url: str, rv: str, n: int) -> dict[str, Any]:
             last = now
 
     async with open_client(_context(url)) as client:
-        informer = _pods_informer(client, store, lambda *a: None)
+        informer = _pods_informer(client, store)
         async with anyio.create_task_group() as tg:
             tg.start_soon(ticker)
             t0 = time.perf_counter()
@@ -271,7 +258,9 @@ async def peer_relist(url: str, rv: str, n: int) -> dict[str, Any]:
             first = time.perf_counter() - t0
             worst_first, worst = worst, 0.0
             t0 = time.perf_counter()
-            informer._rv = await informer._list()  # a RELIST over a full store
+            lister = getattr(informer, "lister", None)  # (a tree from before issue 30: none)
+            relist = lister.list if lister is not None else informer._list
+            await relist()  # a RELIST over a full store
             second = time.perf_counter() - t0
             stop.set()
     return {

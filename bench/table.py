@@ -77,11 +77,11 @@ async def peer(kind: str, url: str, rv: str, n: int) -> dict[str, Any]:
         gc.collect()
         base = rss()
         t1 = time.perf_counter()
-        await Informer(client, pods, key, settings=settings, store=listed)._list()
+        await Informer(client, pods, key, settings=settings, store=listed).lister.list()
         list_seconds = time.perf_counter() - t1
         gc.collect()
         per_object = (rss() - base) / len(listed)
-        stored = sum(len(e.raw) for e in listed._entries(None)) / len(listed)
+        stored = sum(len(e.raw) for e in listed.writer.entries()) / len(listed)
 
         # then the ingest of a watch replay, from memory
         accept = TABLE_ACCEPT if table_view else "application/json"
@@ -95,8 +95,7 @@ async def peer(kind: str, url: str, rv: str, n: int) -> dict[str, Any]:
             pods,
             key,
             settings=settings,
-            store=store_cls(pods),
-            on_change=events,
+            **events.informer_args(store_cls(pods)),
         )
         seconds, _ = await replay_watch(informer, blocks, rv, events)
         blocks.clear()
@@ -111,12 +110,11 @@ async def peer(kind: str, url: str, rv: str, n: int) -> dict[str, Any]:
                 pods,
                 key,
                 settings=settings,
-                store=store_cls(pods),
-                on_change=events,
+                **events.informer_args(store_cls(pods)),
             )
             informer._rv = rv
             started: list[float] = []
-            open_watch = informer._open_watch
+            open_watch = informer.lister.open_watch
 
             @contextlib.asynccontextmanager
             async def timed(params: Any) -> AsyncIterator[AsyncIterator[Any]]:
@@ -124,7 +122,7 @@ async def peer(kind: str, url: str, rv: str, n: int) -> dict[str, Any]:
                     started.append(time.perf_counter())  # from the response's start
                     yield stream
 
-            informer._open_watch = timed
+            informer.lister.open_watch = timed
             async with anyio.create_task_group() as tg:
                 tg.start_soon(informer._watch_once)
                 await events.done.wait()

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from typing import Any
 
-from kubemux import Backoff
+from kubemux import Backoff, StoreListener
 from kubemux._informer.informer import InformerKey
 from kubemux._kubeconfig.source import KubeconfigSource
 from kubemux._registry.context import ContextGeneration, GenerationSettings, Hooks, Slot
@@ -18,6 +17,7 @@ from kubemux._registry.status import StatusSignal
 from kubemux._resources import Resource, parse_resource
 from kubemux._wire.codec import Entry
 from kubemux.testing import FakeConnector
+from support import Calls
 
 PODS = parse_resource("pods")
 PODS_KEY = InformerKey("pods")
@@ -37,11 +37,11 @@ class Recorder:
     )
     done: list[ContextGeneration] = dataclasses.field(default_factory=list)
 
-    def publisher(self, gen: ContextGeneration, slot: Slot) -> Callable[[str, Entry, Any], None]:
+    def publisher(self, gen: ContextGeneration, slot: Slot) -> StoreListener:
         def publish(kind: str, entry: Entry, old: Entry | None) -> None:
             self.changes.append((gen.key, gen.number, slot.key.resource, kind, entry.name))
 
-        return publish
+        return Calls(publish)
 
     def final(self, gen: ContextGeneration, resource: str, kind: str, view: str) -> None:
         self.finals.append((gen.key, gen.number, resource, kind))

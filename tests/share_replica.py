@@ -26,6 +26,7 @@ from kubemux._resources import parse_resource
 from kubemux._settings import Backoff, WatchSettings
 from kubemux._wire.codec import Entry
 from kubemux.share import Redis, informer_lead, share_key
+from support import listen
 
 
 def emit(**fields: Any) -> None:
@@ -81,15 +82,13 @@ async def main() -> None:
             resource,
             InformerKey(resource.name),
             settings=settings,
-            store=store,
-            on_change=on_change,
+            store=listen(store, on_change),
         )
 
         async def run_slot(*, task_status: anyio.abc.TaskStatus[None]) -> None:
             await session.run_slot(
                 key=key,
                 store=store,
-                on_change=on_change,
                 lead=lead,
                 task_status=task_status,
                 can_lead=not args.no_lead,

@@ -15,8 +15,9 @@ from typing import Any
 
 import anyio
 
-from kubemux import WatcherRegistry
+from kubemux import Store, StoreChange, StoreListener, WatcherRegistry
 from kubemux._registry.status import StatusSignal
+from kubemux._wire.codec import Entry
 from kubemux.testing import FakeCluster
 
 __all__ = ["TIMEOUT", "add_widget_crd", "wait_until"]
@@ -86,3 +87,20 @@ def add_widget_crd(cluster: FakeCluster, **options: Any) -> None:
         ],
         **options,
     )
+
+
+class Calls(StoreListener):
+    """A store listener handing each change to ``fn(type, entry, old)``:
+    ``store.writer.add_listener(Calls(fn))``."""
+
+    def __init__(self, fn: Callable[[str, Entry, Entry | None], None]) -> None:
+        self.fn = fn
+
+    def changed(self, change: StoreChange) -> None:
+        self.fn(change.type, change.entry, change.old)
+
+
+def listen(store: Store, fn: Callable[[str, Entry, Entry | None], None]) -> Store:
+    """``store``, with ``fn(type, entry, old)`` called for every change it announces."""
+    store.writer.add_listener(Calls(fn))
+    return store

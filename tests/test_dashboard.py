@@ -20,7 +20,7 @@ import orjson
 import pytest
 from starlette.applications import Starlette
 
-from kubemux import Backoff, Change, WatchSettings, dashboard, parse_resource
+from kubemux import Backoff, Change, TableColumn, WatchSettings, dashboard, parse_resource
 from kubemux._wire.codec import Entry
 from kubemux.dashboard import _rows, streams, views
 from kubemux.testing import FakeCluster, FakeContext, make_event, make_pod, write_kubeconfig
@@ -1273,3 +1273,17 @@ async def test_the_live_resource_costs_each_cluster_one_watch(
                 and (not r.is_watch or r.query.get("sendInitialEvents") == "true")
             ]
             assert len(lists) == 1  # one LIST (the table view's), no full-object one
+
+
+def test_each_app_keeps_its_own_encodings(tmp_path: Path) -> None:
+    """Encoded changes and columns events are the app's, not the process's (two dashboards
+    in one process share nothing, and one that is gone leaves nothing behind)."""
+    path = write_kubeconfig(tmp_path / "config", {"prod": "http://127.0.0.1:9"})
+    first, second = make_app(path).state.dashboard, make_app(path).state.dashboard
+    assert first.encodings is not second.encodings
+    assert first.stream_context.encodings is first.encodings
+    resource = parse_resource("pods")
+    columns = (TableColumn(name="Name", format="name"),)
+    raw = first.encodings.columns_event("prod", resource, columns)
+    assert first.encodings.columns_event("prod", resource, columns) is raw  # kept
+    assert second.encodings.columns_event("prod", resource, columns) is not raw  # its own

@@ -27,8 +27,7 @@ import yaml
 
 import kubemux
 from kubemux import WatcherRegistry
-from kubemux._http.transport import open_watches
-from kubemux._runtime import FD_LIMIT_CAP
+from kubemux._runtime import FD_LIMIT_CAP, open_watches
 from kubemux.testing import FakeCluster, make_pod
 
 HERE = Path(__file__).parent

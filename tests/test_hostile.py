@@ -35,7 +35,7 @@ from kubemux._http.client import open_client
 from kubemux._informer.informer import WAITING, Informer, InformerKey
 from kubemux.testing import FakeCluster, FakeContext, kubeconfig_dict, make_pod, write_kubeconfig
 from kubemux.testing._hostile import BAD_OBJECT_LINES, HostileServer
-from support import TIMEOUT, wait_until
+from support import TIMEOUT, listen, wait_until
 
 QUICK = WatchSettings(
     backoff=Backoff(initial_delay=0.05, max_delay=0.2),
@@ -301,7 +301,9 @@ async def test_a_transform_that_raises_on_one_object_skips_only_it(tmp_path: Pat
 
 # ---------------------------------------------------------------- the informer's contract
 @contextlib.asynccontextmanager
-async def _bare_informer(cluster: FakeCluster, on_change: Any) -> AsyncIterator[Informer]:
+async def _bare_informer(
+    cluster: FakeCluster, store: Store | None = None
+) -> AsyncIterator[Informer]:
     config = ContextConfig.from_dict("c", kubeconfig_dict({"c": cluster}))
     pods = parse_resource("pods")
     async with open_client(config) as client:
@@ -310,25 +312,29 @@ async def _bare_informer(cluster: FakeCluster, on_change: Any) -> AsyncIterator[
             pods,
             InformerKey("pods"),
             settings=LISTS,
-            store=Store(pods),
-            on_change=on_change,
+            store=store if store is not None else Store(pods),
         )
 
 
 async def test_initial_sync_raises_only_kubemux_errors() -> None:
-    def broken(*_: Any) -> None:
-        raise KeyError("a bug in a callback")
+    def broken(*_: Any) -> list[str]:
+        raise KeyError("a bug in an indexer")
 
+    store = Store(parse_resource("pods"), indexers={"broken": broken})
     async with FakeCluster() as cluster:
         cluster.create("pods", make_pod("p"))
-        async with _bare_informer(cluster, broken) as informer:
+        async with _bare_informer(cluster, store=store) as informer:
             with anyio.fail_after(TIMEOUT), pytest.raises(InternalError, match="KeyError") as info:
                 await informer.initial_sync()
             assert isinstance(info.value.__cause__, KeyError)
             assert informer.status().state == "error"
 
 
-async def test_watch_forever_contains_every_failure_and_keeps_the_cache() -> None:
+async def test_a_store_listener_that_raises_is_removed_and_the_watch_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A listener's bug is contained by the store's writer: logged, that listener removed;
+    the informer sees no failure and the other listeners hear every change."""
     calls = 0
 
     def flaky(*_: Any) -> None:
@@ -337,18 +343,25 @@ async def test_watch_forever_contains_every_failure_and_keeps_the_cache() -> Non
         if calls == 2:  # the first watch event after the initial list
             raise RuntimeError("a bug in a callback")
 
+    heard: list[str] = []
+    pods = parse_resource("pods")
+    store = listen(listen(Store(pods), flaky), lambda _t, entry, _o: heard.append(entry.name))
     async with FakeCluster(bookmark_period=0.2) as cluster:
         cluster.create("pods", make_pod("p"))
-        async with _bare_informer(cluster, flaky) as informer, anyio.create_task_group() as tg:
+        async with (
+            _bare_informer(cluster, store=store) as informer,
+            anyio.create_task_group() as tg,
+        ):
             with anyio.fail_after(TIMEOUT):
                 await informer.initial_sync()
             tg.start_soon(informer.watch_forever)
             await wait_until(lambda: cluster.open_watches == 1)
-            cluster.create("pods", make_pod("q"))  # the callback raises on this one
-            await wait_until(lambda: informer.status().errors_by_type.get("InternalError"))
+            cluster.create("pods", make_pod("q"))  # the first listener raises on this one
             cluster.create("pods", make_pod("r"))
-            await wait_until(lambda: informer.store.get("default", "r") is not None)  # relisted
-            assert informer.store.get("default", "p") is not None
+            await wait_until(lambda: informer.store.get("default", "r") is not None)
+            assert heard == ["p", "q", "r"] and calls == 2  # removed after it raised
+            assert informer.status().errors_by_type == {} and informer.status().relists == 0
+            assert "raised; it is removed" in caplog.text
             tg.cancel_scope.cancel()
 
 

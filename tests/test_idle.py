@@ -23,7 +23,7 @@ async def cluster() -> AsyncIterator[FakeCluster]:
 
 
 def idle(registry: WatcherRegistry, now: float) -> set[str]:
-    return {e.key for e in registry._idle_generations(now)}
+    return {e.key for e in registry._generations.idle(now)}
 
 
 async def test_an_unused_context_is_stopped_and_starts_again(
@@ -66,7 +66,7 @@ async def test_reads_calls_and_named_subscriptions_count_as_use(
             assert idle(registry, now + 1000) == {"a"}
         async with registry.subscribe("pods"):  # every context, names none: keeps nothing
             assert idle(registry, now + 2000) == {"a", "b"}
-        entry = registry._gens["a"]
+        entry = registry._generations.gens["a"]
         entry.last_used = 0.0
         assert registry.store("a", "pods") is store_a  # a registry call is a use
         assert entry.last_used >= now

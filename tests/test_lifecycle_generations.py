@@ -360,7 +360,7 @@ async def test_through_the_registry_a_new_fingerprint_reloads_and_an_unchanged_o
         async with registry.subscribe("pods", snapshot=False) as changes:
             write_kubeconfig(path, {"a": FakeContext(cluster="https://a.fake.invalid", token="t1")})
             await registry.sync_kubeconfig()  # the same fingerprint: no churn
-            assert fake.connects == ["a"] and registry._gens["a"].number == 1
+            assert fake.connects == ["a"] and registry._generations.gens["a"].number == 1
             write_kubeconfig(path, {"a": FakeContext(cluster="https://a.fake.invalid", token="t2")})
             await registry.sync_kubeconfig()
             seen = []

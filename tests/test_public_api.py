@@ -33,7 +33,7 @@ def test_the_testing_fakes_are_public() -> None:
     for name in ("FakeCluster", "FakeConnector", "Gate", "write_kubeconfig", "make_pod"):
         assert name in kubemux.testing.__all__
     assert kubemux.testing.FakeConnector.__module__ == "kubemux.testing._connector.connector"
-    assert kubemux.testing.Gate.__module__ == "kubemux.testing._connector.source"
+    assert kubemux.testing.Gate.__module__ == "kubemux.testing._connector.connector"
 
 
 def test_error_tree() -> None:

@@ -27,6 +27,7 @@ from kubemux._wire.codec import Entry
 from kubemux.share import Redis, SlotStatus, informer_lead, share_key
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from share_support import STARTUP, RedisServer, Replica, require_redis_server
+from support import listen
 
 pytest.importorskip("redis")
 
@@ -325,15 +326,14 @@ async def test_fenced_write_demotes_and_lease_is_released(
 
             await tg.start(
                 lambda task_status: leader.run_slot(
-                    key=key, store=lead_store, on_change=None, lead=lead, task_status=task_status
+                    key=key, store=lead_store, lead=lead, task_status=task_status
                 )
             )
             assert (await status(leader)).role == "leader"
             await tg.start(
                 lambda task_status: follower.run_slot(
                     key=key,
-                    store=follow_store,
-                    on_change=on_change,
+                    store=listen(follow_store, on_change),
                     lead=lead,
                     task_status=task_status,
                     can_lead=False,
@@ -434,14 +434,13 @@ async def test_gap_in_the_stream_rehydrates_the_follower(
             )
             await tg.start(
                 lambda task_status: leader.run_slot(
-                    key=key, store=lead_store, on_change=None, lead=lead, task_status=task_status
+                    key=key, store=lead_store, lead=lead, task_status=task_status
                 )
             )
             await tg.start(
                 lambda task_status: follower.run_slot(
                     key=key,
-                    store=follow_store,
-                    on_change=on_change,
+                    store=listen(follow_store, on_change),
                     lead=lead,
                     task_status=task_status,
                     can_lead=False,
@@ -496,7 +495,7 @@ async def test_redis_down_at_start_runs_locally_then_leads(
             )
             await tg.start(
                 lambda task_status: session.run_slot(
-                    key=key, store=store, on_change=None, lead=lead, task_status=task_status
+                    key=key, store=store, lead=lead, task_status=task_status
                 )
             )
             assert session.slot_status(key).role == "local"  # serving without Redis
@@ -549,9 +548,7 @@ async def test_lead_failing_before_sync_raises_itself_and_releases_the_lease(
     try:
         async with Redis(redis_server.url, prefix="e").open() as session:
             with pytest.raises(Unauthorized):
-                await session.run_slot(
-                    key="k", store=Store(parse_resource("pods")), on_change=None, lead=lead
-                )
+                await session.run_slot(key="k", store=Store(parse_resource("pods")), lead=lead)
             assert session.slot_status("k") is None
         assert [k async for k in raw.scan_iter(match="e:*")] == []
     finally:
@@ -601,29 +598,30 @@ async def test_follower_snapshot_matches_what_was_announced_during_a_sliced_hydr
     ):
 
         def on_change(etype: str, entry: Entry, old: Entry | None) -> None:
-            sizes.append(len(follower.snapshot_entries(key)))
+            sizes.append(len(follow_store.writer.announced_entries()))
 
         lead = informer_lead(
             client, pods, InformerKey("pods"), settings=WatchSettings(), store=lead_store
         )
         await tg.start(
             lambda task_status: leader.run_slot(
-                key=key, store=lead_store, on_change=None, lead=lead, task_status=task_status
+                key=key, store=lead_store, lead=lead, task_status=task_status
             )
         )
         await tg.start(
             lambda task_status: follower.run_slot(
                 key=key,
-                store=follow_store,
-                on_change=on_change,
+                store=listen(follow_store, on_change),
                 lead=lead,
                 task_status=task_status,
                 can_lead=False,
             )
         )
         await cluster.wait_for(lambda: len(sizes) == 1500)
-        assert sizes == list(range(1, 1501))  # each announcement, and nothing more, visible
-        assert len(follower.snapshot_entries(key)) == 1500 == len(follow_store)
+        # a listener hears a slice (1,000) at a time: while it does, the slice is visible,
+        # the changes still to come are not
+        assert sizes == [1000] * 1000 + [1500] * 500
+        assert len(follow_store.writer.announced_entries()) == 1500 == len(follow_store)
         tg.cancel_scope.cancel()
 
 
@@ -665,7 +663,6 @@ async def test_a_table_follower_never_syncs_without_columns(redis_server: RedisS
                     lambda task_status: session.run_slot(
                         key=key,
                         store=store,
-                        on_change=None,
                         lead=no_lead,
                         task_status=task_status,
                         can_lead=False,

@@ -30,7 +30,7 @@ from kubemux._wire.codec import Entry
 from kubemux.share import Redis, informer_lead, share_key
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from share_support import STARTUP, RedisServer, Replica
-from support import wait_until
+from support import listen, wait_until
 
 pytest.importorskip("redis")
 
@@ -96,8 +96,7 @@ async def test_a_joining_replica_takes_its_share_by_handover_without_list_gap_or
             await tg.start(
                 lambda task_status: session.run_slot(
                     key=keys[ns],
-                    store=store,
-                    on_change=None if can_lead else recorder(ns),
+                    store=store if can_lead else listen(store, recorder(ns)),
                     lead=lead,
                     task_status=task_status,
                     can_lead=can_lead,
@@ -211,7 +210,7 @@ async def _ghost_case(
                 )
                 await tg.start(
                     lambda task_status, ns=ns, store=store, lead=lead: session.run_slot(
-                        key=keys[ns], store=store, on_change=None, lead=lead,
+                        key=keys[ns], store=store, lead=lead,
                         task_status=task_status,
                     )
                 )  # fmt: skip

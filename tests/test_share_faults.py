@@ -117,7 +117,7 @@ async def test_lease_lost_while_a_snapshot_is_staged_is_fenced_not_a_crash(
                 with anyio.fail_after(TIMEOUT * 2):
                     await tg.start(
                         lambda task_status: session.run_slot(
-                            key=key, store=store, on_change=None, lead=lead, task_status=task_status
+                            key=key, store=store, lead=lead, task_status=task_status
                         )
                     )
                     await wait_until(lambda: session.slot_status(key).epoch is not None, poll=0.02)
@@ -197,7 +197,7 @@ async def test_a_replica_follows_more_slots_than_a_connection_pool_holds(
                 for key, store in zip(keys, followed, strict=True):
                     tg.start_soon(
                         lambda key=key, store=store: following.run_slot(
-                            key=key, store=store, on_change=None, lead=_no_lead, can_lead=False
+                            key=key, store=store, lead=_no_lead, can_lead=False
                         )
                     )
                 with anyio.fail_after(TIMEOUT * 4):
@@ -223,7 +223,7 @@ async def test_a_replica_follows_more_slots_than_a_connection_pool_holds(
                         )
                         tg.start_soon(
                             lambda key=key, store=store, lead=lead: leading.run_slot(
-                                key=key, store=store, on_change=None, lead=lead
+                                key=key, store=store, lead=lead
                             )
                         )
                     await wait_until(lambda: all(len(s) == 1 for s in followed), poll=0.05)
@@ -286,7 +286,7 @@ async def test_a_slot_that_starts_following_interrupts_the_read_in_flight(
         ):
             tg.start_soon(
                 lambda: following.run_slot(
-                    key=idle, store=Store(pods), on_change=None, lead=_no_lead, can_lead=False
+                    key=idle, store=Store(pods), lead=_no_lead, can_lead=False
                 )
             )
             lead = informer_lead(
@@ -301,7 +301,6 @@ async def test_a_slot_that_starts_following_interrupts_the_read_in_flight(
                     lambda task_status: leading.run_slot(
                         key=busy,
                         store=leader_store,
-                        on_change=None,
                         lead=lead,
                         task_status=task_status,
                     )
@@ -312,7 +311,6 @@ async def test_a_slot_that_starts_following_interrupts_the_read_in_flight(
                     lambda task_status: following.run_slot(
                         key=busy,
                         store=followed,
-                        on_change=None,
                         lead=_no_lead,
                         task_status=task_status,
                         can_lead=False,
@@ -385,7 +383,6 @@ async def test_a_forged_stream_key_fails_only_its_own_slot(
                         lambda task_status, ns=ns, store=store, lead=lead: leading.run_slot(
                             key=keys[ns],
                             store=store,
-                            on_change=None,
                             lead=lead,
                             task_status=task_status,
                         )
@@ -394,7 +391,6 @@ async def test_a_forged_stream_key_fails_only_its_own_slot(
                         lambda task_status, ns=ns: following.run_slot(
                             key=keys[ns],
                             store=followed[ns],
-                            on_change=None,
                             lead=_no_lead,
                             task_status=task_status,
                             can_lead=False,

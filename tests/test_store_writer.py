@@ -16,6 +16,7 @@ from kubemux import (
     HistoryEvent,
     MultiStore,
     Store,
+    StoreListener,
     StoreSizes,
     StoreSnapshot,
     StoreWriter,
@@ -27,6 +28,7 @@ from kubemux import (
 )
 from kubemux._wire.codec import Entry, StoreChange, UndecodableObject
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from support import Calls
 
 PODS = parse_resource("pods")
 TIMEOUT = 15
@@ -45,6 +47,29 @@ def filled(n: int = 3, rv: int = 10) -> Store:
     store = Store(PODS)
     store.writer.replace([entry(f"p{i}", i + 1) for i in range(n)], str(rv))
     return store
+
+
+class Heard(StoreListener):
+    """A store listener writing down what it hears."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def changed(self, change: StoreChange) -> None:
+        self.calls.append((change.type, change.entry.name))
+
+    def listed(self, resource_version: str, changes: Any, *, relist: bool) -> None:
+        self.calls.append(("listed", resource_version, relist))
+
+    def announced(self, changes: Any, resource_version: str) -> None:
+        self.calls.append(("slice", len(changes)))
+        super().announced(changes, resource_version)
+
+    def bookmarked(self, resource_version: str) -> None:
+        self.calls.append(("bookmarked", resource_version))
+
+    def cleared(self) -> None:
+        self.calls.append(("cleared",))
 
 
 class Clock:
@@ -75,9 +100,10 @@ def test_the_writer_is_the_one_way_to_change_a_store() -> None:
     assert writer.sizes() == StoreSizes(2, sum(len(e.raw) for e in writer.entries()))
     sliced = writer.replacement()
     sliced.add(entry("b", 2))
-    for _ in sliced.find_deleted(1):
-        pass
-    assert [(c.type, c.entry.name) for c in sliced.commit("12")] == [("DELETED", "a")]
+    heard = Heard()
+    writer.add_listener(heard)
+    assert anyio.run(sliced.commit, "12") == 1  # found missing, swapped in, announced
+    assert heard.calls == [("listed", "12", True), ("slice", 1), ("DELETED", "a")]
     writer.clear()
     assert len(store) == 0 and not store.has_synced
 
@@ -106,6 +132,171 @@ def test_a_multistore_has_no_writer_history_or_snapshot_of_its_own() -> None:
     for read in (lambda: multi.writer, lambda: multi.history, multi.snapshot):
         with pytest.raises(TypeError, match="stores"):
             read()
+
+
+# ------------------------------------------------------------------ the change stream
+def test_every_change_reaches_every_listener_in_apply_order() -> None:
+    store = Store(PODS)
+    first, second = Heard(), Heard()
+    store.writer.add_listener(first)
+    remove = store.writer.add_listener(second)
+    store.writer.replace([entry("a", 1)], "5")
+    store.writer.apply("ADDED", entry("b", 6))
+    store.writer.apply("DELETED", entry("zz", 7))  # not held: nothing to announce
+    store.writer.set_resource_version("8")
+    remove()
+    remove()  # idempotent
+    store.writer.apply("DELETED", entry("a", 9))
+    store.writer.clear()
+    common = [("listed", "5", False), ("slice", 1), ("ADDED", "a"), ("ADDED", "b")]
+    assert second.calls == [*common, ("bookmarked", "8")]
+    assert first.calls == [*common, ("bookmarked", "8"), ("DELETED", "a"), ("cleared",)]
+
+
+async def test_a_relist_is_announced_in_slices_and_a_late_listener_misses_nothing() -> None:
+    store = filled(10, rv=10)  # p0..p9
+    early = Heard()
+    store.writer.add_listener(early)
+    replacement = store.writer.replacement()
+    for i in range(3, 13):  # p3..p9 unchanged, p10..p12 added (first), p0..p2 deleted
+        replacement.add(entry(f"p{i}", i + 1))
+    late: list[str] = []
+    joined: list[str] = []
+
+    async def join_between_slices() -> None:
+        while len(early.calls) < 4:  # listed, a slice of two, and its changes
+            await anyio.lowlevel.checkpoint()
+        # one synchronous step: what was announced, then what comes
+        joined.extend(e.name for e in store.writer.announced_entries())
+        store.writer.add_listener(Calls(lambda kind, e, _o: late.append(f"{kind} {e.name}")))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(join_between_slices)
+        assert await replacement.commit("30", slice_size=2) == 6
+    assert early.calls[0] == ("listed", "30", True)
+    assert [c for c in early.calls if c[0] == "slice"] == [("slice", 2)] * 3
+    assert len(store) == 10 and store.resource_version == "30"  # swapped in one step
+    # the late listener joined after the first slice (two DELETEDs): the store less the rest
+    # the late listener joined after the first slice (two ADDEDs): the store less the rest
+    assert joined == sorted(f"p{i}" for i in range(12))  # p12 not yet, p0-p2 not yet gone
+    assert late == ["ADDED p12", "DELETED p0", "DELETED p1", "DELETED p2"]
+    assert store.writer.announced_entries() == store.writer.entries()  # all told
+
+
+async def test_a_commit_cancelled_after_the_swap_announces_the_rest_at_once() -> None:
+    store = filled(6, rv=10)
+    heard = Heard()
+    store.writer.add_listener(heard)
+    with anyio.CancelScope() as scope:
+
+        class Canceller(StoreListener):
+            def listed(self, resource_version: str, changes: Any, *, relist: bool) -> None:
+                scope.cancel()  # swapped: the next yield (after the first slice) is cancelled
+
+        store.writer.add_listener(Canceller())
+        await store.writer.replacement().commit("20", slice_size=2)  # empty: six DELETEDs
+    assert scope.cancelled_caught
+    assert len(store) == 0 and store.resource_version == "20"
+    assert [c[1] for c in heard.calls if c[0] == "slice"] == [2, 4]  # one slice, then the rest
+    assert [c[1] for c in heard.calls if c[0] == "DELETED"] == [f"p{i}" for i in range(6)]
+    assert store.writer.announced_entries() == []
+
+
+def test_a_store_listener_that_raises_is_removed_and_the_others_go_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = filled(1)
+    calls: list[str] = []
+
+    def broken(kind: str, e: Entry, old: Entry | None) -> None:
+        calls.append(e.name)
+        raise KeyError("a bug")
+
+    after = Heard()
+    store.writer.add_listener(Calls(broken))
+    store.writer.add_listener(after)
+    assert store.writer.apply("ADDED", entry("a", 11)) is not None
+    assert store.writer.apply("ADDED", entry("b", 12)) is not None
+    assert calls == ["a"] and after.calls == [("ADDED", "a"), ("ADDED", "b")]
+    assert "raised; it is removed" in caplog.text and len(store) == 3
+
+
+async def test_history_listeners_get_a_relist_in_slices_kept_whole_at_the_swap() -> None:
+    """The proxy's watches hear a relist a slice at a time (the loop runs between), while
+    ``since`` answers the whole of it from the swap on, as the store is."""
+    store = filled(1000, rv=10)
+    history = store.history
+    heard: list[int] = []
+    history.add_listener(lambda event: heard.append(event.rv))
+    replacement = store.writer.replacement()  # empty: 1,000 DELETEDs
+    seen_between: list[tuple[int, int]] = []
+
+    async def look() -> None:
+        while len(heard) < 1000:
+            since = history.since(10)
+            seen_between.append((len(heard), len(since or ())))
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(look)
+        await replacement.commit("20", slice_size=100)
+    assert heard == [20] * 1000
+    partial = [(h, s) for h, s in seen_between if 0 < h < 1000]
+    assert partial and all(s == 1000 for _, s in partial)  # since() had the whole relist
+
+
+async def test_a_proxy_watch_started_mid_relist_gets_nothing_twice() -> None:
+    """The proxy's watches hear a relist a slice at a time: one that starts from the store
+    (its snapshot, at the list's version) gets none of the relist's changes, one that
+    resumes from before the relist gets each of them exactly once."""
+    from kubemux._wire.types import View
+    from kubemux.proxy._query.options import parse_list_options, plan_watch
+    from kubemux.proxy._query.selectors import ObjectFilter
+    from kubemux.proxy._reads.served import ServedStore
+    from kubemux.proxy._watch.watch import ObjectWatchFormat
+
+    store = filled(600, rv=1000)  # p0..p599
+    served = ServedStore("c", store, View.OBJECTS)
+    fmt, everything = ObjectWatchFormat("Pod", "v1"), ObjectFilter()
+    lines: dict[str, list[bytes]] = {"fresh": [], "resumed": []}
+
+    async def watch(name: str, rv: str) -> None:
+        plan = plan_watch(parse_list_options({"watch": "1", "resourceVersion": rv}, PODS))
+
+        async def send(data: bytes) -> None:
+            lines[name].extend(data.splitlines())
+
+        await served.broadcaster.serve(plan, fmt, everything, send, watch_timeout=60)
+
+    replacement = store.writer.replacement()
+    for i in range(300, 600):
+        replacement.add(entry(f"p{i}", i + 1))  # p0..p299 deleted
+    heard: list[int] = []
+    store.history.add_listener(lambda event: heard.append(event.rv))
+    with anyio.fail_after(TIMEOUT):
+        async with anyio.create_task_group() as tg:
+
+            async def join_mid_relist() -> None:
+                while not 0 < len(heard) < 300:
+                    await anyio.lowlevel.checkpoint()
+                tg.start_soon(watch, "fresh", "0")  # the store now: at the list's version
+                tg.start_soon(watch, "resumed", "1000")  # from before the relist
+
+            tg.start_soon(join_mid_relist)
+            await replacement.commit("2000", slice_size=50)
+            while len(lines["resumed"]) < 300 or len(lines["fresh"]) < 300:
+                await anyio.lowlevel.checkpoint()
+            store.writer.apply("ADDED", entry("late", 2001))
+            while len(lines["fresh"]) < 301 or len(lines["resumed"]) < 301:
+                await anyio.lowlevel.checkpoint()
+            tg.cancel_scope.cancel()
+    fresh = [orjson.loads(line) for line in lines["fresh"]]
+    assert [e["type"] for e in fresh] == ["ADDED"] * 301  # the 300 left, then "late"
+    assert fresh[-1]["object"]["metadata"]["name"] == "late"
+    resumed = [orjson.loads(line) for line in lines["resumed"]]
+    deleted = [e["object"]["metadata"]["name"] for e in resumed if e["type"] == "DELETED"]
+    assert sorted(deleted) == sorted(f"p{i}" for i in range(300))  # each once
+    assert [e["type"] for e in resumed[300:]] == ["ADDED"]
 
 
 # ------------------------------------------------------------------ snapshots
@@ -236,8 +427,8 @@ def test_history_is_bounded_by_age_and_keeps_at_least_max_age() -> None:
     clock = Clock()
     history = EventHistory(max_events=1000, max_age=75.0, clock=clock)
     store = filled(1)
-    store._history = history  # a clock of our own (the store makes its history lazily)
-    history._listed(store.resource_version)
+    history.listed(store.resource_version, (), relist=False)  # a clock of our own
+    store.writer.add_listener(history)  # (the store makes its own history lazily)
     for i in range(100):  # one change a second
         store.writer.apply("MODIFIED", entry("p0", 11 + i))
         clock.now += 1.0

@@ -19,7 +19,7 @@ from kubemux._informer.informer import Informer, InformerKey
 from kubemux._wire.codec import UndecodableObject
 from kubemux.testing import FakeCluster, kubeconfig_dict, make_pod
 from kubemux.testing._hostile import HostileServer
-from support import TIMEOUT
+from support import TIMEOUT, listen
 
 PODS = Resource(group="", version="v1", plural="pods", kind="Pod")
 WIDGETS = Resource(group="example.com", version="v1", plural="widgets", kind="Widget")
@@ -64,8 +64,7 @@ async def table_view(
         resource,
         InformerKey(resource.name, namespace, view="table"),
         settings=FAST,
-        store=store,
-        on_change=changes,
+        store=listen(store, changes),
     )
     async with anyio.create_task_group() as tg:
         with anyio.fail_after(TIMEOUT):
@@ -277,7 +276,9 @@ def test_watch_lines_fast_and_general_paths_agree() -> None:
     compact = orjson.dumps({"type": "ADDED", "object": table})
     spaced = b'{"object": ' + orjson.dumps(table) + b', "type": "MODIFIED"}'
     informer = _informer_without_client()
-    ((etype, entry),) = informer._decode((compact + b"\n" + spaced, 0, len(compact)))
+    ((etype, entry),) = informer.format.decode_block(
+        (compact + b"\n" + spaced, 0, len(compact)), informer.store
+    )
     assert etype == "ADDED" and not isinstance(entry, bytes)  # the one-decode path
     assert (entry.namespace, entry.name, entry.resource_version) == ("ns", "p", "7")
     fast = orjson.loads(entry.raw)
@@ -285,7 +286,7 @@ def test_watch_lines_fast_and_general_paths_agree() -> None:
         "cells": ["p", "1/1"],
         "metadata": {k: v for k, v in meta.items() if k != "managedFields"},
     }
-    ((kind, line),) = informer._decode((spaced, 0, len(spaced)))
+    ((kind, line),) = informer.format.decode_block((spaced, 0, len(spaced)), informer.store)
     assert kind == "" and line == spaced  # not laid out as the server writes: general path
     assert informer._handle_line(spaced) == "7"
     row = informer.store.row("ns", "p")
@@ -294,7 +295,7 @@ def test_watch_lines_fast_and_general_paths_agree() -> None:
     bookmark = orjson.dumps(
         {"type": "BOOKMARK", "object": {**table, "rows": [], "metadata": {"resourceVersion": "9"}}}
     )
-    assert informer._decode((bookmark, 0, len(bookmark)))[0][0] == ""
+    assert informer.format.decode_block((bookmark, 0, len(bookmark)), informer.store)[0][0] == ""
     assert informer._handle_line(bookmark) == "9"
 
 
@@ -316,8 +317,7 @@ async def test_poisoned_rows_and_columns_are_skipped_alone() -> None:
             PODS,
             InformerKey("pods", view="table"),
             settings=settings,
-            store=store,
-            on_change=changes,
+            store=listen(store, changes),
         )
         async with anyio.create_task_group() as tg:
             with anyio.fail_after(TIMEOUT):
@@ -391,7 +391,7 @@ def test_the_fast_path_refuses_a_row_that_is_not_utf8() -> None:
         + obj
         + b"}}]}}"
     )
-    ((etype, item),) = informer._decode((line, 0, len(line)))
+    ((etype, item),) = informer.format.decode_block((line, 0, len(line)), informer.store)
     assert etype == "" and item == line  # the general path, which refuses it
     with pytest.raises(UndecodableObject, match="not valid UTF-8"):
-        informer._parse(line)
+        informer.lister.parse(line)

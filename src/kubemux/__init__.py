@@ -23,6 +23,7 @@ from ._cache.store import Transform as Transform
 from ._cache.store import by_label as by_label
 from ._cache.store import by_owner as by_owner
 from ._cache.store import drop_managed_fields as drop_managed_fields
+from ._cache.stream import StoreListener as StoreListener
 from ._cache.table import TableColumn as TableColumn
 from ._cache.table import TableRow as TableRow
 from ._cache.table import TableStore as TableStore
@@ -63,14 +64,14 @@ from ._registry.status import RegistryStatus as RegistryStatus
 from ._resources import Resource as Resource
 from ._resources import parse_resource as parse_resource
 from ._resources import register_resource as register_resource
+from ._runtime import __version__ as __version__
 from ._runtime import raise_fd_limit as raise_fd_limit
 from ._settings import Backoff as Backoff
 from ._settings import WatchSettings as WatchSettings
+from ._wire.codec import StoreChange as StoreChange
 from ._wire.types import InformerState as InformerState
 from ._wire.types import InformerStatus as InformerStatus
 from ._wire.types import View as View
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ApiError",
@@ -113,6 +114,8 @@ __all__ = [
     "ServerTimeout",
     "StartTimeout",
     "Store",
+    "StoreChange",
+    "StoreListener",
     "StoreSizes",
     "StoreSnapshot",
     "StoreWriter",

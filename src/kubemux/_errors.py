@@ -10,12 +10,12 @@
     ├── NotSynced                  a store was read before its first LIST completed
     ├── SubscriberOverflow         a subscriber fell behind and its buffer filled up
     ├── ClusterUnreachable         (also ConnectionError) the server could not be reached
-    │   └── TooManyOpenFiles       this process hit its open-file limit (EMFILE) connecting
+    │   ├── TooManyOpenFiles       this process hit its open-file limit (EMFILE) connecting
+    │   └── ServerTimeout          the server was reached but did not answer, or stalled, in time
     ├── CredentialError            a credential could not be obtained (exec plugin, token
     │                              file, OIDC refresh)
     ├── StartTimeout               (also TimeoutError) a context did not start in time
     ├── RegistryClosed             (also RuntimeError) the registry is not open
-    │   └── ServerTimeout          the server was reached but did not answer, or stalled, in time
     ├── ProtocolError              the server's answer breaks the protocol (malformed response,
     │   │                          a LIST whose continue token repeats or never ends)
     │   └── ResponseTooLarge       a response or a watch line exceeded its size limit
@@ -29,11 +29,16 @@
             └── UnknownResource    a resource name the cluster's discovery does not know
 
 Foreign exceptions (aiohttp, yaml, OSError) are converted at the boundary with
-``raise ... from exc`` so callers only need to catch :class:`KubemuxError`.
+``raise ... from exc`` so callers only need to catch :class:`KubemuxError`; anything
+unexpected becomes an :class:`InternalError` in one place (:func:`as_kubemux_error`). What
+comes out of a task group is unwrapped in one place too (:func:`unwrap`), keeping every
+error it holds.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = [
@@ -61,6 +66,9 @@ __all__ = [
     "UnknownResource",
     "api_error_from_status",
     "as_kubemux_error",
+    "exception_leaves",
+    "unwrap",
+    "unwrapped",
 ]
 
 
@@ -175,6 +183,50 @@ def as_kubemux_error(exc: BaseException, where: str) -> KubemuxError:
     error = InternalError(f"{where}: unexpected {type(exc).__name__}: {detail}")
     error.__cause__ = exc
     return error
+
+
+def exception_leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside ``exc``, however nested in groups, in order (``[exc]`` for one
+    that is not a group)."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return [exc]
+    return [leaf for inner in exc.exceptions for leaf in exception_leaves(inner)]
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The exception a task group's wrapping holds, every error kept.
+
+    The lone exception inside ``exc`` (``ExceptionGroup``\\ s however nested); of several
+    errors, the first, with a note (``__notes__``) naming each of the others (type and
+    message, cut to 300 characters); ``exc`` itself if it is not a group, or if what it
+    holds is more than one exception and not all are errors (a cancellation among them
+    must propagate as it is).
+    """
+    leaves = exception_leaves(exc)
+    if len(leaves) == 1:
+        return leaves[0]
+    if not leaves or not all(isinstance(leaf, Exception) for leaf in leaves):
+        return exc
+    first = leaves[0]
+    notes = getattr(first, "__notes__", ())
+    for other in leaves[1:]:
+        note = f"also raised: {type(other).__name__}: {str(other)[:300]}"
+        if note not in notes:
+            first.add_note(note)
+    return first
+
+
+@contextlib.contextmanager
+def unwrapped() -> Iterator[None]:
+    """Raise what a task group's wrapping (an ``ExceptionGroup`` leaving the block) holds,
+    as :func:`unwrap` gives it: the caller sees ``Unauthorized``, not a group around it."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        inner = unwrap(group)
+        if inner is group:
+            raise
+        raise inner from inner.__cause__
 
 
 class ClusterUnreachable(KubemuxError, ConnectionError):

@@ -11,19 +11,36 @@ as Go's runtime does at start-up, so a few thousand watches do not run into the 
 limit of 1,024. It stops at 2**20 (:data:`FD_LIMIT_CAP`): containers often have a hard limit
 near 2**30, and child processes (exec plugins) inherit the soft one; some programs close or
 scan every possible descriptor at start. On macOS the kernel refuses more than OPEN_MAX
-(10,240) whatever the hard limit says, so that is the target there.
+(10,240) whatever the hard limit says, so that is the target there. Running out anyway
+(``EMFILE``, wherever it happens: connecting, a TLS file, an exec plugin) is told apart by
+:func:`fd_exhaustion` and reported as :class:`TooManyOpenFiles` naming the limit and the
+watches open (:func:`open_watches`, counted by the HTTP layer).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 
 import sniffio
 
-__all__ = ["FD_LIMIT_CAP", "raise_fd_limit", "require_asyncio"]
+from ._errors import TooManyOpenFiles
+
+__all__ = [
+    "FD_LIMIT_CAP",
+    "fd_exhaustion",
+    "open_watches",
+    "raise_fd_limit",
+    "require_asyncio",
+    "too_many_open_files",
+    "watch_closed",
+    "watch_opened",
+]
 
 log = logging.getLogger(__name__)
+
+__version__ = "0.1.0"  # kubemux's (also in pyproject.toml); kubemux.__version__
 
 _DARWIN_OPEN_MAX = 10240  # macOS refuses a soft limit above OPEN_MAX, whatever the hard one
 FD_LIMIT_CAP = 1 << 20
@@ -70,6 +87,61 @@ def raise_fd_limit() -> tuple[int, int] | None:
         log.info("could not raise the open-file limit from %d to %d: %s", soft, target, exc)
         return soft, soft
     return soft, target
+
+
+_open_watches = 0  # watch streams open in this process (one connection each)
+
+
+def open_watches() -> int:
+    """How many watch streams this process has open (each holds one connection)."""
+    return _open_watches
+
+
+def watch_opened() -> None:
+    """A watch stream opened (the HTTP layer counts them: each holds a descriptor)."""
+    global _open_watches
+    _open_watches += 1
+
+
+def watch_closed() -> None:
+    """A watch stream counted by :func:`watch_opened` closed."""
+    global _open_watches
+    _open_watches -= 1
+
+
+def fd_exhaustion(exc: BaseException) -> int | None:
+    """``EMFILE`` or ``ENFILE`` if ``exc`` or an exception it chains is an ``OSError`` for
+    running out of file descriptors (aiohttp wraps it: ``ClientConnectorError.os_error``)."""
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [exc]
+    while stack:
+        link = stack.pop()
+        if link is None or id(link) in seen:
+            continue
+        seen.add(id(link))
+        if isinstance(link, OSError) and link.errno in (errno.EMFILE, errno.ENFILE):
+            return link.errno
+        stack.extend((link.__cause__, link.__context__, getattr(link, "os_error", None)))
+    return None
+
+
+def too_many_open_files(server: str, what: str, code: int) -> TooManyOpenFiles:
+    """The :class:`TooManyOpenFiles` for ``EMFILE`` (this process) or ``ENFILE`` (the
+    system), naming the soft limit and the watches open now."""
+    limit: int | None = None
+    hard: int | None = None
+    if code == errno.EMFILE:
+        try:
+            limit, hard = _resource.getrlimit(_resource.RLIMIT_NOFILE)
+        except (OSError, ValueError, AttributeError):  # pragma: no cover
+            limit = -1
+    return TooManyOpenFiles(server, what, limit=limit, hard_limit=hard, open_watches=_open_watches)
+
+
+try:  # imported now: an import needs a file descriptor, which EMFILE lacks
+    import resource as _resource
+except ImportError:  # pragma: no cover - Windows
+    _resource = None  # type: ignore[assignment]
 
 
 def require_asyncio(what: str) -> None:

@@ -18,8 +18,8 @@ import anyio.abc
 import anyio.lowlevel
 
 from .._errors import CredentialError, KubeconfigError
-from .._http.transport import fd_exhaustion, too_many_open_files
 from .._redact import redact_text, terminal_safe
+from .._runtime import fd_exhaustion, too_many_open_files
 from .provider import Credential, CredentialProvider, note_interrupted
 
 __all__ = ["EXEC_TIMEOUT", "ExecProvider"]

@@ -1,8 +1,9 @@
 """A store's event history: the changes applied to it, bounded by count and by age, from
 which a watch can resume at a resourceVersion (:class:`EventHistory`).
 
-The history is fed by the store's writer for every applied change, whoever writes (an
-informer, a share follower, any engine), and shares the store's bytes: it keeps the
+The history is one listener of the store's change stream (:mod:`kubemux._cache.stream`):
+it hears every change the store's writer applies, whoever writes (an informer, a share
+follower, any engine), and shares the store's bytes: it keeps the
 :class:`~kubemux._wire.codec.StoreChange` the store made anyway (the entry, the old entry), no
 copy; a :class:`HistoryEvent` is built only for a reader (:meth:`EventHistory.since`) or a
 listener. A relist's changes (found missing: DELETED; changed: MODIFIED; new: ADDED) are
@@ -23,6 +24,8 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from .._wire.codec import StoreChange
+from .._wire.versions import rv_int
+from .stream import StoreListener
 
 __all__ = ["EventHistory", "HistoryEvent"]
 
@@ -32,7 +35,6 @@ DEFAULT_MAX_EVENTS = 10_000
 DEFAULT_MAX_AGE = 150.0
 """At least 75 s (kube-apiserver's watch cache keeps events that long), twice that here."""
 _MARK_PERIOD = 1.0  # seconds between two time marks: what ages are measured to
-_RV_DIGITS = 30  # a decimal resourceVersion of more digits is not one (etcd's have ~10)
 
 
 class HistoryEvent(msgspec.Struct, frozen=True, gc=False):
@@ -67,19 +69,10 @@ class _Step(msgspec.Struct, gc=False):
     changes: tuple[StoreChange, ...]
 
 
-def _rv_int(rv: int | str | None) -> int | None:
-    """A resourceVersion as an integer, or None if it is not a decimal one."""
-    if isinstance(rv, int):
-        return rv
-    if rv and rv.isascii() and rv.isdigit() and len(rv) <= _RV_DIGITS:
-        return int(rv)
-    return None
-
-
 def _change_rv(change: StoreChange) -> int | None:
     entry = change.entry
     rv = entry.rv
-    return _rv_int(rv if rv is not None else entry.resource_version)
+    return rv_int(rv if rv is not None else entry.resource_version)
 
 
 def _event(change: StoreChange, rv: int) -> HistoryEvent:
@@ -97,19 +90,23 @@ def _event(change: StoreChange, rv: int) -> HistoryEvent:
 Listener = Callable[[HistoryEvent], None]
 
 
-class EventHistory:
+class EventHistory(StoreListener):
     """The changes applied to one store, bounded by count and by age.
 
     :meth:`since` answers "every change after resourceVersion N, in apply order" while the
     history still holds all of them, and None once it does not (the caller answers 410
     Expired; a client then lists again). Listeners are called synchronously, in apply
-    order, right after the store changed: :meth:`since` and :meth:`add_listener` in one
-    synchronous step miss nothing and see nothing twice.
+    order, as the store announces its changes: :meth:`since` and :meth:`add_listener` in
+    one synchronous step miss nothing.
 
     Consistency: what :meth:`since` returns are the store's own changes; a relist's (the
-    changes it found) come as one step at the list's resourceVersion, so a watch resumed
-    from a version inside a relist gets the whole relist again (some changes twice, none
-    missed).
+    changes it found) are kept as one step at the list's resourceVersion when the list is
+    swapped in, so a watch resumed from a version inside a relist gets the whole relist
+    again (some changes twice, none missed). Listeners get a relist's changes a slice at a
+    time after that (the event loop runs between slices), each at the list's version: a
+    reader that started from :meth:`since`, or from the store as it is, skips events at or
+    below the version it started from (they are in what it read), as every later change
+    has a larger one.
 
     Args:
         max_events: Changes kept at most (older ones go first; a relist of more changes
@@ -196,7 +193,7 @@ class EventHistory:
 
         ``fn`` runs inside the writer's call, on the store's event loop: it must be quick
         and must not raise (one that raises is logged and removed). A relist calls it for
-        each of its changes in one step.
+        each of its changes, a slice at a time (see the class).
         """
         self._listeners.append(fn)
 
@@ -208,8 +205,8 @@ class EventHistory:
 
         return remove
 
-    # ------------------------------------------------------------------ the writer's
-    def _push(self, change: StoreChange) -> None:
+    # ------------------------------------------------------------------ the store's stream
+    def changed(self, change: StoreChange) -> None:
         """One applied change (the hot path: no event is built unless somebody listens;
         the clock is read once per change, the bounds looked at once per second or once
         per ``max_events // 16`` changes)."""
@@ -227,10 +224,16 @@ class EventHistory:
             rv = _change_rv(change)
             self._notify(_event(change, -1 if rv is None else rv))
 
-    def _push_relist(self, changes: Sequence[StoreChange], resource_version: str) -> None:
-        """A relist's changes, at the list's resourceVersion."""
-        rv = _rv_int(resource_version)
-        if rv is None:
+    def listed(
+        self, resource_version: str, changes: Sequence[StoreChange], *, relist: bool
+    ) -> None:
+        """A list was swapped in: a relist's changes are kept as one step at its
+        resourceVersion (before they are announced: :meth:`since` answers as the store
+        is); a first list's start the history (it answers from its version on)."""
+        rv = rv_int(resource_version)
+        if not relist:
+            self._forget(math.inf if rv is None else rv)
+        elif rv is None:
             self._forget(math.inf)  # not decimal: never answer
         elif len(changes) > self.max_events:
             self._forget(rv)  # too many to keep: resumes before the list are Expired
@@ -241,21 +244,21 @@ class EventHistory:
             now = self._clock()
             self._marks.append((now, self._seq - 1))
             self._expire(now)
+
+    def announced(self, changes: Sequence[StoreChange], resource_version: str) -> None:
+        """A slice of a list's changes, given to the listeners at the list's version (kept
+        already by :meth:`listed`)."""
         if self._listeners:
+            rv = rv_int(resource_version)
             for change in changes:
                 self._notify(_event(change, -1 if rv is None else rv))
 
-    def _listed(self, resource_version: str) -> None:
-        """The store was filled from nothing (a first list): answer from its version on."""
-        rv = _rv_int(resource_version)
-        self._forget(math.inf if rv is None else rv)
-
-    def _bookmark(self, resource_version: str) -> None:
+    def bookmarked(self, resource_version: str) -> None:
         if self._listeners:
-            rv = _rv_int(resource_version)
+            rv = rv_int(resource_version)
             self._notify(HistoryEvent("BOOKMARK", -1 if rv is None else rv, "", "", b"", None))
 
-    def _reset(self) -> None:
+    def cleared(self) -> None:
         """The store was cleared: nothing can be answered until it is listed again."""
         self._forget(None)
         if self._listeners:

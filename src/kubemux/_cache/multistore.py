@@ -8,7 +8,8 @@ from typing import Any, NoReturn
 
 from .._wire.codec import Entry
 from .._wire.types import View
-from .store import Indexer, Key, Store
+from .snapshot import Key
+from .store import Indexer, Store
 from .table import TableColumn, TableRow, TableStore
 
 __all__ = ["MultiStore", "MultiTableStore"]
@@ -67,15 +68,15 @@ class MultiStore(Store):
 
     def _get(self, namespace: str | None, name: str) -> Entry | None:
         part = self._parts.get(namespace or "")
-        return None if part is None else part._get(namespace, name)
+        return None if part is None else part.writer.entry(namespace, name)
 
     def _entries(self, namespace: str | None) -> builtins.list[Entry]:
         if namespace is not None:
             part = self._parts.get(namespace)
-            return [] if part is None else part._entries(namespace)
+            return [] if part is None else part.writer.entries(namespace)
         out: builtins.list[Entry] = []
         for ns in self.scope:
-            out.extend(self._parts[ns]._entries(ns))
+            out.extend(self._parts[ns].writer.entries(ns))
         return out
 
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:

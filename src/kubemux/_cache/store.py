@@ -21,9 +21,11 @@ decode on read and return fresh dicts that the caller owns; :meth:`Store.get_raw
 from __future__ import annotations
 
 import builtins
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, NamedTuple
 
+import anyio
 import orjson
 
 from .._resources import Resource
@@ -32,6 +34,7 @@ from .._wire.codec import Entry, StoreChange, decode_entry, decode_raw
 from .._wire.types import View
 from .history import EventHistory, HistoryEvent
 from .snapshot import Key, SortedNames, StoreSnapshot
+from .stream import ChangeStream, StoreListener, release_sliced
 
 __all__ = [
     "EventHistory",
@@ -40,16 +43,18 @@ __all__ = [
     "Key",
     "Replacement",
     "Store",
+    "StoreListener",
     "StoreSizes",
     "StoreSnapshot",
     "StoreWriter",
     "Transform",
-    "announced_entries",
     "by_label",
     "by_owner",
     "drop_managed_fields",
     "object_key",
 ]
+
+log = logging.getLogger(__name__)
 
 Transform = _codec.Transform  # one definition: a function from an object to an object
 Indexer = Callable[[Mapping[str, Any]], Iterable[str]]
@@ -73,6 +78,8 @@ def _entry(namespace: str, name: str, kept: bytes | Entry) -> Entry:
 
 
 _COMPACT_MIN = 64  # below this many objects, tables are small enough to keep
+RELIST_SLICE = 500
+"""Changes of a list announced between two yields to the event loop, by default."""
 
 
 def drop_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
@@ -136,6 +143,7 @@ class Store:
         "_rv",
         "_snap",
         "_sorted",
+        "_stream",
         "_synced",
         "_transform",
         "_type_prefix",
@@ -173,6 +181,7 @@ class Store:
         self._snap: StoreSnapshot | None = None  # the last one taken
         self._sorted: SortedNames = {}
         self._history: EventHistory | None = None  # made when first asked for (see history)
+        self._stream = ChangeStream(self)  # the listeners: the writer announces through it
         self._writer = self._make_writer()
         self._type_prefix = (
             b'"kind":'
@@ -218,7 +227,8 @@ class Store:
         if history is None:
             history = self._history = EventHistory()
             if self._synced:
-                history._listed(self.resource_version)
+                history.listed(self.resource_version, (), relist=False)
+            self._stream.add(history)
         return history
 
     def snapshot(self) -> StoreSnapshot:
@@ -430,8 +440,11 @@ class Store:
             if self._count * 4 < self._peak:
                 self._compact()
             change = StoreChange("DELETED", entry, old)
-            if self._history is not None:
-                self._history._push(change)
+            for changed in self._stream.on_changed:
+                try:  # free in CPython 3.11+ until something raises
+                    changed(change)
+                except Exception as exc:  # noqa: BLE001 - a listener's bug: logged, removed
+                    self._stream.failed(changed, exc)
             return change
         if bucket is None:
             bucket = items[ns] = {}
@@ -453,15 +466,17 @@ class Store:
             self._index_remove((ns, name))
             self._index_add((ns, name), self._index_values(entry))
         change = StoreChange("ADDED" if old is None else "MODIFIED", entry, old)
-        if self._history is not None:
-            self._history._push(change)
+        for changed in self._stream.on_changed:
+            try:
+                changed(change)
+            except Exception as exc:  # noqa: BLE001 - a listener's bug: logged, removed
+                self._stream.failed(changed, exc)
         return change
 
     def _bookmark(self, resource_version: str) -> None:
         """The server's resourceVersion moved with no object change."""
         self._rv = resource_version
-        if self._history is not None:
-            self._history._bookmark(resource_version)
+        self._stream.tell("bookmarked", resource_version)
 
     def _compact(self) -> None:
         """Give hash tables back after mass deletes (dicts and sets never shrink by themselves).
@@ -486,16 +501,18 @@ class Store:
     def _replace(
         self, entries: Iterable[Entry], resource_version: str
     ) -> builtins.list[StoreChange]:
-        """Swap in a full list in one step; returns the changes a watcher would have seen.
-
-        See :class:`Replacement` for the sliced form an informer uses.
-        """
+        """Swap in a full list in one step and announce it at once; returns the changes a
+        watcher would have seen. See :class:`Replacement` for the sliced form an informer
+        uses."""
         replacement = Replacement(self)
         for entry in entries:
             replacement.add(entry)
-        for _ in replacement.find_deleted(slice_size=self._count + 1):
+        for _ in replacement._find_deleted(slice_size=self._count + 1):
             pass
-        return replacement.commit(resource_version)
+        changes, relist = replacement._swap(resource_version)
+        self._stream.tell("listed", resource_version, changes, relist=relist)
+        self._stream.tell("announced", changes, resource_version)
+        return changes
 
     def _clear(self) -> None:
         self._items = {}
@@ -507,8 +524,8 @@ class Store:
         self._synced = False
         self._cow, self._owned, self._snap = False, set(), None
         self._sorted = {}
-        if self._history is not None:
-            self._history._reset()
+        self._stream.unannounced = {}
+        self._stream.tell("cleared")
 
 
 class StoreSizes(NamedTuple):
@@ -525,10 +542,11 @@ class StoreWriter:
 
     Every byte string that enters the store passes :meth:`prepare` (or a decoder that
     applies the same check, :func:`kubemux._wire.codec.check_readable`): what no reader could
-    decode is refused, never cached. Every change is recorded in the store's
-    :attr:`~Store.history` and given to its listeners, whoever writes. Changes to one
-    object must be applied in the server's order; the writer is not thread-safe (use it on
-    the store's event loop).
+    decode is refused, never cached. The writer is the one thing that announces the store's
+    changes: every change goes to its listeners (:meth:`add_listener`; the store's
+    :attr:`~Store.history` is one), in apply order, whoever writes; nobody passes a change
+    on by hand. Changes to one object must be applied in the server's order; one writer at
+    a time, on the store's event loop (it is not thread-safe).
 
     Attributes:
         apply: ``apply(type, entry) -> StoreChange | None``: one watch event (``ADDED``,
@@ -566,6 +584,19 @@ class StoreWriter:
         store's moves, the history's listeners get a ``BOOKMARK``."""
         self._store._bookmark(resource_version)
 
+    def add_listener(self, listener: StoreListener) -> Callable[[], None]:
+        """Have ``listener`` hear every change from now on (see :class:`StoreListener`);
+        returns the function that removes it (idempotent). To start from what the store
+        holds, read :meth:`announced_entries` in the same synchronous step."""
+        return self._store._stream.add(listener)
+
+    def announced_entries(self, namespace: str | None = None) -> builtins.list[Entry]:
+        """The objects as the store's listeners have been told so far (of one namespace, if
+        given), sorted: the store, less the changes of a list still being announced (their
+        old entries instead). Not a read (idle reaping does not count it)."""
+        store = self._store
+        return store._stream.announced(store._entries(namespace), namespace)
+
     def replacement(self) -> Replacement:
         """A full list to build beside the store (in slices) and swap in at once with
         :meth:`Replacement.commit`; objects missing from it come back as DELETED."""
@@ -574,12 +605,13 @@ class StoreWriter:
     def replace(
         self, entries: Iterable[Entry], resource_version: str
     ) -> builtins.list[StoreChange]:
-        """Swap a full list in, in one step; returns the changes a watcher would have seen."""
+        """Swap a full list in, in one step, and announce its changes at once (small lists:
+        tests, static data); returns the changes a watcher would have seen."""
         return self._store._replace(entries, resource_version)
 
     def clear(self) -> None:
-        """Empty the store (its context stopped or reloaded): not synced any more; the
-        history's listeners get a ``RESET``."""
+        """Empty the store (its context stopped or reloaded): not synced any more; its
+        listeners hear :meth:`~StoreListener.cleared` (the history's a ``RESET``)."""
         self._store._clear()
 
     def entries(self, namespace: str | None = None) -> builtins.list[Entry]:
@@ -590,6 +622,11 @@ class StoreWriter:
         """The entry of one object held, or None. Not a read (idle reaping does not count it)."""
         return self._store._get(namespace, name)
 
+    def reads(self) -> int:
+        """Reads of the store so far (``get``, ``list``...): how its owner tells a store in
+        use from one nobody reads (idle reaping)."""
+        return self._store._reads
+
     def sizes(self) -> StoreSizes:
         """Objects held and their bytes (kept up to date by the writer: nothing scanned)."""
         store = self._store
@@ -597,14 +634,14 @@ class StoreWriter:
 
 
 class Replacement:
-    """A full list being built beside a store, then swapped in with :meth:`commit`.
+    """A full list being built beside a store, then swapped in and announced with
+    :meth:`commit`.
 
-    The informer adds a relist's entries (and looks for deleted ones) in slices, yielding to
-    the event loop in between; the store keeps serving the old contents until the commit,
-    which is O(1). So a 50k-object relist is atomic for readers and never stalls the loop.
-    Objects missing from the new list come back as DELETED (deletes missed while away),
-    changed ones (another resourceVersion) as MODIFIED, new ones as ADDED, unchanged ones not
-    at all.
+    The informer adds a relist's entries in slices, yielding to the event loop in between;
+    the store keeps serving the old contents until the swap, which is O(1). So a 50k-object
+    relist is atomic for readers and never stalls the loop. Objects missing from the new
+    list come back as DELETED (deletes missed while away), changed ones (another
+    resourceVersion) as MODIFIED, new ones as ADDED, unchanged ones not at all.
     """
 
     __slots__ = ("_by_index", "_bytes", "_changes", "_count", "_items", "_keyvals", "_store")
@@ -648,7 +685,30 @@ class Replacement:
         elif not _same_version(kept, entry):
             self._changes.append(StoreChange("MODIFIED", entry, _entry(ns, name, kept)))
 
-    def find_deleted(self, slice_size: int) -> Iterator[None]:
+    async def commit(self, resource_version: str, *, slice_size: int = RELIST_SLICE) -> int:
+        """Swap the new list in at ``resource_version`` and announce what changed; returns
+        how many changes there were.
+
+        Runs in slices of ``slice_size`` objects, yielding to the event loop between them:
+        the objects missing from the new list are found, the list is swapped in (one step;
+        the store's listeners hear :meth:`~StoreListener.listed`), then the changes are
+        announced (:meth:`~StoreListener.announced`) and let go. Until a change is
+        announced, :meth:`StoreWriter.announced_entries` reports the object as it was.
+
+        Cancellation before the swap leaves the store as it was; after it, the changes not
+        announced yet are announced at once (listeners are never left behind the store).
+        """
+        for _ in self._find_deleted(slice_size):
+            await anyio.lowlevel.checkpoint()
+        changes, relist = self._swap(resource_version)
+        count = len(changes)
+        await self._store._stream.announce(
+            changes, resource_version, relist=relist, step=slice_size
+        )
+        await release_sliced(changes, slice_size)
+        return count
+
+    def _find_deleted(self, slice_size: int) -> Iterator[None]:
         """Record the old objects missing from the new list; yields every ``slice_size``."""
         new = self._items
         i = 0
@@ -662,10 +722,8 @@ class Replacement:
                 if i % slice_size == 0:
                     yield
 
-    def commit(self, resource_version: str) -> builtins.list[StoreChange]:
-        """Swap the new list in (in one step) and return what changed; the changes enter
-        the store's history as one step at ``resource_version`` (a first list's do not:
-        the history answers from its version on)."""
+    def _swap(self, resource_version: str) -> tuple[builtins.list[StoreChange], bool]:
+        """Swap the new list in, in one step; (its changes, whether the store was synced)."""
         store = self._store
         synced = store._synced
         store._items = self._items
@@ -677,14 +735,8 @@ class Replacement:
         store._keyvals = self._keyvals
         store.resource_version = resource_version
         store._synced = True
-        history = store._history
-        if history is None:
-            pass
-        elif synced:
-            history._push_relist(self._changes, resource_version)
-        else:
-            history._listed(resource_version)
-        return self._changes
+        changes, self._changes = self._changes, []
+        return changes, synced
 
 
 def _same_version(kept: bytes | Entry, entry: Entry) -> bool:
@@ -704,25 +756,3 @@ def _discard(table: dict[str, set[Key]], value: str, key: Key) -> None:
         bucket.discard(key)
         if not bucket:
             del table[value]  # no empty buckets: memory is bounded by live objects
-
-
-def announced_entries(
-    store: Store, pending: Mapping[str, Mapping[str, StoreChange]], namespace: str | None
-) -> builtins.list[Entry]:
-    """What subscribers have been told ``store`` holds while a relist's changes are still
-    being announced in slices: the store, less changes in ``pending`` (namespace -> name ->
-    change) not announced yet (their old entries instead)."""
-    entries = store._entries(namespace)
-    if not pending:
-        return entries
-    out: builtins.list[Entry] = []
-    for e in entries:
-        change = pending.get(e.namespace, {}).get(e.name)
-        if change is None:
-            out.append(e)
-        elif change.type == "MODIFIED" and change.old is not None:
-            out.append(change.old)
-    for ns, bucket in pending.items():
-        if namespace is None or ns == namespace:
-            out.extend(c.old for c in bucket.values() if c.type == "DELETED" and c.old)
-    return out

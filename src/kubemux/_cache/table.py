@@ -380,18 +380,18 @@ class TableStore(Store):
 
     def row(self, namespace: str | None, name: str) -> TableRow | None:
         """One object's row, or None."""
-        entry = self._get(namespace, name)
+        entry = self.writer.entry(namespace, name)
         return None if entry is None else _to_row(entry)
 
     def rows(self, namespace: str | None = None) -> builtins.list[TableRow]:
         """Every row (in one namespace, if given), sorted by namespace and name."""
-        return [_to_row(e) for e in sorted(self._entries(namespace), key=_entry_key)]
+        return [_to_row(e) for e in sorted(self.writer.entries(namespace), key=_entry_key)]
 
     @property
     def writer(self) -> TableWriter:
         """The one way to change this table (see :class:`~kubemux.StoreWriter`), columns
         included."""
-        writer = self._writer
+        writer = super().writer
         assert isinstance(writer, TableWriter)
         return writer
 
@@ -406,7 +406,11 @@ class TableStore(Store):
 class TableWriter(StoreWriter):
     """A :class:`~kubemux.StoreWriter` of a :class:`TableStore`: rows, and the columns."""
 
-    __slots__ = ()
+    __slots__ = ("_table",)
+
+    def __init__(self, store: TableStore) -> None:
+        super().__init__(store)
+        self._table = store
 
     def set_columns(
         self,
@@ -418,16 +422,13 @@ class TableWriter(StoreWriter):
         """The server's columns (``dropped``: the indices of column definitions left out,
         whose cells rows no longer hold; ``fallback``: kubectl's NAME/AGE for a server
         without Table support)."""
-        store = self._store
-        assert isinstance(store, TableStore)
+        store = self._table
         store.columns, store._dropped, store.is_fallback = columns, dropped, fallback
 
     @property
     def dropped(self) -> tuple[int, ...]:
         """The indices of the server's column definitions left out (undecodable)."""
-        store = self._store
-        assert isinstance(store, TableStore)
-        return store._dropped
+        return self._table._dropped
 
 
 def _entry_key(entry: Entry) -> tuple[str, str]:

@@ -44,8 +44,8 @@ import anyio
 
 from .._errors import KubeconfigError
 from .._redact import redact_text
+from .._runtime import fd_exhaustion, too_many_open_files
 from .socks import SOCKS_SCHEMES, SocksConnector, is_socks
-from .transport import fd_exhaustion, too_many_open_files
 
 if TYPE_CHECKING:
     from .._kubeconfig.load import ContextConfig
@@ -351,13 +351,49 @@ def replacement_session(old: aiohttp.ClientSession, ssl_context: ssl.SSLContext)
 
 def _session(ssl_context: ssl.SSLContext, limit: int, socks: str | None) -> aiohttp.ClientSession:
     """A session for one context: plain TCP, or tunnels through the SOCKS5 proxy ``socks``.
-    An HTTP(S) proxy is passed per request (kubernetes-asyncio's ``rest.proxy``)."""
+    An HTTP(S) proxy is passed per request (kubernetes-asyncio's ``rest.proxy``).
+
+    No cookie jar (kubectl keeps none): a cookie an API server sets would otherwise be sent
+    on every later request of the context, for every client of ``kubemux proxy``. And an
+    upgrade (exec, attach, port-forward over WebSocket) never follows a redirect: aiohttp's
+    ``ws_connect`` would, presenting the context's client certificate and credential to
+    wherever the redirect points; the redirect is a refusal of the upgrade instead."""
     connector = (
         aiohttp.TCPConnector(limit=limit, ssl=ssl_context)
         if socks is None
         else SocksConnector(socks, limit=limit, ssl=ssl_context)
     )
-    return aiohttp.ClientSession(connector=connector, trust_env=False, read_bufsize=_READ_BUFSIZE)
+    return aiohttp.ClientSession(
+        connector=connector,
+        trust_env=False,
+        read_bufsize=_READ_BUFSIZE,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trace_configs=[_NO_UPGRADE_REDIRECTS],
+    )
+
+
+async def _refuse_upgrade_redirect(
+    session: aiohttp.ClientSession, context: Any, params: aiohttp.TraceRequestRedirectParams
+) -> None:
+    """A redirect answering an upgrade request ends it: aiohttp's ``ws_connect`` has no
+    ``allow_redirects``; raised here, before the redirect is followed."""
+    if "Upgrade" not in params.headers:
+        return
+    resp = params.response
+    resp.close()
+    raise aiohttp.WSServerHandshakeError(
+        resp.request_info,
+        (),
+        status=resp.status,
+        message=f"a redirect answered the upgrade ({resp.headers.get('Location', '')[:200]!r} "
+        "not followed)",
+        headers=resp.headers,
+    )
+
+
+_NO_UPGRADE_REDIRECTS = aiohttp.TraceConfig()
+_NO_UPGRADE_REDIRECTS.on_request_redirect.append(_refuse_upgrade_redirect)
+_NO_UPGRADE_REDIRECTS.freeze()
 
 
 def _strip_dynamic_credentials(config: dict[str, Any]) -> None:

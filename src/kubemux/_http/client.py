@@ -101,6 +101,59 @@ class ContextClient:
         header = api_key.get("BearerToken") if api_key else None
         return (header if isinstance(header, str) and header else None), None
 
+    # ------------------------------------------------------------------ any request
+    # What :class:`~kubemux._http.upstream.Upstream` sends its requests with.
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The context's HTTP session now (a new client certificate replaces it)."""
+        session: aiohttp.ClientSession = self._api.rest_client.pool_manager
+        return session
+
+    @property
+    def base_url(self) -> str:
+        """The server's URL as requests are sent to it (any path prefix kept), no final /."""
+        return str(self._api.configuration.host).rstrip("/")
+
+    def connection_options(self) -> dict[str, Any]:
+        """The aiohttp request options of the context: its proxy, its TLS server name."""
+        rest = self._api.rest_client
+        options: dict[str, Any] = {}
+        if rest.proxy:
+            options["proxy"] = rest.proxy
+        if rest.proxy_headers:
+            options["proxy_headers"] = rest.proxy_headers
+        if rest.server_hostname:
+            options["server_hostname"] = rest.server_hostname
+        return options
+
+    async def credential_headers(
+        self, fresh: Credential | None = None
+    ) -> tuple[dict[str, str], Credential | None]:
+        """The ``Authorization`` header to send, and the refreshing credential it came from
+        (None for a static one; ``fresh``: what :meth:`unauthorized` gave)."""
+        auth = self._auth
+        if auth is not None:
+            credential = await auth.prepare(fresh)
+            if credential.token:
+                return {"Authorization": f"Bearer {credential.token}"}, credential
+            return {}, credential
+        settings = await self._api.configuration.auth_settings()
+        bearer = settings.get("BearerToken")
+        if bearer and bearer.get("value"):
+            return {str(bearer["key"]): str(bearer["value"])}, None
+        return {}, None
+
+    async def unauthorized(self, credential: Credential) -> Credential | None:
+        """A request with the refreshing ``credential`` was answered 401: a fresh one to try
+        once more (single-flight refresh), or None."""
+        assert self._auth is not None, "a static credential does not refresh"
+        return await self._auth.provider.unauthorized(credential)
+
+    def accepted(self) -> None:
+        """A request with the refreshing credential was answered (not 401): it works."""
+        if self._auth is not None:
+            self._auth.provider.accepted()
+
     @contextlib.asynccontextmanager
     async def _request(
         self,

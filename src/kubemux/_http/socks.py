@@ -150,13 +150,14 @@ class SocksConnector(aiohttp.TCPConnector):
                 "refused the user and password)"
             ) from exc
         transport: Any = stream.writer.transport
+        # aiohttp's TCPConnector keeps its loop as _loop (this subclass connects for it)
         protocol = _TunnelHandler(self._loop, stream.writer)
         if ssl_context is None:
             transport.set_protocol(protocol)
             protocol.connection_made(transport)
             return transport, protocol
         try:
-            tls = await self._loop.start_tls(
+            tls = await self._loop.start_tls(  # the connector's loop, as above
                 transport,
                 protocol,
                 ssl_context,

@@ -9,15 +9,13 @@ connection problems into :class:`ClusterUnreachable` naming the server, a slow s
 :class:`ServerTimeout`, a malformed or oversized response into :class:`ProtocolError` /
 :class:`ResponseTooLarge`, and running out of file descriptors (``EMFILE``, wherever it
 happens: connecting, a TLS file, a SOCKS tunnel) into :class:`TooManyOpenFiles`, which names
-the limit and the number of watches open (:func:`open_watches`).
+the limit and the number of watches open (``kubemux._runtime``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import resource  # imported now: an import needs a file descriptor, which EMFILE lacks
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -29,13 +27,13 @@ import yarl
 
 from .._errors import (
     ClusterUnreachable,
-    InternalError,
     KubemuxError,
     ProtocolError,
     ResponseTooLarge,
     ServerTimeout,
-    TooManyOpenFiles,
+    as_kubemux_error,
 )
+from .._runtime import fd_exhaustion, too_many_open_files, watch_closed, watch_opened
 from .._settings import WatchSettings
 from .._wire.codec import Block
 from .socks import SocksFailure
@@ -46,12 +44,9 @@ __all__ = [
     "LineWatchdog",
     "Progress",
     "RateLimiter",
-    "fd_exhaustion",
     "map_exceptions",
-    "open_watches",
     "read_blocks",
     "read_body",
-    "too_many_open_files",
 ]
 
 
@@ -132,43 +127,6 @@ class RateLimiter:
             await anyio.sleep(-self._tokens / self._qps)
 
 
-_open_watches = 0  # watch streams open in this process (one connection each)
-
-
-def open_watches() -> int:
-    """How many watch streams this process has open (each holds one connection)."""
-    return _open_watches
-
-
-def fd_exhaustion(exc: BaseException) -> int | None:
-    """``EMFILE`` or ``ENFILE`` if ``exc`` or an exception it chains is an ``OSError`` for
-    running out of file descriptors (aiohttp wraps it: ``ClientConnectorError.os_error``)."""
-    seen: set[int] = set()
-    stack: list[BaseException | None] = [exc]
-    while stack:
-        link = stack.pop()
-        if link is None or id(link) in seen:
-            continue
-        seen.add(id(link))
-        if isinstance(link, OSError) and link.errno in (errno.EMFILE, errno.ENFILE):
-            return link.errno
-        stack.extend((link.__cause__, link.__context__, getattr(link, "os_error", None)))
-    return None
-
-
-def too_many_open_files(server: str, what: str, code: int) -> TooManyOpenFiles:
-    """The :class:`TooManyOpenFiles` for ``EMFILE`` (this process) or ``ENFILE`` (the
-    system), naming the soft limit and the watches open now."""
-    limit: int | None = None
-    hard: int | None = None
-    if code == errno.EMFILE:
-        try:
-            limit, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        except (OSError, ValueError):  # pragma: no cover
-            limit = -1
-    return TooManyOpenFiles(server, what, limit=limit, hard_limit=hard, open_watches=_open_watches)
-
-
 class LineWatchdog:
     """Fails a watch whose current line is overdue (see ``WatchSettings.read_timeout``).
 
@@ -186,8 +144,7 @@ class LineWatchdog:
         settings: WatchSettings,
         progress: Progress,
     ) -> None:
-        global _open_watches
-        _open_watches += 1  # one per open watch stream: it lives as long as the stream
+        watch_opened()  # one per open watch stream: it lives as long as the stream
         self._counted = True
         self._content = content
         self._server = server
@@ -213,11 +170,10 @@ class LineWatchdog:
         self._handle = asyncio.get_running_loop().call_later(self._period, self._check)
 
     def cancel(self) -> None:
-        global _open_watches
         self._handle.cancel()
         if self._counted:
             self._counted = False
-            _open_watches -= 1
+            watch_closed()
 
 
 ERROR_BODY_MAX = 1024 * 1024  # an error Status is small; read no more of a hostile one
@@ -300,7 +256,7 @@ def _converted(exc: Exception, server: str, what: str, tls: str | None = None) -
         return ProtocolError(server, f"{what}: malformed HTTP response: {exc.message}")
     if isinstance(exc, aiohttp.ClientError | OSError | ssl.SSLError):
         return ClusterUnreachable(server, f"{what}: {str(exc) or type(exc).__name__}")
-    return InternalError(f"{what} {server}: unexpected {type(exc).__name__}: {str(exc)[:300]}")
+    return as_kubemux_error(exc, f"{what} {server}")
 
 
 def _deadline(began: float, received: int, settings: WatchSettings) -> float:

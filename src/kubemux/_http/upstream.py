@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import aiohttp
 import anyio
@@ -75,42 +75,11 @@ class Upstream:
         return f"<Upstream context={self.context!r} generation={self.generation}>"
 
     # ------------------------------------------------------------------ plumbing
-    @property
-    def _api(self) -> Any:
-        return self._client._api
-
     def _url(self, path_and_query: str) -> yarl.URL:
         """The server's URL (with any path prefix it has) plus the path, kept as encoded."""
         if not path_and_query.startswith("/"):
             raise ValueError(f"an upstream path starts with '/': {path_and_query[:100]!r}")
-        host = str(self._api.configuration.host).rstrip("/")
-        return yarl.URL(host + path_and_query, encoded=True)
-
-    def _options(self) -> dict[str, Any]:
-        rest = self._api.rest_client
-        options: dict[str, Any] = {}
-        if rest.proxy:
-            options["proxy"] = rest.proxy
-        if rest.proxy_headers:
-            options["proxy_headers"] = rest.proxy_headers
-        if rest.server_hostname:
-            options["server_hostname"] = rest.server_hostname
-        return options
-
-    async def _credential_headers(self, fresh: Any = None) -> tuple[dict[str, str], Any]:
-        """The Authorization header to send (refreshing credential or static), and the
-        refreshing credential it came from (None for a static one)."""
-        auth = self._client._auth
-        if auth is not None:
-            credential = await auth.prepare(fresh)
-            if credential.token:
-                return {"Authorization": f"Bearer {credential.token}"}, credential
-            return {}, credential
-        settings = await self._api.configuration.auth_settings()
-        bearer = settings.get("BearerToken")
-        if bearer and bearer.get("value"):
-            return {str(bearer["key"]): str(bearer["value"])}, None
-        return {}, None
+        return yarl.URL(self._client.base_url + path_and_query, encoded=True)
 
     # ------------------------------------------------------------------ requests
     @contextlib.asynccontextmanager
@@ -147,14 +116,14 @@ class Upstream:
         url = self._url(path_and_query)
         t = timeouts or aiohttp.ClientTimeout(total=None, sock_connect=10)
         what = f"{method} {url.path[:200]}"
-        extra = self._options()
-        auth = self._client._auth
-        credential_headers, credential = await self._credential_headers()
+        client = self._client
+        extra = client.connection_options()
+        credential_headers, credential = await client.credential_headers()
         retried = False
         while True:
             sent = [(k, v) for k, v in headers if k.lower() != "authorization"]
             sent.extend(credential_headers.items())
-            session: aiohttp.ClientSession = self._api.rest_client.pool_manager
+            session = client.session
             if session.closed:
                 raise ClusterUnreachable(self.server, f"{what}: the context's session closed")
             with map_exceptions(self.server, what, self._client.tls):
@@ -168,17 +137,17 @@ class Upstream:
                     auto_decompress=True,
                     **extra,
                 )
-            if auth is None or credential is None or resp.status != 401 or retried:
-                break
-            fresh = await auth.provider.unauthorized(credential)
+            if credential is None or resp.status != 401 or retried:
+                break  # (only a refreshing credential comes back: a static one is None)
+            fresh = await client.unauthorized(credential)
             if fresh is None:
                 break
             resp.release()
             retried = True
-            credential_headers, credential = await self._credential_headers(fresh)
+            credential_headers, credential = await client.credential_headers(fresh)
         try:
-            if auth is not None and credential is not None and resp.status < 400:
-                auth.provider.accepted()
+            if credential is not None and resp.status < 400:
+                client.accepted()
             yield resp
         finally:
             resp.release()
@@ -210,10 +179,10 @@ class Upstream:
         """
         url = self._url(path_and_query)
         what = f"WebSocket {url.path[:200]}"
-        credential_headers, _ = await self._credential_headers()
+        credential_headers, _ = await self._client.credential_headers()
         sent = [(k, v) for k, v in headers if k.lower() != "authorization"]
         sent.extend(credential_headers.items())
-        session: aiohttp.ClientSession = self._api.rest_client.pool_manager
+        session = self._client.session
         if session.closed:
             raise ClusterUnreachable(self.server, f"{what}: the context's session closed")
         refused: aiohttp.WSServerHandshakeError | None = None
@@ -230,7 +199,7 @@ class Upstream:
                     autoping=True,
                     max_msg_size=max_message_size,
                     compress=0,
-                    **self._options(),
+                    **self._client.connection_options(),
                 )
             except aiohttp.WSServerHandshakeError as exc:  # an answer, not a failure
                 refused = exc

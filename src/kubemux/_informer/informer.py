@@ -29,24 +29,17 @@ from .._cache.store import Store
 from .._errors import (
     ApiError,
     ClusterUnreachable,
-    InternalError,
     KubemuxError,
     ProtocolError,
     ResourceExpired,
     ResourceNotFound,
+    as_kubemux_error,
 )
 from .._http.client import SLOW_AFTER, ContextClient, Progress
 from .._resources import Resource
 from .._settings import WatchSettings
-from .._wire.codec import DecodeError, Entry, StoreChange, preview, rv_str, why_undecodable
-from .._wire.types import (
-    InformerKey,
-    InformerState,
-    InformerStatus,
-    OnChange,
-    View,
-    count_error,
-)
+from .._wire.codec import DecodeError, Entry, preview, rv_str, why_undecodable
+from .._wire.types import InformerKey, InformerState, InformerStatus, View, count_error
 from .formats import Format, format_for
 from .listing import Lister, status_error
 from .repeats import RepeatedWarning
@@ -64,7 +57,6 @@ __all__ = [
     "InformerKey",
     "InformerState",
     "InformerStatus",
-    "OnChange",
     "View",
 ]
 
@@ -81,8 +73,9 @@ STOPPED = InformerState.STOPPED
 _ACTIVE = frozenset({LISTING, RELISTING, WATCHING})
 
 
-class Informer(Lister):
-    """Keeps one :class:`Store` in step with the server.
+class Informer:
+    """Keeps one :class:`Store` in step with the server, through the store's writer (which
+    announces every change to the store's listeners).
 
     Run it with ``await task_group.start(informer.run)``: ``start`` returns once the first
     LIST is in the store, and raises if that LIST fails (bad credentials, unknown resource,
@@ -91,7 +84,8 @@ class Informer(Lister):
 
     What it caches is its :class:`~kubemux._informer.formats.Format`'s business (``format``; by
     default the one of ``key.view``): full objects, or a table view's rows (its store is
-    then a :class:`~kubemux.TableStore`). The loop is the same.
+    then a :class:`~kubemux.TableStore`). The loop is the same; the requests (the full list,
+    the watch) are its :attr:`lister`'s.
     """
 
     def __init__(
@@ -102,7 +96,6 @@ class Informer(Lister):
         *,
         settings: WatchSettings,
         store: Store,
-        on_change: OnChange | None = None,
         on_state: Callable[[], None] | None = None,
         format: Format | None = None,
     ) -> None:
@@ -116,12 +109,21 @@ class Informer(Lister):
         self.key = key
         self.settings = settings
         self.store = store
-        self._on_change = on_change
         self._on_state = on_state  # called when state, has_synced or last_error change
         self._synced = anyio.Event()
         self._state = LISTING
         self._progress = Progress(on_slow=on_state)
         self._skips = Skips(self._log_name, resource.name, settings.skip_log_period, log)
+        self.lister = Lister(
+            client,
+            resource,
+            key,
+            settings=settings,
+            store=store,
+            format=fmt,
+            progress=self._progress,
+            skip=self._skips.add,
+        )
         self._relists = 0
         self._reconnects = 0
         self._last_error: str | None = None
@@ -138,7 +140,6 @@ class Informer(Lister):
         self._errors: dict[str, int] = {}  # failures by exception class name
         self._watch_started: float | None = None  # wall clock; None while not watching
         self._last_event: float | None = None  # wall clock of the last event or bookmark
-        self._pending: dict[str, dict[str, StoreChange]] = {}
 
     wait_served: Callable[[Resource], Awaitable[None]] | None = None
     """Set by the connection: returns once a resource the server stopped serving may be
@@ -249,12 +250,20 @@ class Informer(Lister):
         self._set_state(self._state, None, notify=True)  # has_synced changed
         await self._watch_loop(resource_version)
 
+    async def _sync(self) -> str:
+        """A full list into the store (:meth:`Lister.sync`); the resourceVersion to watch
+        from. The lister commits it through the writer, which announces it."""
+        first = not self._synced.is_set()
+        self._set_state(LISTING if first else RELISTING, self._last_error)
+        listed = await self.lister.sync()
+        self._last_sync = time.time()
+        if not first:
+            self._relists += 1
+            self._events += listed.changes  # what the relist changed (the first LIST: objects)
+        return listed.resource_version
+
     def _as_kubemux(self, exc: Exception) -> KubemuxError:
-        if isinstance(exc, KubemuxError):
-            return exc
-        return InternalError(
-            f"{self.client.context}/{self.key}: unexpected {type(exc).__name__}: {str(exc)[:300]}"
-        )
+        return as_kubemux_error(exc, f"{self.client.context}/{self.key}")
 
     # ------------------------------------------------------------------ WATCH
     async def _watch_loop(self, rv: str) -> NoReturn:
@@ -313,7 +322,8 @@ class Informer(Lister):
     async def _watch_once(self) -> None:
         """One WATCH request from ``self._rv``; advances it with every event and bookmark."""
         s = self.settings
-        params = self._base_params()
+        lister = self.lister
+        params = lister.params()
         params.update(
             {
                 "watch": "true",
@@ -323,7 +333,7 @@ class Informer(Lister):
         )
         if self._rv:
             params["resourceVersion"] = rv_str(self._rv)
-        apply, on_change, handle = self.store.writer.apply, self._on_change, self._handle_line
+        apply, handle = self.store.writer.apply, self._handle_line
         decode = self.format.block_decoder(self.store)  # the hot path, looked up once
         clock = time.monotonic
         yield_at = clock() + _MAX_BUSY
@@ -336,7 +346,7 @@ class Informer(Lister):
         seen = 0  # self._delivered when last_event was set
         clear: asyncio.TimerHandle | None = None
         try:
-            async with self._open_watch(params) as blocks:
+            async with lister.open_watch(params) as blocks:
                 self._watch_started = time.time()
                 if self._last_error is not None:  # answered: the last error no longer holds
                     if self._short_lived:  # ... unless it was that watches die young
@@ -354,9 +364,7 @@ class Informer(Lister):
                                 self._rv = new_rv
                                 self._delivered += 1
                             continue
-                        change = apply(etype, item)
-                        if change is not None and on_change is not None:
-                            on_change(change.type, change.entry, change.old)
+                        apply(etype, item)  # the writer announces it to the store's listeners
                         rv = item.rv  # as the entry has it (a pinned one's may be an int)
                         self._rv = rv if rv is not None else item.compact_rv()
                         self._delivered += 1
@@ -390,7 +398,7 @@ class Informer(Lister):
         writer = self.store.writer
         entry: Entry | None
         try:
-            etype, raw, entry = self._parse(line)
+            etype, raw, entry = self.lister.parse(line)
             if etype == "BOOKMARK":
                 rv = writer.prepare(raw).resource_version
                 if rv:
@@ -402,7 +410,7 @@ class Informer(Lister):
                 status = orjson.loads(raw)
                 raise status_error(status if isinstance(status, dict) else {})
         except DecodeError as exc:
-            what = self._line_name(line)
+            what = self.lister.line_name(line)
             what = f" of {what}" if what else ""
             self._skip(f"malformed watch line{what} ({why_undecodable(exc)})", preview(line))
             return None
@@ -412,9 +420,7 @@ class Informer(Lister):
         if not entry.name or not entry.rv:
             self._skip(f"{etype} event without metadata.name/resourceVersion")
             return None
-        change = writer.apply(etype, entry)
-        if change is not None and self._on_change is not None:
-            self._on_change(change.type, change.entry, change.old)
+        writer.apply(etype, entry)
         return entry.resource_version
 
     # ------------------------------------------------------------------ health

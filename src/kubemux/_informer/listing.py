@@ -1,5 +1,6 @@
-"""The LIST half of an informer (:class:`Lister`): a full list, paginated or streamed, built
-beside the store and swapped in, its changes announced in slices.
+"""The requests of an informer (:class:`Lister`): a full list, paginated or streamed, built
+beside the store and committed through its writer (which announces the changes, in
+slices), and the watch requests.
 
 The loop is this one for every view: what differs (the Accept header and parameters, where
 a page keeps its items, how an item becomes a cache entry, how a watch line is decoded) is
@@ -11,63 +12,77 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple, Protocol
 
 import anyio
 import orjson
 
-from .._cache.store import Replacement, Store, announced_entries
+from .._cache.store import Store
 from .._errors import ApiError, ProtocolError, ResourceExpired, ResponseTooLarge
 from .._http.client import ContextClient, Progress
 from .._resources import Resource
 from .._settings import WatchSettings
-from .._wire.codec import (
-    Block,
-    DecodeError,
-    Entry,
-    StoreChange,
-    preview,
-    why_undecodable,
-)
+from .._wire.codec import Block, DecodeError, Entry, preview, why_undecodable
 from .._wire.pages import decode_page, page_slices
-from .._wire.types import InformerKey, InformerState, OnChange
+from .._wire.types import InformerKey
 from .formats import Format
 
-__all__ = ["Lister", "page_slices", "status_error"]
+__all__ = ["Listed", "Lister", "SkipLine", "page_slices", "status_error"]
 
 log = logging.getLogger(__name__)
 
 
+class SkipLine(Protocol):
+    """Counts one skipped line, item or row (``why``; ``detail``: a preview for the log)."""
+
+    def __call__(self, why: str, detail: str = "", /) -> None: ...
+
+
+class Listed(NamedTuple):
+    """What a full list did: the resourceVersion to watch from, and how many changes it
+    brought (a first list: its objects)."""
+
+    resource_version: str
+    changes: int
+
+
 class Lister:
-    """The LIST half of :class:`~kubemux._informer.informer.Informer` (a mixin: the informer holds the
-    attributes declared here and provides state and skip accounting)."""
+    """The requests of one informer: its full list (paginated, or streamed), built beside
+    the store and committed through the store's writer (which announces it, in slices),
+    and the watch requests both it and the informer open.
 
-    format: Format
-    client: ContextClient
-    resource: Resource
-    key: InformerKey
-    settings: WatchSettings
-    store: Store
-    _on_change: OnChange | None
-    _progress: Progress
-    _synced: anyio.Event
-    _last_error: str | None
-    _last_sync: float | None
-    _relists: int
-    _events: int
-    _pending: dict[str, dict[str, StoreChange]]
+    A collaborator of :class:`~kubemux._informer.informer.Informer`, which keeps the state:
+    the lister reports skipped items through ``skip`` and the request in flight through
+    ``progress``.
+    """
 
-    if TYPE_CHECKING:
+    def __init__(
+        self,
+        client: ContextClient,
+        resource: Resource,
+        key: InformerKey,
+        *,
+        settings: WatchSettings,
+        store: Store,
+        format: Format,
+        progress: Progress,
+        skip: SkipLine,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.key = key
+        self.settings = settings
+        self.store = store
+        self.format = format
+        self.progress = progress
+        self.skip = skip
 
-        def _set_state(
-            self, state: InformerState, error: str | None, *, notify: bool = False
-        ) -> None: ...
+    def __repr__(self) -> str:
+        return f"<Lister {self.client.context}/{self.key}>"
 
-        def _skip(self, why: str, detail: str = "") -> None: ...
-
-    def _base_params(self) -> dict[str, str]:
+    def params(self) -> dict[str, str]:
+        """The query parameters of every request (the format's, the selectors)."""
         params = self.format.params()
         if self.key.label_selector:
             params["labelSelector"] = self.key.label_selector
@@ -75,38 +90,34 @@ class Lister:
             params["fieldSelector"] = self.key.field_selector
         return params
 
-    async def _sync(self) -> str:
-        """Fill the store from a full list; returns the resourceVersion to watch from.
+    async def sync(self) -> Listed:
+        """Fill the store from a full list.
 
         Tries a streaming list first (when enabled and not known to be unsupported by this
         server), else a paginated LIST. A streaming list that times out is an error, not a
         reason to try a LIST next (a slow server would double the wait).
         """
-        self._set_state(
-            InformerState.LISTING if not self._synced.is_set() else InformerState.RELISTING,
-            self._last_error,
-        )
         if (
             self.format.streaming_list
             and self.settings.streaming_list
             and self.client.streaming_list is not False
         ):
             try:
-                rv = await self._stream_list()
+                listed = await self.stream_list()
             except ApiError as exc:
                 if exc.status not in (400, 422):
                     raise
-                rv = None
+                listed = None
                 self.client.streaming_list = False
                 log.info(
                     "%s: no streaming lists on %s (%s); using LIST", self, self.client.server, exc
                 )
-            if rv is not None:
-                return rv
-        return await self._list()
+            if listed is not None:
+                return listed
+        return await self.list()
 
-    async def _list(self) -> str:
-        """A full paginated LIST, applied to the store; returns the list's resourceVersion.
+    async def list(self) -> Listed:
+        """A full paginated LIST, committed to the store.
 
         Raises:
             ProtocolError: a continue token came back twice, or the list did not end within
@@ -119,8 +130,8 @@ class Lister:
         fmt = self.format
         server = self.client.server
         replacement = store.writer.replacement()
-        reader = fmt.reader(store, self._skip)
-        params = self._base_params()
+        reader = fmt.reader(store, self.skip)
+        params = self.params()
         limit = s.page_size
         if limit:
             params["limit"] = str(limit)
@@ -141,7 +152,7 @@ class Lister:
                     self.key.namespace,
                     params,
                     s,
-                    progress=self._progress,
+                    progress=self.progress,
                     throttle=throttle,
                     accept=fmt.accept,
                 )
@@ -151,8 +162,8 @@ class Lister:
                 # the continue token expired mid-list: start over with one full list
                 log.info("%s: continue token expired, listing in one request", self)
                 replacement = store.writer.replacement()
-                reader = fmt.reader(store, self._skip)
-                params = self._base_params()
+                reader = fmt.reader(store, self.skip)
+                params = self.params()
                 tokens.clear()
                 pages, throttle = 0, True
                 continue
@@ -180,7 +191,7 @@ class Lister:
                             replacement.add(reader.entry(data))
                         except DecodeError as exc:
                             what = reader.name(data) or f"#{count + 1}"
-                            self._skip(f"{items_are} {what} ({why_undecodable(exc)})")
+                            self.skip(f"{items_are} {what} ({why_undecodable(exc)})")
                         budget -= len(data)
                         count += 1
                         if count % s.relist_slice == 0 or budget < 0:
@@ -206,11 +217,11 @@ class Lister:
             throttle = not count  # a page that brought nothing is a request like any other
             await anyio.lowlevel.checkpoint()
         reader.commit()
-        await self._commit(replacement, list_rv)
-        return list_rv
+        return Listed(list_rv, await replacement.commit(list_rv, slice_size=s.relist_slice))
 
-    async def _stream_list(self) -> str | None:
-        """A streaming list (``sendInitialEvents``); None if the server turned out not to do it.
+    async def stream_list(self) -> Listed | None:
+        """A streaming list (``sendInitialEvents``), committed to the store; None if the
+        server turned out not to do it.
 
         The server sends every current object as ADDED, then a BOOKMARK annotated
         ``k8s.io/initial-events-end``. A server that ignores the parameter sends a plain watch
@@ -221,7 +232,7 @@ class Lister:
         s = self.settings
         store = self.store
         replacement = store.writer.replacement()
-        params = self._base_params()
+        params = self.params()
         params.update(
             {
                 "watch": "true",
@@ -234,9 +245,9 @@ class Lister:
         end_rv: str | None = None
         unsupported = False
         with anyio.move_on_after(s.request_timeout):
-            async with self._open_watch(params, inactivity_timeout=s.read_timeout) as blocks:
+            async with self.open_watch(params, inactivity_timeout=s.read_timeout) as blocks:
                 async for block in blocks:
-                    for etype, line in self._decode(block):
+                    for etype, line in self.format.decode_block(block, store):
                         if isinstance(line, Entry):  # the fast path decoded it
                             if etype == "ADDED":
                                 replacement.add(line)
@@ -244,7 +255,7 @@ class Lister:
                             unsupported = True  # a change before the end marker
                             break
                         try:
-                            etype, raw, entry = self._parse(line)
+                            etype, raw, entry = self.parse(line)
                             if entry is not None and etype == "ADDED":
                                 replacement.add(entry)
                                 continue
@@ -253,7 +264,7 @@ class Lister:
                                 raise status_error(status if isinstance(status, dict) else {})
                             obj = orjson.loads(raw) if etype == "BOOKMARK" else None
                         except DecodeError as exc:
-                            self._skip(
+                            self.skip(
                                 f"malformed watch line ({why_undecodable(exc)})", preview(line)
                             )
                             continue
@@ -279,10 +290,9 @@ class Lister:
         if end_rv is None:
             return None
         self.client.streaming_list = True
-        await self._commit(replacement, end_rv)
-        return end_rv
+        return Listed(end_rv, await replacement.commit(end_rv, slice_size=s.relist_slice))
 
-    def _open_watch(
+    def open_watch(
         self, params: Mapping[str, str], *, inactivity_timeout: float | None = None
     ) -> contextlib.AbstractAsyncContextManager[AsyncIterator[Block]]:
         return self.client.watch(
@@ -290,76 +300,23 @@ class Lister:
             self.key.namespace,
             params,
             self.settings,
-            progress=self._progress,
+            progress=self.progress,
             inactivity_timeout=inactivity_timeout,
             accept=self.format.accept,
         )
 
-    async def _commit(self, replacement: Replacement, resource_version: str) -> None:
-        step = self.settings.relist_slice
-        for _ in replacement.find_deleted(step):
-            await anyio.lowlevel.checkpoint()
-        changes = replacement.commit(resource_version)
-        self._last_sync = time.time()
-        if self._synced.is_set():
-            self._relists += 1
-            self._events += len(changes)  # what the relist changed (the first LIST: objects)
-        await self._emit_sliced(changes)
-
-    async def _emit_sliced(self, changes: list[StoreChange]) -> None:
-        """Announce a relist's changes in slices, yielding to the loop between them.
-
-        The store was swapped already; until a change is announced, :meth:`snapshot_entries`
-        reports the object as it was, so a subscriber joining mid-way sees neither a gap nor
-        a duplicate.
-        """
-        on_change = self._on_change
-        step = self.settings.relist_slice
-        if on_change is None or not changes:
-            await _release_sliced(changes, step)
-            return
-        if len(changes) <= step:
-            for c in changes:
-                on_change(c.type, c.entry, c.old)
-            return
-        pending: dict[str, dict[str, StoreChange]] = {}
-        for c in changes:
-            bucket = pending.get(c.entry.namespace)
-            if bucket is None:
-                bucket = pending[c.entry.namespace] = {}
-            bucket[c.entry.name] = c
-        self._pending = pending
-        try:
-            for i, c in enumerate(changes):
-                del pending[c.entry.namespace][c.entry.name]
-                on_change(c.type, c.entry, c.old)
-                if i % step == step - 1:
-                    await anyio.lowlevel.checkpoint()
-        finally:
-            self._pending = {}
-        await _release_sliced(changes, step)
-
-    def snapshot_entries(self, namespace: str | None = None) -> list[Entry]:
-        """The objects as announced so far to subscribers (the store minus unannounced changes)."""
-        return announced_entries(self.store, self._pending, namespace)
-
-    def _decode(self, block: Block) -> list[tuple[str, Entry | bytes]]:
-        """A block of watch lines: ``(type, entry)`` per object event decoded on the hot
-        path, ``("", line)`` for each line :meth:`_handle_line` has to look at."""
-        return self.format.decode_block(block, self.store)
-
-    def _line_name(self, line: bytes) -> str:
+    def line_name(self, line: bytes) -> str:
         """The quoted name of the object of a watch line, as far as it can be read."""
         return self.format.line_name(line)
 
-    def _parse(self, line: bytes) -> tuple[str, bytes, Entry | None]:
+    def parse(self, line: bytes) -> tuple[str, bytes, Entry | None]:
         """(event type, object bytes, cache entry for object events) of one watch line.
 
         Raises:
             DecodeError: not a watch event a reader could decode.
             ResourceExpired: the store must be listed again (a table's columns changed).
         """
-        return self.format.parse_line(line, self.store, self._skip)
+        return self.format.parse_line(line, self.store, self.skip)
 
 
 _INITIAL_EVENTS_END = "k8s.io/initial-events-end"
@@ -372,12 +329,3 @@ def status_error(obj: Mapping[str, Any]) -> ApiError:
 
     code = obj.get("code")
     return api_error_from_status(code if isinstance(code, int) else 500, dict(obj))
-
-
-async def _release_sliced(changes: list[StoreChange], step: int) -> None:
-    """Drop a relist's changes a slice at a time. Their entries are theirs alone (the store
-    keeps the bytes), so freeing 50k at once would stall the loop ~10 ms."""
-    while len(changes) > step:
-        del changes[-step:]
-        await anyio.lowlevel.checkpoint()
-    changes.clear()

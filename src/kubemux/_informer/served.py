@@ -26,11 +26,12 @@ from typing import Any
 import anyio
 
 from .._cache.store import Store
-from .._errors import ApiError, KubemuxError
+from .._cache.stream import StoreListener
+from .._errors import ApiError, KubemuxError, unwrap
 from .._http.client import ContextClient
 from .._resources import Resource
 from .._settings import WatchSettings
-from .._wire.codec import Entry
+from .._wire.codec import StoreChange
 from .discovery import Discovery
 from .informer import Informer, InformerKey
 
@@ -94,18 +95,14 @@ class ServedWatch:
         """Until the resource's CRD serves it; True if it did from the start."""
         crd = f"{resource.plural}.{resource.group}"
         appeared = anyio.Event()
-
-        def on_change(kind: str, entry: Entry, old: Entry | None) -> None:
-            if kind != "DELETED" and _serves(entry.decode(), resource.version):
-                appeared.set()
-
+        store = Store(CRDS)
+        store.writer.add_listener(_Appeared(resource.version, appeared))
         informer = Informer(
             self._client,
             CRDS,
             InformerKey(CRDS.name, field_selector=f"metadata.name={crd}"),
             settings=self._settings,
-            store=Store(CRDS),
-            on_change=on_change,
+            store=store,
         )
         try:
             async with anyio.create_task_group() as tg:
@@ -114,7 +111,7 @@ class ServedWatch:
                 await appeared.wait()
                 tg.cancel_scope.cancel()
         except ExceptionGroup as group:  # the first LIST failed: its error
-            raise _first(group) from None
+            raise unwrap(group) from None
         return there
 
     async def _poll_discovery(self, resource: Resource) -> bool:
@@ -135,6 +132,20 @@ class ServedWatch:
             await anyio.sleep(max(0.0, self._polled_at + period - time.monotonic()))
 
 
+class _Appeared(StoreListener):
+    """Sets ``event`` once the CRD's store holds it serving ``version``."""
+
+    __slots__ = ("event", "version")
+
+    def __init__(self, version: str, event: anyio.Event) -> None:
+        self.version = version
+        self.event = event
+
+    def changed(self, change: StoreChange) -> None:
+        if change.type != "DELETED" and _serves(change.entry.decode(), self.version):
+            self.event.set()
+
+
 def _serves(crd: Mapping[str, Any], version: str) -> bool:
     """Whether a CRD object serves ``version`` and is established (when it says)."""
     spec = crd.get("spec") or {}
@@ -151,10 +162,3 @@ def _serves(crd: Mapping[str, Any], version: str) -> bool:
         if isinstance(condition, Mapping) and condition.get("type") == "Established":
             return condition.get("status") == "True"
     return True
-
-
-def _first(group: ExceptionGroup[Exception]) -> Exception:
-    exc: Exception = group
-    while isinstance(exc, ExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc

@@ -30,7 +30,7 @@ import anyio
 import anyio.abc
 import watchfiles
 
-from .._errors import KubeconfigError
+from .._errors import KubeconfigError, unwrap
 from .diff import ContextDiff, DiffStream, diff_snapshots
 from .load import (
     ContextConfig,
@@ -231,9 +231,10 @@ class KubeconfigSource(anyio.AsyncContextManagerMixin):
             except BaseExceptionGroup as group:
                 # Our tasks contain their own failures, so a group only carries the
                 # exception of the caller's body: give it back as it was raised.
-                if len(group.exceptions) == 1:
-                    raise group.exceptions[0] from group.exceptions[0].__cause__
-                raise
+                inner = unwrap(group)
+                if inner is group:
+                    raise
+                raise inner from inner.__cause__
         finally:
             self._task_group = None
             self._state = "closed"

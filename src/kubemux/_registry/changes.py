@@ -1,16 +1,19 @@
-"""From generations to subscribers: the change callbacks of slots, final changes, snapshots."""
+"""From generations to subscribers: the listener of each slot's store, final changes,
+snapshots."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 
+from .._cache.stream import StoreListener
 from .._informer.informer import InformerKey
 from .._resources import Resource
-from .._wire.codec import Entry
+from .._wire.codec import StoreChange
+from .._wire.types import View
 from .context import ContextGeneration, Slot, iter_synced
-from .fanout import Change, Fanout
+from .fanout import Change, Fanout, Subscription
 
-__all__ = ["Publisher", "ResourceNames"]
+__all__ = ["Publisher", "ResourceNames", "SlotPublisher", "scope", "subscription"]
 
 
 class Publisher:
@@ -23,28 +26,11 @@ class Publisher:
         self._fanout = fanout
         self._event_keys = event_keys
 
-    def for_slot(
-        self, gen: ContextGeneration, slot: Slot
-    ) -> Callable[[str, Entry, Entry | None], None]:
-        """The change callback of one slot (called synchronously for every change)."""
-        fanout = self._fanout
-        context, resource, number, view = gen.key, slot.key.resource, gen.number, slot.key.view
-        feeds_index = slot.key in self._event_keys
+    def for_slot(self, gen: ContextGeneration, slot: Slot) -> StoreListener:
+        """The listener of one slot's store (the generation installs it)."""
+        return SlotPublisher(self._fanout, gen, slot, feeds_index=slot.key in self._event_keys)
 
-        def publish(kind: str, obj: Entry, old: Entry | None) -> None:
-            if len(fanout):
-                fanout.publish(
-                    Change.from_entry(context, resource, kind, obj, number, view=view),
-                    obj.namespace,
-                )
-            if feeds_index:
-                index = gen.event_index
-                if index is not None:
-                    index.apply(kind, obj)
-
-        return publish
-
-    def final(self, gen: ContextGeneration, resource: str, kind: str, view: str) -> None:
+    def final(self, gen: ContextGeneration, resource: str, kind: str, view: View) -> None:
         """A generation's last word about a resource: ``RESET`` or ``REMOVED``."""
         self._fanout.publish(Change(gen.key, resource, kind, None, gen.number, view=view), None)
 
@@ -53,18 +39,19 @@ class Publisher:
         gens: Iterable[ContextGeneration],
         resources: Container[str] | None,
         namespace: str | frozenset[str] | None,
-        view: str,
+        view: View,
     ) -> list[Change]:
         """ADDED changes replaying what the synced slots of ``gens`` announced so far."""
         initial: list[Change] = []
         seen: set[tuple[str, str, str, str]] = set()
-        for gen, slot, source in iter_synced(gens, resources):
+        for gen, slot, _source in iter_synced(gens, resources):
             if slot.key.view != view:
                 continue
+            writer = slot.store.writer
             if isinstance(namespace, frozenset):
-                entries = [e for ns in sorted(namespace) for e in source.snapshot_entries(ns)]
+                entries = [e for ns in sorted(namespace) for e in writer.announced_entries(ns)]
             else:
-                entries = source.snapshot_entries(namespace)
+                entries = writer.announced_entries(namespace)
             for e in entries:
                 ident = (gen.key, slot.key.resource, e.namespace, e.name)
                 if ident not in seen:
@@ -81,6 +68,80 @@ class Publisher:
                         )
                     )
         return initial
+
+
+class SlotPublisher(StoreListener):
+    """One slot's store listener: each change as a :class:`Change` to the fanout (when
+    anybody subscribes), and to the generation's event index (an events slot's)."""
+
+    __slots__ = ("context", "fanout", "feeds_index", "gen", "number", "resource", "view")
+
+    def __init__(self, fanout: Fanout, gen: ContextGeneration, slot: Slot, *, feeds_index: bool):
+        self.fanout = fanout
+        self.gen = gen
+        self.context, self.number = gen.key, gen.number
+        self.resource, self.view = slot.key.resource, slot.key.view
+        self.feeds_index = feeds_index
+
+    def __repr__(self) -> str:
+        return f"<SlotPublisher {self.context!r} #{self.number} {self.resource} {self.view}>"
+
+    def changed(self, change: StoreChange) -> None:
+        entry = change.entry
+        fanout = self.fanout
+        if len(fanout):
+            fanout.publish(
+                Change.from_entry(
+                    self.context, self.resource, change.type, entry, self.number, view=self.view
+                ),
+                entry.namespace,
+            )
+        if self.feeds_index:
+            index = self.gen.event_index
+            if index is not None:
+                index.apply(change.type, entry)
+
+
+def scope(namespace: str | None, namespaces: Iterable[str] | None) -> str | frozenset[str] | None:
+    """A subscription's namespace scope: one, several, or every one (None).
+
+    Raises:
+        ValueError: both given.
+    """
+    if namespaces is None:
+        return namespace
+    if namespace is not None or isinstance(namespaces, str):
+        raise ValueError("give namespace or a list of namespaces, not both")
+    return frozenset(namespaces)
+
+
+def subscription(
+    fanout: Fanout,
+    gens: Mapping[str, ContextGeneration],
+    names: Container[str] | None,
+    contexts: Iterable[str] | None,
+    namespace: str | frozenset[str] | None,
+    *,
+    snapshot: bool,
+    buffer_size: int,
+    view: View,
+) -> Subscription:
+    """A subscription to ``fanout`` (see :meth:`~kubemux.WatcherRegistry.subscribe`); its
+    snapshot replays what the synced slots of the generations in ``gens`` (live) announced."""
+    wanted = frozenset(contexts) if contexts is not None else None
+
+    def take_snapshot() -> list[Change]:
+        chosen = [g for g in gens.values() if wanted is None or g.key in wanted]
+        return Publisher.snapshot(chosen, names, namespace, view)
+
+    return fanout.subscribe(
+        resource=names,
+        contexts=wanted,
+        namespace=namespace,
+        buffer_size=buffer_size,
+        snapshot=take_snapshot if snapshot else None,
+        view=view,
+    )
 
 
 class ResourceNames:

@@ -3,7 +3,8 @@
 A :class:`Connector` turns a :class:`ContextConfig` into a :class:`Connection` (an async
 context manager: entering it connects, leaving it closes everything it opened). A
 connection builds one :class:`SlotSource` per informer slot: the thing that fills the
-slot's store and reports its changes. HTTP to the API server (:class:`HttpConnector`) is
+slot's store, through the store's writer (which announces every change to the store's
+listeners: a source passes nothing on by hand). HTTP to the API server (:class:`HttpConnector`) is
 the only connector built in; credentials that refresh live below it (in the client), and a
 shared-watch engine wraps it (it decides per slot whether to run the HTTP informer or to
 follow another replica's).
@@ -24,14 +25,21 @@ from .._cache.store import Store
 from .._errors import KubemuxError, UnknownResource
 from .._http.client import ContextClient, open_client
 from .._informer.discovery import Discovery, resolve
-from .._informer.informer import Informer, InformerKey, InformerStatus, OnChange
+from .._informer.informer import Informer, InformerKey, InformerStatus
 from .._informer.served import ServedWatch
 from .._kubeconfig.load import ContextConfig
 from .._resources import Resource, known_resource, parse_resource
 from .._settings import WatchSettings
-from .._wire.codec import Entry
 
-__all__ = ["Connection", "Connector", "HttpConnection", "HttpConnector", "SlotSource"]
+__all__ = [
+    "Connection",
+    "Connector",
+    "HttpConnection",
+    "HttpConnector",
+    "SharedConnector",
+    "Sharing",
+    "SlotSource",
+]
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +56,6 @@ class SlotSource(Protocol):
         sync fails; failures after it are retried inside."""
 
     def status(self) -> InformerStatus: ...
-
-    def snapshot_entries(self, namespace: str | None = None) -> list[Entry]:
-        """The objects as announced to subscribers so far."""
 
 
 class Connection(Protocol):
@@ -78,9 +83,9 @@ class Connection(Protocol):
         key: InformerKey,
         *,
         store: Store,
-        on_change: OnChange,
         on_state: Callable[[], None],
-    ) -> SlotSource: ...
+    ) -> SlotSource:
+        """What fills ``store`` for ``key`` (``on_state``: called when its status changes)."""
 
 
 class Connector(Protocol):
@@ -100,6 +105,23 @@ class Connector(Protocol):
     def connect(
         self, config: ContextConfig
     ) -> contextlib.AbstractAsyncContextManager[Connection]: ...
+
+
+class SharedConnector(Connector, Protocol):
+    """A connector that shares its slots with other replicas (``kubemux.share``)."""
+
+    def placement_status(self) -> object:
+        """This replica's part in sharing, for ``status().share`` (None: nothing to say)."""
+
+
+class Sharing(Protocol):
+    """What ``WatcherRegistry(share=...)`` takes: a share engine (``kubemux.share.Redis``),
+    which wraps the registry's HTTP connector in its own. The registry knows engines only
+    through this: the share package sits above it and is imported by nothing below."""
+
+    def connector(self, http: Connector, *, can_lead: bool) -> SharedConnector:
+        """A connector that runs ``http``'s slots shared through this engine (``can_lead``:
+        False, only follow)."""
 
 
 class HttpConnection:
@@ -175,7 +197,6 @@ class HttpConnection:
         key: InformerKey,
         *,
         store: Store,
-        on_change: OnChange,
         on_state: Callable[[], None],
     ) -> SlotSource:
         informer = Informer(  # the format of key.view: objects or the server's rows
@@ -184,7 +205,6 @@ class HttpConnection:
             key,
             settings=self.settings,
             store=store,
-            on_change=on_change,
             on_state=on_state,
         )
         informer.wait_served = self.served.wait

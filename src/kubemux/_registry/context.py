@@ -32,13 +32,14 @@ import anyio.abc
 from .._auth.provider import recording_interruptions
 from .._cache.event_index import EventIndex
 from .._cache.store import Store
-from .._errors import ContextRemoved, Forbidden, StartTimeout, as_kubemux_error
+from .._cache.stream import StoreListener
+from .._errors import ContextRemoved, Forbidden, StartTimeout, as_kubemux_error, unwrap
 from .._informer.informer import InformerKey, InformerStatus
 from .._informer.repeats import RepeatedWarning
 from .._kubeconfig.load import ContextConfig
 from .._resources import Resource
 from .._settings import Backoff
-from .._wire.codec import Entry
+from .._wire.types import View
 from .connector import Connection, Connector, SlotSource
 from .failure import Failure
 from .status import ContextState
@@ -47,16 +48,15 @@ __all__ = ["ContextGeneration", "GenerationSettings", "Hooks", "Narrowed", "Slot
 
 log = logging.getLogger(__name__)
 
-ChangeSink = Callable[[str, Entry, Entry | None], None]
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Hooks:
     """How a generation talks to its owner. Every hook is synchronous and must not raise."""
 
-    publisher: Callable[[ContextGeneration, Slot], ChangeSink]
-    """The change callback for one slot's source."""
-    final: Callable[[ContextGeneration, str, str, str], None]
+    publisher: Callable[[ContextGeneration, Slot], StoreListener]
+    """The listener of one slot's store (subscriptions, the event index): installed when the
+    slot is made, removed when it goes."""
+    final: Callable[[ContextGeneration, str, str, View], None]
     """(generation, resource, change type, view): a final RESET or REMOVED."""
     state_changed: Callable[[], None]
     start_failed: Callable[[ContextGeneration, Failure | None], None]
@@ -72,13 +72,17 @@ class GenerationSettings:
     connector: Connector
     start_backoff: Backoff
     start_timeout: float
-    make_store: Callable[[Resource, str], Store]  # (resource, view)
+    make_store: Callable[[Resource, View], Store]
     event_keys: frozenset[InformerKey]
     event_cap: int | None
     event_max_age: float | None
     namespaces: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
     """context -> the namespaces its user may read (where a forbidden cluster-wide LIST
     falls back to; else the context's namespace, else ``default``)."""
+
+    def __post_init__(self) -> None:
+        if not self.start_timeout > 0:
+            raise ValueError(f"start_timeout must be positive, not {self.start_timeout!r}")
 
 
 @dataclasses.dataclass(slots=True)
@@ -106,7 +110,16 @@ def narrowed_scope(
 class Slot:
     """One informer of one generation: single-flight first sync, then its running source."""
 
-    __slots__ = ("failure", "key", "persistent", "ready", "resource", "source", "store")
+    __slots__ = (
+        "failure",
+        "key",
+        "persistent",
+        "ready",
+        "resource",
+        "source",
+        "store",
+        "unlisten",
+    )
 
     def __init__(
         self, key: InformerKey, resource: Resource, store: Store, persistent: bool
@@ -118,6 +131,7 @@ class Slot:
         self.source: SlotSource | None = None
         self.ready = anyio.Event()  # the first sync attempt finished (error or not)
         self.failure: Failure | None = None
+        self.unlisten: Callable[[], None] = _nothing  # removes the store's publisher
 
     def status(self) -> InformerStatus | None:
         return self.source.status() if self.source is not None else None
@@ -223,6 +237,7 @@ class ContextGeneration:
         if self.is_stopping:
             raise ContextRemoved(self.key, self.stop_reason or "stopped")
         slot = Slot(key, resource, self._settings.make_store(resource, key.view), persistent)
+        slot.unlisten = slot.store.writer.add_listener(self._hooks.publisher(self, slot))
         self.slots[key] = slot
         if self._tg is not None and self._connection is not None:
             self._start_slot(self._tg, self._connection, slot)
@@ -253,7 +268,7 @@ class ContextGeneration:
                 raise ContextRemoved(self.key, self.stop_reason or "stopped")
             s = self._settings
             index = EventIndex(max_events_per_object=s.event_cap, max_age=s.event_max_age)
-            index.replace(store._entries(None))
+            index.replace(store.writer.announced_entries())
             self.event_index = index
             if s.event_max_age is not None:
                 self._tg.start_soon(
@@ -344,7 +359,6 @@ class ContextGeneration:
                 slot.resource,
                 slot.key,
                 store=slot.store,
-                on_change=self._hooks.publisher(self, slot),
                 on_state=self._hooks.state_changed,
             )
             slot.source = source
@@ -358,7 +372,8 @@ class ContextGeneration:
                     slot.ready.set()
                     self._hooks.state_changed()
             except Exception as exc:
-                exc = _unwrap(exc)
+                inner = unwrap(exc)  # the source's error, out of its task group
+                exc = inner if isinstance(inner, Exception) else exc
                 if not synced and self._narrow(slot, exc):
                     return  # forbidden cluster-wide: its namespaces run instead (a note)
                 if not synced:  # the first sync failed
@@ -421,8 +436,7 @@ class ContextGeneration:
     def _drop_slot(self, slot: Slot) -> None:
         if self.slots.get(slot.key) is slot:
             del self.slots[slot.key]
-        slot.store._clear()
-        slot.source = None
+        _drop_store(slot)
         if not self.slots and not self.pending:  # nothing left to run: close the session too
             self.request_stop("idle after a failed start", None)
 
@@ -438,8 +452,7 @@ class ContextGeneration:
             if not slot.ready.is_set():
                 slot.failure = self.failure or Failure(removed)
                 slot.ready.set()
-            slot.store._clear()
-            slot.source = None
+            _drop_store(slot)
         if self._connected_once and self.final_change is not None:
             for resource, view in sorted(
                 {(s.key.resource, s.key.view) for s in self.slots.values()}
@@ -452,11 +465,15 @@ class ContextGeneration:
         self._hooks.state_changed()
 
 
-def _unwrap(exc: Exception) -> Exception:
-    """The one exception inside task-group wrapping, else ``exc`` itself."""
-    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
+def _drop_store(slot: Slot) -> None:
+    """Empty a slot's store (its listeners hear it cleared), then stop listening to it."""
+    slot.store.writer.clear()
+    slot.unlisten()
+    slot.source = None
+
+
+def _nothing() -> None:
+    pass
 
 
 async def _prune_forever(index: EventIndex, period: float) -> None:

@@ -11,7 +11,7 @@ from typing import NoReturn
 
 from .._settings import Backoff
 
-__all__ = ["Failure", "single_exception"]
+__all__ = ["Failure"]
 
 
 @dataclasses.dataclass(slots=True)
@@ -80,13 +80,3 @@ def _cleared(tb: TracebackType | None) -> TracebackType | None:
         traceback.clear_frames(tb)
         return tb
     return None
-
-
-def single_exception(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    """The one exception inside ``group`` (through nested groups of one), else None."""
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        if len(exc.exceptions) != 1:
-            return None
-        exc = exc.exceptions[0]
-    return exc

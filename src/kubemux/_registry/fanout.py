@@ -221,7 +221,7 @@ class Subscription:
         )
 
     def wants(
-        self, context: str, resource: str, namespace: str | None, view: str = View.OBJECTS
+        self, context: str, resource: str, namespace: str | None, view: View = View.OBJECTS
     ) -> bool:
         """Whether a change about (context, resource, namespace) is for this subscriber."""
         return (

@@ -1,4 +1,5 @@
-"""The kubeconfig side of the registry: what it says now, its syncs, and the status signal."""
+"""The kubeconfig side of the registry: what it says now, its syncs, and the status signal
+(:class:`KubeconfigFollower`), and that half of the registry's public API (:class:`KubeconfigAPI`)."""
 
 from __future__ import annotations
 
@@ -14,76 +15,33 @@ from .._kubeconfig.source import ContextDiff, KubeconfigSource
 from .generations import Generations
 from .status import StatusSignal
 
-__all__ = ["KubeconfigFollower", "default_source"]
+__all__ = ["KubeconfigAPI", "KubeconfigFollower", "default_source"]
 
 log = logging.getLogger(__name__)
 
 
 class KubeconfigFollower:
-    """Base of :class:`~kubemux.WatcherRegistry`: follows its :class:`KubeconfigSource`,
-    reconciles each diff through the generations, and exposes the status signal."""
+    """Follows a :class:`KubeconfigSource`: reconciles each diff through the generations
+    (one at a time), counts the syncs; holds the registry's status signal."""
 
-    _source: KubeconfigSource
-    _generations: Generations
-
-    def __init__(self, source: KubeconfigSource) -> None:
-        self._source = source
-        self._reconcile_lock = anyio.Lock()
-        self._syncs = 0
+    def __init__(
+        self, source: KubeconfigSource, generations: Generations, signal: StatusSignal
+    ) -> None:
+        self.source = source
+        self.generations = generations
+        self.signal = signal
+        self.syncs = 0
+        self._lock = anyio.Lock()
         self._sync_event = anyio.Event()
-        self._signal = StatusSignal()
 
-    # ------------------------------------------------------------------ kubeconfig
-    @property
-    def contexts(self) -> Mapping[str, ContextConfig]:
-        """What the kubeconfig says now: context name -> :class:`ContextConfig`."""
-        return self._source.contexts
-
-    @property
-    def kubeconfig_snapshot(self) -> KubeconfigSnapshot:
-        """The merged kubeconfig as of the latest sync (frozen): valid and invalid contexts,
-        the file that defined each invalid one, file errors."""
-        return self._source.snapshot
-
-    @property
-    def current_context(self) -> str | None:
-        """The kubeconfig's current-context, by kubectl's merge rules."""
-        return self._source.current_context
-
-    @property
-    def kubeconfig_syncs(self) -> int:
-        """How many kubeconfig syncs have been reconciled (including ones that changed nothing)."""
-        return self._syncs
-
-    async def wait_kubeconfig_sync(self, after: int) -> int:
-        """Wait until more than ``after`` syncs were reconciled; returns the new count.
-
-        Take ``after = registry.kubeconfig_syncs`` *before* editing the file. Cancelling
-        only stops the wait.
-        """
-        while self._syncs <= after:
+    async def wait_sync(self, after: int) -> int:
+        """Wait until more than ``after`` syncs were reconciled; the new count."""
+        while self.syncs <= after:
             await self._sync_event.wait()
-        return self._syncs
+        return self.syncs
 
-    async def sync_kubeconfig(self) -> None:
-        """Re-read the kubeconfig now and reconcile (also works with ``follow=False``)."""
-        before = self._syncs
-        await self._source.sync_now()  # its diff reaches _follow like any other
-        await self.wait_kubeconfig_sync(before)
-
-    @property
-    def status_version(self) -> int:
-        """A number that grows whenever what :meth:`status` shows may have changed state
-        (context and informer states, errors recorded or cleared, kubeconfig syncs), not
-        on every object."""
-        return self._signal.version
-
-    async def wait_status_change(self, after: int) -> int:
-        """Wait until :attr:`status_version` exceeds ``after``; returns the new value.
-        Cancelling only stops the wait."""
-        return await self._signal.wait_change(after)
-
-    async def _follow(self, source: KubeconfigSource) -> None:
+    async def follow(self, source: KubeconfigSource) -> None:
+        """Reconcile every diff of the (entered) ``source`` until cancelled."""
         async for diff in source.diffs:
             try:
                 await self._reconcile(diff)
@@ -91,17 +49,72 @@ class KubeconfigFollower:
                 log.exception("kubeconfig reconcile failed")
 
     async def _reconcile(self, diff: ContextDiff) -> None:
-        async with self._reconcile_lock:
+        async with self._lock:
             if diff.removed:
                 log.info("kubeconfig: removing %s", ", ".join(diff.removed))
-            gens = self._generations
+            gens = self.generations
             await gens.for_each(diff.removed, gens.remove)
             await gens.for_each([c.name for c in diff.changed], gens.reload)
             await gens.for_each([c.name for c in diff.added], gens.add)
-            self._syncs += 1
+            self.syncs += 1
             event, self._sync_event = self._sync_event, anyio.Event()
             event.set()
-            self._signal.changed()
+            self.signal.changed()
+
+
+class KubeconfigAPI:
+    """Base of :class:`~kubemux.WatcherRegistry`: the kubeconfig half of its public API and
+    its status signal, read from its :class:`KubeconfigFollower`."""
+
+    def __init__(self, follower: KubeconfigFollower) -> None:
+        self._kubeconfig = follower
+
+    @property
+    def contexts(self) -> Mapping[str, ContextConfig]:
+        """What the kubeconfig says now: context name -> :class:`ContextConfig`."""
+        return self._kubeconfig.source.contexts
+
+    @property
+    def kubeconfig_snapshot(self) -> KubeconfigSnapshot:
+        """The merged kubeconfig as of the latest sync (frozen): valid and invalid contexts,
+        the file that defined each invalid one, file errors."""
+        return self._kubeconfig.source.snapshot
+
+    @property
+    def current_context(self) -> str | None:
+        """The kubeconfig's current-context, by kubectl's merge rules."""
+        return self._kubeconfig.source.current_context
+
+    @property
+    def kubeconfig_syncs(self) -> int:
+        """How many kubeconfig syncs have been reconciled (including ones that changed nothing)."""
+        return self._kubeconfig.syncs
+
+    async def wait_kubeconfig_sync(self, after: int) -> int:
+        """Wait until more than ``after`` syncs were reconciled; returns the new count.
+
+        Take ``after = registry.kubeconfig_syncs`` *before* editing the file. Cancelling
+        only stops the wait.
+        """
+        return await self._kubeconfig.wait_sync(after)
+
+    async def sync_kubeconfig(self) -> None:
+        """Re-read the kubeconfig now and reconcile (also works with ``follow=False``)."""
+        before = self._kubeconfig.syncs
+        await self._kubeconfig.source.sync_now()  # its diff reaches follow() like any other
+        await self._kubeconfig.wait_sync(before)
+
+    @property
+    def status_version(self) -> int:
+        """A number that grows whenever what :meth:`status` shows may have changed state
+        (context and informer states, errors recorded or cleared, kubeconfig syncs), not
+        on every object."""
+        return self._kubeconfig.signal.version
+
+    async def wait_status_change(self, after: int) -> int:
+        """Wait until :attr:`status_version` exceeds ``after``; returns the new value.
+        Cancelling only stops the wait."""
+        return await self._kubeconfig.signal.wait_change(after)
 
 
 def default_source(

@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from .._cache.stream import StoreListener
 from .._errors import (
     ApiError,
     ClusterUnreachable,
@@ -35,7 +36,8 @@ from .._informer.informer import InformerKey, InformerStatus
 from .._kubeconfig.load import ContextConfig
 from .._kubeconfig.source import KubeconfigSource
 from .._resources import Resource
-from .context import ChangeSink, ContextGeneration, GenerationSettings, Hooks, Slot
+from .._wire.types import View
+from .context import ContextGeneration, GenerationSettings, Hooks, Slot
 from .failure import Failure
 from .status import ContextState, ContextStatus, build_context_status
 
@@ -57,8 +59,8 @@ class Generations:
         source: KubeconfigSource,
         *,
         settings: GenerationSettings,
-        publisher: Callable[[ContextGeneration, Slot], ChangeSink],
-        final: Callable[[ContextGeneration, str, str, str], None],
+        publisher: Callable[[ContextGeneration, Slot], StoreListener],
+        final: Callable[[ContextGeneration, str, str, View], None],
         status_changed: Callable[[], None],
         autowatch: Iterable[tuple[InformerKey, Resource]],
         stop_timeout: float,
@@ -71,6 +73,8 @@ class Generations:
         self._autowatch = tuple(autowatch)
         self._pinned = frozenset(key for key, _ in self._autowatch)
         self._stop_timeout = stop_timeout
+        if idle_timeout is not None and not idle_timeout > 0:
+            raise ValueError(f"idle_timeout must be positive or None, not {idle_timeout!r}")
         self._idle_timeout = idle_timeout
         self._named = named  # the contexts open subscriptions name (they are in use)
         self._hooks = Hooks(
@@ -412,7 +416,7 @@ class Generations:
             slots = gen.slots.values()
             if not gen.is_running or any(s.key in pinned for s in slots):
                 continue
-            reads = sum(s.store._reads for s in slots)
+            reads = sum(s.store.writer.reads() for s in slots)
             busy = gen.key in named or not all(s.ready.is_set() for s in slots)
             if busy or reads != gen.reads_seen:
                 gen.reads_seen = reads

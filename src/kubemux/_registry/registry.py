@@ -1,14 +1,7 @@
-"""The WatcherRegistry: context key -> one live generation, every change of a key serialised.
-
-Each kubeconfig context has at most one live :class:`~kubemux._registry.context.ContextGeneration`
-(an active object owning its cancel scope, connection, task group and informers). The
-generations live in :class:`~kubemux._registry.generations.Generations`, which owns the task group
-they run in and the one serialised path per key: every start, stop and reload of one key
-happens under that key's lock, so an entry cannot be overwritten, a slot cannot be started
-on a generation being stopped, and no generation exists that the registry cannot stop. A
-generation removes itself from the map when it ends only if it is still the current one for
-its key (compare-and-delete). The loops that start things for callers (``watch()``,
-``table()``, ``resources()``, ``event_index()``) live in :class:`~kubemux._registry.slots.Starter`.
+"""The WatcherRegistry, the face of the registry layer: one live generation per context key
+(:mod:`.generations`, one serialised path per key), the starts callers wait for
+(:class:`~.slots.Starter`), subscriptions (:mod:`.changes`, :mod:`.fanout`), the kubeconfig
+half of the API (:mod:`.following`).
 """
 
 from __future__ import annotations
@@ -16,16 +9,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from typing import Any
 
 import anyio
 
 from .._auth.pool import IN_CLUSTER_ROOT, CredentialPool
+from .._authz.authorizer import Authorizer, AuthorizerSettings
+from .._authz.authorizers import Authorizers
 from .._cache.event_index import EventIndex
 from .._cache.multistore import MultiTableStore
 from .._cache.store import Indexer, Store, Transform, drop_managed_fields
 from .._cache.table import TableStore
+from .._errors import unwrapped
 from .._http.upstream import Upstream
 from .._informer.informer import InformerKey
 from .._kubeconfig.load import ContextConfig
@@ -33,25 +29,22 @@ from .._kubeconfig.source import KubeconfigSource
 from .._resources import Resource, parse_resource
 from .._runtime import require_asyncio
 from .._settings import Backoff, WatchSettings
-from .changes import Publisher, ResourceNames
-from .connector import Connector, HttpConnector
-from .context import ContextGeneration, GenerationSettings
-from .failure import single_exception
-from .fanout import Change, Fanout, Subscription
-from .following import KubeconfigFollower, default_source
+from .._wire.types import View
+from .changes import Publisher, ResourceNames, scope, subscription
+from .connector import Connector, HttpConnector, Sharing
+from .context import GenerationSettings
+from .fanout import Fanout, Subscription
+from .following import KubeconfigAPI, KubeconfigFollower, default_source
 from .generations import Generations
 from .slots import EVENT_KEYS, ResourceSpec, Starter, StoreFactory
-from .status import ContextStatus, RegistryStatus
-
-if TYPE_CHECKING:
-    from ..share import ShareEngine
+from .status import RegistryStatus, StatusSignal
 
 __all__ = ["WatcherRegistry"]
 
 log = logging.getLogger(__name__)
 
 
-class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
+class WatcherRegistry(KubeconfigAPI, anyio.AsyncContextManagerMixin):
     """Live, cached views of Kubernetes resources across every context of a kubeconfig.
 
     Build it with :meth:`from_kubeconfig`, or from a :class:`KubeconfigSource` or a mapping
@@ -99,7 +92,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         *,
         settings: WatchSettings | None = None,
         autowatch: Sequence[ResourceSpec] = (),
-        autowatch_view: str = "objects",
+        autowatch_view: View | str = View.OBJECTS,
         start_backoff: Backoff | None = None,
         start_timeout: float = 30.0,
         stop_timeout: float = 5.0,
@@ -111,30 +104,20 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         idle_timeout: float | None = None,
         connector: Connector | None = None,
         namespaces: Mapping[str, Sequence[str]] | None = None,
-        share: ShareEngine | None = None,
+        share: Sharing | None = None,
         share_lead: bool = True,
     ) -> None:
-        if idle_timeout is not None and not idle_timeout > 0:
-            raise ValueError(f"idle_timeout must be positive or None, not {idle_timeout!r}")
-        if not start_timeout > 0:
-            raise ValueError(f"start_timeout must be positive, not {start_timeout!r}")
         if not isinstance(source, KubeconfigSource):
             source = KubeconfigSource.static(source)
-        KubeconfigFollower.__init__(self, source)
+        signal = StatusSignal()
         self.settings = settings or WatchSettings()
-        if autowatch_view not in ("objects", "table"):
-            raise ValueError(f"autowatch_view must be 'objects' or 'table', not {autowatch_view!r}")
+        autowatch_view = View.of(autowatch_view, "autowatch_view")
         autowatched = [parse_resource(r) for r in autowatch]
         self._subscriber_buffer = subscriber_buffer
-        self._idle_timeout = idle_timeout
         connector = connector or HttpConnector(self.settings, CredentialPool())
-        self._share_status: Callable[[], Any] = _no_share
-        if share is not None:  # the engine wraps the connector: it opens its own session
-            from ..share import ShareConnector
-
-            shared = ShareConnector(connector, share, can_lead=share_lead)
-            connector, self._share_status = shared, shared.placement_status
-        self._connector = connector
+        # a share engine wraps the connector (it opens its own session)
+        self._shared = share.connector(connector, can_lead=share_lead) if share else None
+        self._connector = connector = self._shared or connector
         settings_ = GenerationSettings(
             connector=connector,
             start_backoff=start_backoff or Backoff(initial_delay=1.0, max_delay=60.0),
@@ -152,7 +135,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             settings=settings_,
             publisher=publisher.for_slot,
             final=publisher.final,
-            status_changed=self._signal.changed,
+            status_changed=signal.changed,
             autowatch=[(InformerKey(r.name, view=autowatch_view), r) for r in autowatched],
             stop_timeout=stop_timeout,
             idle_timeout=idle_timeout,
@@ -162,8 +145,11 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             self._generations,
             stop_timeout=stop_timeout,
             names=ResourceNames(),
-            status_changed=self._signal.changed,
+            status_changed=signal.changed,
         )
+        self._authorizers = Authorizers(self)
+        self._follower = KubeconfigFollower(source, self._generations, signal)
+        KubeconfigAPI.__init__(self, self._follower)  # the kubeconfig half of the API
         self._entered = False
 
     @classmethod
@@ -198,28 +184,24 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
             raise RuntimeError(f"a WatcherRegistry can be entered once (it is {self._state})")
         require_asyncio("WatcherRegistry")
         self._entered = True
-        try:
+        # our tasks contain their own failures, so a group carries the caller's exception
+        # from the body: it is given back unwrapped
+        with unwrapped():
             async with (  # left in reverse: the follower ends, then every generation,
-                self._source as source,  # then subscriptions (after each one's last change)
+                self._follower.source as source,  # then subscriptions (each after its last change)
                 self._connector.open(),  # a share engine's session, for every generation
                 self._fanout.open(),  # every subscription ends with it
                 self._generations.open() as generations,
+                self._authorizers.open(),  # they use the generations: they stop first
                 anyio.create_task_group() as tg,
             ):
-                tg.start_soon(self._follow, source, name="kubemux kubeconfig follower")
+                tg.start_soon(self._follower.follow, source, name="kubemux kubeconfig follower")
                 for name in self.contexts:
                     generations.autostart(name, [])
                 try:
                     yield self
                 finally:
                     tg.cancel_scope.cancel("registry closed")
-        except BaseExceptionGroup as group:
-            # Our tasks contain their own failures, so a group here carries the caller's
-            # exception from the body: give it back unwrapped.
-            inner = single_exception(group)
-            if inner is None:
-                raise
-            raise inner from inner.__cause__
 
     @property
     def _state(self) -> str:
@@ -289,7 +271,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         namespace; the store's ``scope`` and ``reason`` and :meth:`status` say so.
         """
         store = await self._starter.scoped_store(
-            context, resource, namespace, namespaces, label_selector, field_selector, "objects"
+            context, resource, namespace, namespaces, label_selector, field_selector, View.OBJECTS
         )
         for name, fn in (indexers or {}).items():
             store.add_indexer(name, fn)
@@ -314,7 +296,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         raises; cancelling the caller does not cancel the shared start.
         """
         store = await self._starter.scoped_store(
-            context, resource, namespace, namespaces, label_selector, field_selector, "table"
+            context, resource, namespace, namespaces, label_selector, field_selector, View.TABLE
         )
         assert isinstance(store, TableStore | MultiTableStore)
         return store
@@ -348,6 +330,13 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         async with self._starter.upstream(context) as upstream:
             yield upstream
 
+    async def authorizer(
+        self, context: str, *, settings: AuthorizerSettings | None = None
+    ) -> Authorizer:
+        """The context's :class:`Authorizer` once its RBAC informers synced (first ``settings``
+        stay). Raises ContextNotFound, NotSynced, or :meth:`watch`'s; cancelling stops the wait."""
+        return await self._authorizers.get(context, settings)
+
     async def event_index(self, context: str) -> EventIndex:
         """The live :class:`EventIndex` of ``context``, starting its event informer if needed.
 
@@ -378,17 +367,15 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
-        view: str = "objects",
+        view: View | str = View.OBJECTS,
     ) -> Store | None:
         """The synced store of a running informer, or None (never starts anything).
 
         The arguments name the informer as :meth:`watch` does; ``view="table"`` names the
         :meth:`table` view (a :class:`TableStore`).
         """
-        if view not in ("objects", "table"):
-            raise ValueError(f"view must be 'objects' or 'table', not {view!r}")
         return self._starter.running_store(
-            context, resource, namespace, label_selector, field_selector, view
+            context, resource, namespace, label_selector, field_selector, View.of(view)
         )
 
     def subscribe(
@@ -399,7 +386,7 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         namespace: str | None = None,
         snapshot: bool = True,
         buffer_size: int | None = None,
-        view: str = "objects",
+        view: View | str = View.OBJECTS,
         namespaces: Iterable[str] | None = None,
     ) -> Subscription:
         """Subscribe to changes; use as ``async with registry.subscribe(...) as changes``.
@@ -417,45 +404,31 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
         A subscriber more than ``buffer_size`` changes behind is closed: iteration raises
         :class:`SubscriberOverflow`. The informers never wait for a subscriber.
         """
-        if view not in ("objects", "table"):
-            raise ValueError(f"view must be 'objects' or 'table', not {view!r}")
-        scope: str | frozenset[str] | None = namespace
-        if namespaces is not None:
-            if namespace is not None or isinstance(namespaces, str):
-                raise ValueError("give namespace or a list of namespaces, not both")
-            scope = frozenset(namespaces)
+        view = View.of(view)
         names = self._starter.subscription_names(resource) if resource is not None else None
-        wanted = frozenset(contexts) if contexts is not None else None
-
-        def take_snapshot() -> list[Change]:
-            gens = [g for g in self._generations.gens.values() if wanted is None or g.key in wanted]
-            return Publisher.snapshot(gens, names, scope, view)
-
-        return self._fanout.subscribe(
-            resource=names,
-            contexts=wanted,
-            namespace=scope,
+        return subscription(
+            self._fanout,
+            self._generations.gens,
+            names,
+            contexts,
+            scope(namespace, namespaces),
+            snapshot=snapshot,
             buffer_size=buffer_size or self._subscriber_buffer,
-            snapshot=take_snapshot if snapshot else None,
             view=view,
         )
 
     def status(self) -> RegistryStatus:
         """A frozen snapshot of every context's state for a UI. Never holds a secret."""
-        now = time.monotonic()
-        out: dict[str, ContextStatus] = {}
-        for name, cfg in self.contexts.items():
-            out[name] = self._generations.context_status(cfg, now)
-        snap = self._source.snapshot
+        now, gens, snap = time.monotonic(), self._generations, self.kubeconfig_snapshot
         return RegistryStatus(
-            contexts=out,
+            contexts={name: gens.context_status(cfg, now) for name, cfg in self.contexts.items()},
             current_context=self.current_context,
             kubeconfig_errors=dict(snap.errors),
             invalid_contexts=dict(snap.invalid),
-            kubeconfig_syncs=self._syncs,
+            kubeconfig_syncs=self.kubeconfig_syncs,
             subscribers=len(self._fanout),
             subscriber_overflows=self._fanout.overflows,
-            share=self._share_status(),
+            share=self._shared.placement_status() if self._shared is not None else None,
         )
 
     def __repr__(self) -> str:
@@ -472,15 +445,3 @@ class WatcherRegistry(KubeconfigFollower, anyio.AsyncContextManagerMixin):
 
     def _structure_sizes(self) -> dict[str, int]:
         return {**self._generations.sizes(), "subscribers": len(self._fanout)}
-
-    def _idle_generations(self, now: float) -> list[ContextGeneration]:  # for tests
-        assert self._idle_timeout is not None
-        return self._generations.idle(now)
-
-    @property
-    def _gens(self) -> Mapping[str, ContextGeneration]:  # for tests
-        return self._generations.gens
-
-
-def _no_share() -> None:
-    """``status().share`` of a registry that shares nothing."""

@@ -23,10 +23,11 @@ from .._cache.event_index import EventIndex
 from .._cache.multistore import MultiStore, MultiTableStore
 from .._cache.store import Store, Transform
 from .._cache.table import TableStore
-from .._errors import ContextRemoved, Forbidden, ResourceNotFound
+from .._errors import ContextRemoved, Forbidden, ResourceNotFound, unwrap
 from .._http.upstream import Upstream
 from .._informer.informer import InformerKey
 from .._resources import Resource, known_resource, parse_resource, path_segment
+from .._wire.types import View
 from .changes import ResourceNames
 from .connector import Connection
 from .context import ContextGeneration, Narrowed, Slot
@@ -70,7 +71,7 @@ class Starter:
         namespaces: Sequence[str] | None,
         labels: str | None,
         fields: str | None,
-        view: str,
+        view: View,
     ) -> Store:
         """The synced store of ``watch()``/``table()``: one informer, one per namespace of
         ``namespaces``, or, where the cluster-wide LIST is forbidden, one per namespace the
@@ -103,7 +104,7 @@ class Starter:
         resource: ResourceSpec,
         labels: str | None,
         fields: str | None,
-        view: str,
+        view: View,
     ) -> Narrowed | None:
         """The live generation's narrowing of this cluster-wide informer, if it made one."""
         gen = self._gens.gens.get(context)
@@ -122,7 +123,7 @@ class Starter:
         resource: ResourceSpec,
         labels: str | None,
         fields: str | None,
-        view: str,
+        view: View,
         narrowed: Narrowed,
     ) -> Store:
         store = await self._union(
@@ -138,7 +139,7 @@ class Starter:
         scope: Sequence[str],
         label_selector: str | None,
         field_selector: str | None,
-        view: str,
+        view: View,
         reason: str,
     ) -> MultiStore:
         parts: dict[str, Store] = {}
@@ -153,7 +154,7 @@ class Starter:
                 for ns in dict.fromkeys(scope):
                     tg.start_soon(one, ns)
         except BaseExceptionGroup as group:  # the first failure, as watch() raises it
-            raise _first(group) from None
+            raise unwrap(group) from None
         kind = MultiTableStore if view == "table" else MultiStore
         return kind(parts, reason=reason)
 
@@ -164,7 +165,7 @@ class Starter:
         namespace: str | None,
         label_selector: str | None,
         field_selector: str | None,
-        view: str,
+        view: View,
     ) -> Store:
         stops_seen = self._gens.stops.get(context)
         fixed = resource if isinstance(resource, Resource) else known_resource(resource)
@@ -275,11 +276,11 @@ class Starter:
         while True:
             try:
                 store = await self.scoped_store(
-                    context, EVENTS_V1, None, None, None, None, "objects"
+                    context, EVENTS_V1, None, None, None, None, View.OBJECTS
                 )
             except ResourceNotFound:
                 store = await self.scoped_store(
-                    context, EVENTS_CORE, None, None, None, None, "objects"
+                    context, EVENTS_CORE, None, None, None, None, View.OBJECTS
                 )
             gen = self._gens.gens.get(context)
             if gen is None or not gen.is_running:
@@ -296,7 +297,7 @@ class Starter:
         namespace: str | None,
         label_selector: str | None,
         field_selector: str | None,
-        view: str,
+        view: View,
     ) -> Store | None:
         """See :meth:`WatcherRegistry.store` (never starts anything)."""
         gen = self._gens.gens.get(context)
@@ -354,7 +355,7 @@ class StoreFactory:
         self._default = default
         self._transforms = {_full_name(k): v for k, v in transforms.items()}
 
-    def __call__(self, resource: Resource, view: str) -> Store:
+    def __call__(self, resource: Resource, view: View) -> Store:
         if view == "table":
             return TableStore(resource)
         return Store(resource, transform=self._transforms.get(resource.name, self._default))
@@ -374,7 +375,7 @@ def informer_key(
     namespace: str | None,
     label_selector: str | None,
     field_selector: str | None,
-    view: str = "objects",
+    view: View = View.OBJECTS,
 ) -> InformerKey:
     """What names one informer of a context: a namespace only for namespaced resources.
 
@@ -391,10 +392,3 @@ def informer_key(
         field_selector or None,
         view,
     )
-
-
-def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc

@@ -6,10 +6,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from .._redact import redact_text
-from .codec import Entry
 
 __all__ = [
     "MAX_ERROR_TYPES",
@@ -17,7 +16,6 @@ __all__ = [
     "InformerKey",
     "InformerState",
     "InformerStatus",
-    "OnChange",
     "View",
     "skip_reason",
 ]
@@ -57,9 +55,17 @@ class View(enum.StrEnum):
     """The server's rows: cells of its columns and the object's metadata, as ``kubectl
     get`` shows them (:meth:`~kubemux.WatcherRegistry.table`)."""
 
+    @classmethod
+    def of(cls, value: str, what: str = "view") -> View:
+        """``value`` as a :class:`View`.
 
-OnChange = Callable[[str, Entry, Entry | None], None]
-"""Called synchronously for every change applied to the store: (type, entry, old entry)."""
+        Raises:
+            ValueError: not a view (the message names ``what`` and the views).
+        """
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"{what} must be 'objects' or 'table', not {value!r}") from None
 
 
 MAX_SKIP_REASON = 300
@@ -94,9 +100,9 @@ class InformerKey:
     namespace: str | None = None
     label_selector: str | None = None
     field_selector: str | None = None
-    view: View | str = View.OBJECTS
-    """What is cached: a :class:`View` once built (the strings ``"objects"`` and ``"table"``
-    are taken too; another raises ``ValueError``)."""
+    view: View = View.OBJECTS
+    """What is cached (the strings ``"objects"`` and ``"table"`` are taken too, made a
+    :class:`View`; another raises ``ValueError``)."""
 
     def __post_init__(self) -> None:
         if type(self.view) is not View:

@@ -25,8 +25,9 @@ from typing import TextIO
 
 import anyio
 
-from .. import __version__
+from .._errors import exception_leaves
 from .._redact import terminal_safe
+from .._runtime import __version__
 from . import _dashboard, _get, _proxy, _relay, _status, _watch
 from ._limits import open_file_limits
 from ._output import (
@@ -38,7 +39,6 @@ from ._output import (
     CommandError,
     SafeFormatter,
     configure_logging,
-    exception_leaves,
     is_closed_pipe,
     report,
     silence_stdout,
@@ -212,7 +212,7 @@ async def _run_parsed(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
     try:
         return await _dispatch(args, out, err)
     except BaseException as exc:
-        leaves = exception_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+        leaves = exception_leaves(exc)
         if any(is_closed_pipe(e) for e in leaves):  # `kubemux watch pods | head`
             OUTCOME.add(PIPE_CLOSED)
             return 0

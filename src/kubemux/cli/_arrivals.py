@@ -31,7 +31,7 @@ from .._redact import terminal_safe
 from .._registry.registry import WatcherRegistry
 from ._formats import Format
 from ._output import TabWriter
-from ._tables import Source, View, by_kind, name_of, object_name, wanted
+from ._tables import Source, TableLayout, by_kind, name_of, object_name, wanted
 
 __all__ = ["GRACE", "PROGRESS_AFTER", "PROGRESS_PERIOD", "Arrivals", "progress"]
 
@@ -82,7 +82,7 @@ class Arrivals:
         self.streaming = False
         self.printed = 0  # lines of rows printed
         self.writer = TabWriter(out)
-        self.view: View | None = None
+        self.view: TableLayout | None = None
         self.header_done = fmt.no_headers
         # one document or several kinds: wait for everything
         self.can_stream = fmt.kind in ("table", "wide", "name", "custom-columns")
@@ -131,7 +131,9 @@ class Arrivals:
             self.header_done = True
         else:
             if self.view is None:
-                self.view = View(True, args.all_namespaces, fmt.kind == "wide", "", fmt.labels)
+                self.view = TableLayout(
+                    True, args.all_namespaces, fmt.kind == "wide", "", fmt.labels
+                )
                 for src in sources:
                     self.view.learn(src.store.columns, src.resource)
             view = self.view

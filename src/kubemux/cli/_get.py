@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 import anyio
 
-from .._errors import ContextNotFound, InvalidContext, KubemuxError, UnknownResource
+from .._errors import ContextNotFound, InvalidContext, KubemuxError, UnknownResource, unwrap
 from .._informer.discovery import preferred, resolve
 from .._redact import redact_text, terminal_safe
 from .._registry.registry import WatcherRegistry
@@ -32,7 +32,7 @@ from .._settings import WatchSettings
 from . import _arrivals
 from ._arrivals import Arrivals, progress
 from ._formats import output_flag, parse_format, request_timeout
-from ._output import KUBECONFIG_HELP, CommandError, exception_leaves, startup
+from ._output import KUBECONFIG_HELP, CommandError, startup
 from ._tables import Source, no_resources, print_once
 
 log = logging.getLogger(__name__)
@@ -254,7 +254,7 @@ async def open_view(
             for i, resource in enumerate(resources):
                 tg.start_soon(one, i, resource)
     except BaseExceptionGroup as group:  # the first failure, once
-        raise group.exceptions[0] from None
+        raise unwrap(group) from None
     return [found[i] for i in range(len(resources))]
 
 
@@ -315,8 +315,7 @@ async def _open_all(
                     opening.start_soon(one, context)
             tg.cancel_scope.cancel("every context answered")
     except BaseExceptionGroup as group:  # the first failure, once
-        leaves = exception_leaves(group)
-        raise leaves[0] from None
+        raise unwrap(group) from None
     if unknown and not found:
         raise unknown[min(unknown, key=contexts.index)]
     for context, exc in unknown.items():

@@ -1,15 +1,15 @@
 """kubectl's JSONPath templates (``-o jsonpath=...``, ``-o custom-columns=...``).
 
-A port of client-go's ``util/jsonpath`` (parser and evaluator) over decoded JSON (dicts,
-lists, str, int, float, bool, None), with kubectl's printing: text between ``{}`` as it is,
-several results of one expression separated by a space, strings as they are, numbers as Go
-prints them, maps and lists as JSON. ``range``/``end``, ``[?(@.a=="b")]`` filters, slices,
-unions, ``*``, ``..`` recursive descent and quoted text (``{"\\n"}``) work as in kubectl.
-Missing keys give nothing (kubectl's printers allow them).
+A port of client-go's ``util/jsonpath`` evaluator (its parser: :mod:`._jsonpath_parse`)
+over decoded JSON (dicts, lists, str, int, float, bool, None), with kubectl's printing: text
+between ``{}`` as it is, several results of one expression separated by a space, strings as
+they are, numbers as Go prints them, maps and lists as JSON. ``range``/``end``,
+``[?(@.a=="b")]`` filters, slices, unions, ``*``, ``..`` recursive descent and quoted text
+(``{"\\n"}``) work as in kubectl. Missing keys give nothing (kubectl's printers allow them).
 
-Bounded: a template longer than ``MAX_TEMPLATE`` characters, or nested deeper than Python
-would recurse, is refused with :class:`JSONPathError`; results are produced while printing,
-never more than the objects hold.
+Bounded: a template longer than ``MAX_TEMPLATE`` characters, or nested (template or data)
+deeper than Python would recurse, is refused with :class:`JSONPathError`; results are
+produced while printing, never more than the objects hold.
 """
 
 from __future__ import annotations
@@ -17,311 +17,25 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
+from ._jsonpath_parse import (
+    ArrayNode,
+    BoolNode,
+    FieldNode,
+    FilterNode,
+    IdentifierNode,
+    JSONPathError,
+    ListNode,
+    NumberNode,
+    RecursiveNode,
+    TextNode,
+    UnionNode,
+    WildcardNode,
+    parse,
+)
+
 __all__ = ["JSONPathError", "Template", "go_text", "relaxed"]
-
-MAX_TEMPLATE = 10_000
-
-
-class JSONPathError(ValueError):
-    """A template that cannot be parsed or evaluated (kubectl's words where it has them)."""
-
-
-# ---------------------------------------------------------------------- nodes
-@dataclass
-class _List:
-    nodes: list[Any] = field(default_factory=list)
-
-
-@dataclass
-class _Text:
-    text: str
-
-
-@dataclass
-class _Field:
-    name: str
-
-
-@dataclass
-class _Identifier:
-    name: str
-
-
-@dataclass
-class _Array:
-    params: list[tuple[bool, int]]  # (known, value) for start, end, step
-
-
-@dataclass
-class _Filter:
-    left: _List
-    right: _List
-    operator: str
-
-
-@dataclass
-class _Union:
-    nodes: list[_List]
-
-
-@dataclass
-class _Number:
-    value: int | float
-
-
-@dataclass
-class _Bool:
-    value: bool
-
-
-class _Wildcard:
-    pass
-
-
-class _Recursive:
-    pass
-
-
-_DICT_KEY = re.compile(r"^'([^']*)'$")
-_SLICE = re.compile(r"^(-?\d*)(:-?\d*)?(:-?\d*)?$")
-_FILTER = re.compile(r"^([^!<>=]+)([!<>=]+)(.+?)$")
-
-
-def _terminator(c: str) -> bool:
-    return c in " \t\r\n" or c in ".,[]$@{}" or c == ""
-
-
-class _Parser:
-    def __init__(self, text: str) -> None:
-        self.input = text
-        self.pos = 0
-        self.start = 0
-        self.root = _List()
-
-    def parse(self) -> _List:
-        self._text(self.root)
-        return self.root
-
-    def _next(self) -> str:
-        if self.pos >= len(self.input):
-            return ""
-        c = self.input[self.pos]
-        self.pos += 1
-        return c
-
-    def _peek(self) -> str:
-        return self.input[self.pos] if self.pos < len(self.input) else ""
-
-    def _consume(self) -> str:
-        value = self.input[self.start : self.pos]
-        self.start = self.pos
-        return value
-
-    def _text(self, cur: _List) -> None:
-        while True:
-            if self.input.startswith("{", self.pos):
-                if self.pos > self.start:
-                    cur.nodes.append(_Text(self._consume()))
-                self.pos += 1
-                self._consume()
-                action = _List()
-                cur.nodes.append(action)
-                self._action(action)
-                return
-            if self._next() == "":
-                break
-        if self.pos > self.start:
-            cur.nodes.append(_Text(self._consume()))
-
-    def _action(self, cur: _List) -> None:
-        while True:
-            rest = self.input[self.pos :]
-            if rest.startswith("}"):
-                self.pos += 1
-                self._consume()
-                self._text(self.root)
-                return
-            if rest.startswith("[?("):
-                self._filter(cur)
-                continue
-            if rest.startswith(".."):
-                if cur.nodes and isinstance(cur.nodes[-1], _Recursive):
-                    raise JSONPathError("invalid multiple recursive descent")
-                self.pos += 2
-                self._consume()
-                cur.nodes.append(_Recursive())
-                if _alnum(self._peek()):
-                    self._field(cur)
-                continue
-            c = self._next()
-            if c == "" or c in "\r\n":
-                raise JSONPathError("unclosed action")
-            if c in " @$":
-                self._consume()
-            elif c == "[":
-                self._array(cur)
-            elif c in "\"'":
-                self._quote(cur, c)
-            elif c == ".":
-                self._field(cur)
-            elif c in "+-" or c.isdigit():
-                self.pos -= 1
-                self._number(cur)
-            elif _alnum(c):
-                self.pos -= 1
-                self._identifier(cur)
-            else:
-                raise JSONPathError(f"unrecognized character in action: U+{ord(c):04X} {c!r}")
-
-    def _identifier(self, cur: _List) -> None:
-        while True:
-            c = self._next()
-            if _terminator(c):
-                if c != "":
-                    self.pos -= 1
-                break
-        value = self._consume()
-        if value in ("true", "false"):
-            cur.nodes.append(_Bool(value == "true"))
-        else:
-            cur.nodes.append(_Identifier(value))
-
-    def _number(self, cur: _List) -> None:
-        if self._peek() in "+-":
-            self._next()
-        while True:
-            c = self._next()
-            if c != "." and not c.isdigit():
-                if c != "":
-                    self.pos -= 1
-                break
-        value = self._consume()
-        try:
-            cur.nodes.append(_Number(int(value)))
-        except ValueError:
-            try:
-                cur.nodes.append(_Number(float(value)))
-            except ValueError:
-                raise JSONPathError(f"cannot parse number {value}") from None
-
-    def _array(self, cur: _List) -> None:
-        while True:
-            c = self._next()
-            if c in ("", "\n"):
-                raise JSONPathError("unterminated array")
-            if c == "]":
-                break
-        text = self._consume()[1:-1]
-        if text == "*":
-            text = ":"
-        parts = text.split(",")
-        if len(parts) > 1:
-            union = [_action_of(f"[{p.strip(' ')}]") for p in parts]
-            cur.nodes.append(_Union(union))
-            return
-        key = _DICT_KEY.match(text)
-        if key:
-            cur.nodes.extend(_action_of(f".{key.group(1)}").nodes)
-            return
-        found = _SLICE.match(text)
-        if found is None:
-            raise JSONPathError(f"invalid array index {text}")
-        values = list(found.groups())
-        params: list[tuple[bool, int]] = []
-        for i in range(3):
-            value = values[i]
-            if value:
-                if i > 0:
-                    value = value[1:]
-                if i > 0 and value == "":
-                    params.append((False, 0))
-                else:
-                    try:
-                        params.append((True, int(value)))
-                    except ValueError:
-                        raise JSONPathError(f"array index {value} is not a number") from None
-            elif i == 1:
-                params.append((True, params[0][1] + 1))
-            else:
-                params.append((False, 0))
-        cur.nodes.append(_Array(params))
-
-    def _filter(self, cur: _List) -> None:
-        self.pos += 3
-        self._consume()
-        begin = end = False
-        pair = ""
-        while True:
-            c = self._next()
-            if c in ("", "\n"):
-                raise JSONPathError("unterminated filter")
-            if c in "\"'":
-                if not begin:
-                    begin, pair = True, c
-                    continue
-                if self.input[self.pos - 2] != "\\" and c == pair:
-                    end = True
-            elif c == ")" and begin == end:
-                break
-        if self._next() != "]":
-            raise JSONPathError("unclosed array expect ]")
-        text = self._consume()[:-2]
-        found = _FILTER.match(text)
-        if found is None:
-            cur.nodes.append(_Filter(_action_of(text), _List(), "exists"))
-        else:
-            left, operator, right = found.groups()
-            cur.nodes.append(_Filter(_action_of(left), _action_of(right), operator))
-
-    def _quote(self, cur: _List, quote: str) -> None:
-        while True:
-            c = self._next()
-            if c in ("", "\n"):
-                raise JSONPathError("unterminated quoted string")
-            if c == quote and self.input[self.pos - 2] != "\\":
-                break
-        raw = self._consume()
-        cur.nodes.append(_Text(_unquote(raw)))
-
-    def _field(self, cur: _List) -> None:
-        self._consume()
-        while True:
-            c = self._next()
-            if c == "\\":
-                self._next()
-            elif _terminator(c):
-                if c != "":
-                    self.pos -= 1
-                break
-        value = self._consume()
-        if value == "*":
-            cur.nodes.append(_Wildcard())
-        else:
-            cur.nodes.append(_Field(value.replace("\\", "")))
-
-
-def _alnum(c: str) -> bool:
-    return c == "_" or c.isalnum()
-
-
-def _unquote(raw: str) -> str:
-    body = raw[1:-1]
-    if "\\" not in body:
-        return body
-    try:
-        return str(json.loads('"' + body.replace('"', '\\"').replace("\\'", "'") + '"'))
-    except json.JSONDecodeError:
-        raise JSONPathError(f"unquote string {raw} error invalid syntax") from None
-
-
-def _action_of(text: str) -> _List:
-    root = _Parser("{" + text + "}").parse()
-    node = root.nodes[0]
-    assert isinstance(node, _List)
-    return node
 
 
 # ---------------------------------------------------------------------- evaluation
@@ -329,12 +43,7 @@ class Template:
     """A parsed kubectl JSONPath template; :meth:`render` applies it to one document."""
 
     def __init__(self, text: str) -> None:
-        if len(text) > MAX_TEMPLATE:
-            raise JSONPathError(f"the template is longer than {MAX_TEMPLATE} characters")
-        try:
-            self._root = _Parser(text).parse()
-        except RecursionError:
-            raise JSONPathError("the template is nested too deeply") from None
+        self._root = parse(text)
         self.text = text
 
     def results(self, data: Any) -> list[list[Any]]:
@@ -384,21 +93,21 @@ class _Run:
         return full
 
     def walk(self, cur: list[Any], node: Any) -> list[Any]:
-        if isinstance(node, _List):
+        if isinstance(node, ListNode):
             for inner in node.nodes:
                 cur = self.walk(cur, inner)
             return cur
-        if isinstance(node, _Text):
+        if isinstance(node, TextNode):
             return [node.text]
-        if isinstance(node, _Field):
+        if isinstance(node, FieldNode):
             return [v[node.name] for v in cur if isinstance(v, dict) and node.name in v]
-        if isinstance(node, _Array):
+        if isinstance(node, ArrayNode):
             return _slice(cur, node)
-        if isinstance(node, _Filter):
+        if isinstance(node, FilterNode):
             return self.filter(cur, node)
-        if isinstance(node, _Number | _Bool):
+        if isinstance(node, NumberNode | BoolNode):
             return [node.value for _ in cur]
-        if isinstance(node, _Wildcard):
+        if isinstance(node, WildcardNode):
             out: list[Any] = []
             for value in cur:
                 if isinstance(value, dict):
@@ -406,14 +115,14 @@ class _Run:
                 elif isinstance(value, list | str):
                     out.extend(value)
             return out
-        if isinstance(node, _Recursive):
+        if isinstance(node, RecursiveNode):
             return _recursive(cur)
-        if isinstance(node, _Union):
+        if isinstance(node, UnionNode):
             out = []
             for part in node.nodes:
                 out.extend(self.walk(cur, part))
             return out
-        if isinstance(node, _Identifier):
+        if isinstance(node, IdentifierNode):
             if node.name == "range":
                 self.stack.append(self.cur)
                 self.begin_range += 1
@@ -429,7 +138,7 @@ class _Run:
             raise JSONPathError(f"unrecognized identifier {node.name}")
         raise JSONPathError(f"unexpected node {node!r}")
 
-    def filter(self, cur: list[Any], node: _Filter) -> list[Any]:
+    def filter(self, cur: list[Any], node: FilterNode) -> list[Any]:
         out = []
         for value in cur:
             if not isinstance(value, list):
@@ -450,7 +159,7 @@ class _Run:
         return out
 
 
-def _slice(cur: list[Any], node: _Array) -> list[Any]:
+def _slice(cur: list[Any], node: ArrayNode) -> list[Any]:
     out = []
     for value in cur:
         if value is None:

@@ -20,12 +20,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .._http.transport import fd_exhaustion, too_many_open_files
-from .._runtime import raise_fd_limit
+from .._runtime import fd_exhaustion, raise_fd_limit, too_many_open_files
 
 __all__ = ["open_file_limits"]
 
-log = logging.getLogger("kubemux.cli")
+log = logging.getLogger(__name__)
 
 ACCEPT_WARNING_PERIOD = 60.0  # seconds between two "cannot accept" warnings
 

@@ -139,14 +139,6 @@ def report(exc: BaseException, err: TextIO) -> None:
     print(f"kubemux: error: {terminal_safe(redact_text(_one_line(exc)))}", file=err)
 
 
-def exception_leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    """The exceptions inside ``group``, however nested."""
-    out: list[BaseException] = []
-    for exc in group.exceptions:
-        out.extend(exception_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
-    return out
-
-
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         return _one_line(exc.exceptions[0])

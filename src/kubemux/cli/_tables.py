@@ -1,5 +1,5 @@
 """What ``get`` and ``watch`` print: the server's columns as ``kubectl get`` lays them out
-(:class:`View`), and one answer's output in every format (:func:`print_once`)."""
+(:class:`TableLayout`), and one answer's output in every format (:func:`print_once`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ._output import TabWriter, cell_text
 
 __all__ = [
     "Source",
-    "View",
+    "TableLayout",
     "by_kind",
     "dump",
     "kind_of",
@@ -45,7 +45,7 @@ class Source:
 
 
 # ---------------------------------------------------------------------- columns
-class View:
+class TableLayout:
     """The columns of one resource's table and how each context's rows fill them.
 
     ``kind`` (``deployment.apps``) prefixes the name cells, as kubectl does when several
@@ -197,7 +197,7 @@ def print_once(
     else:
         lines = []
         for kind in kinds:
-            view = View(
+            view = TableLayout(
                 multi,
                 args.all_namespaces,
                 args.output == "wide",

@@ -28,7 +28,7 @@ from ._get import (
     resource_names,
 )
 from ._output import CommandError, TabWriter
-from ._tables import Source, View, dump, name_of, object_name, print_once, wanted
+from ._tables import Source, TableLayout, dump, name_of, object_name, print_once, wanted
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ async def watch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             contexts, sources = await open_views(registry, args, err)
             tried = set(contexts)
         wide = args.output == "wide"
-        view = View(is_multi(args, contexts), args.all_namespaces, wide, labels=fmt.labels)
+        view = TableLayout(is_multi(args, contexts), args.all_namespaces, wide, labels=fmt.labels)
         with anyio.move_on_after(args.duration):
             await _follow(registry, args, contexts, sources, view, out, err, tried)
     return 0
@@ -62,7 +62,7 @@ async def _follow(
     args: argparse.Namespace,
     contexts: list[str],
     sources: list[Source],
-    view: View,
+    view: TableLayout,
     out: TextIO,
     err: TextIO,
     tried: set[str],

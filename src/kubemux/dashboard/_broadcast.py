@@ -46,7 +46,7 @@ from .streams import Stream
 
 __all__ = ["Connection", "Hub"]
 
-log = logging.getLogger("kubemux.dashboard.app")
+log = logging.getLogger(__name__)
 
 PENDING_BYTES = 1 << 20  # bytes queued on a connection before it starts again from a snapshot
 WAKE_SLICE = 64  # writers woken per turn of the event loop

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from kubemux import WatcherRegistry
 
+from ._encoding import Encodings
 from ._panel import Panel
 from ._snapshots import SnapshotCache
 
@@ -27,6 +28,7 @@ class StreamContext:
     status_period: float
     stream_send_timeout: float
     snapshots: SnapshotCache
+    encodings: Encodings
     running_registry: Callable[[], WatcherRegistry]  # raises the 503 Problem when not running
     contexts_json: Callable[[int], bytes]  # /api/contexts at a status version, shared
     panel: Callable[[int], Panel]  # the streams' contexts panel at a status version, shared

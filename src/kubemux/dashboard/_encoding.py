@@ -2,8 +2,9 @@
 
 An event is ``event: name`` and one ``data:`` line of JSON (:func:`encode_event`). A live
 change is encoded by the row encoder (:mod:`._rows`) once, whichever streams send it
-(:func:`encoded`), and a context's ``columns`` event once per set of columns
-(:func:`columns_event`): with a thousand streams the encoding is the cost.
+(:meth:`Encodings.encoded`), and a context's ``columns`` event once per set of columns
+(:meth:`Encodings.columns_event`): with a thousand streams the encoding is the cost. The
+caches are the app's (one :class:`Encodings` per dashboard), not the process's.
 
 A set of columns has an id (a hash of its definitions): a snapshot sends each set whole
 once and, for every other context with the same columns, only the id (a fleet's 1,000
@@ -22,15 +23,7 @@ from kubemux import Change, Resource, TableColumn
 from ._rows import change_bytes
 from .views import column_payload
 
-__all__ = [
-    "BATCH",
-    "RETRY_MS",
-    "columns_event",
-    "columns_id",
-    "definition_event",
-    "encode_event",
-    "encoded",
-]
+__all__ = ["BATCH", "RETRY_MS", "Encodings", "definition_event", "encode_event"]
 
 BATCH = 500  # changes per ``changes`` event
 RETRY_MS = 1000  # EventSource reconnection delay
@@ -48,41 +41,74 @@ def encode_event(event: str, data: object, *, retry: int | None = None) -> bytes
     return b"event: " + event.encode() + b"\r\ndata: " + raw + tail
 
 
-_encoded: OrderedDict[int, tuple[Change, bytes | None]] = OrderedDict()
+class Encodings:
+    """One dashboard's encodings kept for its streams: live changes, ``columns`` events and
+    column sets' ids, each bounded (:data:`ENCODED_CHANGES`, least recent first)."""
 
+    __slots__ = ("_columns", "_definitions", "_encoded")
 
-def encoded(change: Change) -> bytes | None:
-    """``change`` as the browser's table consumes it, JSON-encoded once for every stream
-    (:func:`~._rows.change_bytes`: None for one that cannot be encoded, skipped).
+    def __init__(self) -> None:
+        self._encoded: OrderedDict[int, tuple[Change, bytes | None]] = OrderedDict()
+        self._columns: OrderedDict[tuple[str, str, tuple[TableColumn, ...]], bytes] = OrderedDict()
+        self._definitions: OrderedDict[tuple[TableColumn, ...], tuple[str, bytes]] = OrderedDict()
 
-    The registry hands the same :class:`~kubemux.Change` to every subscriber, so the
-    encoding is kept (by identity, the change itself held so the key stays unique) for the
-    streams that send it after the first.
-    """
-    key = id(change)
-    hit = _encoded.get(key)
-    if hit is not None and hit[0] is change:
-        return hit[1]
-    raw = change_bytes(change)
-    _encoded[key] = (change, raw)
-    if len(_encoded) > ENCODED_CHANGES:
-        _encoded.popitem(last=False)
-    return raw
+    def encoded(self, change: Change) -> bytes | None:
+        """``change`` as the browser's table consumes it, JSON-encoded once for every stream
+        (:func:`~._rows.change_bytes`: None for one that cannot be encoded, skipped).
 
+        The registry hands the same :class:`~kubemux.Change` to every subscriber, so the
+        encoding is kept (by identity, the change itself held so the key stays unique) for
+        the streams that send it after the first.
+        """
+        key = id(change)
+        hit = self._encoded.get(key)
+        if hit is not None and hit[0] is change:
+            return hit[1]
+        raw = change_bytes(change)
+        self._encoded[key] = (change, raw)
+        if len(self._encoded) > ENCODED_CHANGES:
+            self._encoded.popitem(last=False)
+        return raw
 
-_columns_events: OrderedDict[tuple[str, str, tuple[TableColumn, ...]], bytes] = OrderedDict()
-_definitions: OrderedDict[tuple[TableColumn, ...], tuple[str, bytes]] = OrderedDict()
+    def columns_id(self, columns: tuple[TableColumn, ...]) -> tuple[str, bytes]:
+        """A set of columns' id and its definitions as JSON, computed once per set."""
+        found = self._definitions.get(columns)
+        if found is None:
+            body = orjson.dumps([column_payload(c) for c in columns])
+            cid = hashlib.blake2b(body, digest_size=8).hexdigest()
+            found = self._definitions[columns] = (cid, body)
+            if len(self._definitions) > ENCODED_CHANGES:
+                self._definitions.popitem(last=False)
+        return found
 
-
-def columns_id(columns: tuple[TableColumn, ...]) -> tuple[str, bytes]:
-    """A set of columns' id and its definitions as JSON, computed once per set."""
-    found = _definitions.get(columns)
-    if found is None:
-        body = orjson.dumps([column_payload(c) for c in columns])
-        found = _definitions[columns] = (hashlib.blake2b(body, digest_size=8).hexdigest(), body)
-        if len(_definitions) > ENCODED_CHANGES:
-            _definitions.popitem(last=False)
-    return found
+    def columns_event(
+        self,
+        context: str,
+        resource: Resource,
+        columns: tuple[TableColumn, ...],
+        *,
+        defined: dict[str, bytes] | None = None,
+    ) -> bytes:
+        """The ``columns`` event of one context's table view: ``{"context", "resource",
+        "id", "columns"}``, encoded once for every stream; only ``{"context", "resource",
+        "id"}`` when ``id`` is in ``defined`` (the sets this stream sent since its last
+        ``reset``, id -> definitions; the event adds its own)."""
+        cid, body = self.columns_id(columns)
+        if defined is not None:
+            if cid in defined:
+                head = orjson.dumps({"context": context, "resource": resource.name, "id": cid})
+                return encode_event("columns", head)
+            defined[cid] = body
+        key = (context, resource.name, columns)
+        raw = self._columns.get(key)
+        if raw is None:
+            head = orjson.dumps({"context": context, "resource": resource.name, "id": cid})
+            raw = self._columns[key] = encode_event(
+                "columns", head[:-1] + b',"columns":' + body + b"}"
+            )
+            if len(self._columns) > ENCODED_CHANGES:
+                self._columns.popitem(last=False)
+        return raw
 
 
 def definition_event(resource: Resource, cid: str, body: bytes) -> bytes:
@@ -90,32 +116,3 @@ def definition_event(resource: Resource, cid: str, body: bytes) -> bytes:
     "columns"}``."""
     head = orjson.dumps({"resource": resource.name, "id": cid})
     return encode_event("columns", head[:-1] + b',"columns":' + body + b"}")
-
-
-def columns_event(
-    context: str,
-    resource: Resource,
-    columns: tuple[TableColumn, ...],
-    *,
-    defined: dict[str, bytes] | None = None,
-) -> bytes:
-    """The ``columns`` event of one context's table view: ``{"context", "resource", "id",
-    "columns"}``, encoded once for every stream; only ``{"context", "resource", "id"}``
-    when ``id`` is in ``defined`` (the sets this stream sent since its last ``reset``, id
-    -> definitions; the event adds its own)."""
-    cid, body = columns_id(columns)
-    if defined is not None:
-        if cid in defined:
-            head = orjson.dumps({"context": context, "resource": resource.name, "id": cid})
-            return encode_event("columns", head)
-        defined[cid] = body
-    key = (context, resource.name, columns)
-    raw = _columns_events.get(key)
-    if raw is None:
-        head = orjson.dumps({"context": context, "resource": resource.name, "id": cid})
-        raw = _columns_events[key] = encode_event(
-            "columns", head[:-1] + b',"columns":' + body + b"}"
-        )
-        if len(_columns_events) > ENCODED_CHANGES:
-            _columns_events.popitem(last=False)
-    return raw

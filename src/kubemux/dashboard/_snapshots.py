@@ -36,7 +36,7 @@ class SnapshotCache:
 
     One entry per (context, resource, namespace): the ``changes`` events (``BATCH`` rows
     each) that replay a table view's store (its ``columns`` event is the stream's to send,
-    :func:`~._encoding.columns_event`), valid while the store is
+    :meth:`~._encoding.Encodings.columns_event`), valid while the store is
     the same object at the same resourceVersion, size and columns. Concurrent streams wanting the same snapshot wait for one
     encoding. An entry also keeps each object's encoded row (by the object's bytes), so the
     next encoding, after a few changes, summarises only the objects that changed. At most

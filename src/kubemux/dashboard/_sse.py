@@ -24,7 +24,7 @@ from ._responses import Problem
 from ._state import Dashboard, dashboard_of
 from .streams import Stream
 
-log = logging.getLogger("kubemux.dashboard.app")  # the name it had before the split
+log = logging.getLogger(__name__)
 
 Run = Callable[[Hub, Connection], Coroutine[None, None, None]]
 

@@ -29,6 +29,7 @@ from kubemux import (
 
 from ._broadcast import Hub
 from ._context import StreamContext
+from ._encoding import Encodings
 from ._panel import Panel, build_panel
 from ._responses import Problem
 from ._signals import chain_exit_signals
@@ -113,6 +114,7 @@ class Dashboard:
             self.prom = prometheus_client.CollectorRegistry()
         self._metrics_registered = False
         self.snapshots = SnapshotCache()
+        self.encodings = Encodings()  # the app's own, as its snapshots
         # the pickers' questions to every context, answered from what is kept (._answers)
         self.answers: dict[str, Any] = {}
         # what the event streams read of the dashboard: they and the hub hold this, not it
@@ -122,6 +124,7 @@ class Dashboard:
             status_period=status_period,
             stream_send_timeout=stream_send_timeout,
             snapshots=self.snapshots,
+            encodings=self.encodings,
             running_registry=lambda: self.registry,
             contexts_json=self.contexts_json,
             panel=self.panel,

@@ -21,7 +21,7 @@ The work per stream is bounded, whatever the number of streams and however they 
   then slices of ``BATCH`` rows, yielding
   to the event loop between slices, and every stream shares those bytes
   (:class:`SnapshotCache`);
-- a live change is summarised and encoded once, whichever streams send it (:func:`encoded`),
+- a live change is summarised and encoded once, whichever streams send it (:meth:`Encodings.encoded`),
   by the same row encoder as the snapshots' (:mod:`._rows`);
 - the contexts panel is built once per state for every stream (:meth:`Stream._contexts`);
 - a connection holds at most ``_broadcast.PENDING_BYTES`` of queued (shared) events; the
@@ -83,25 +83,17 @@ from kubemux import (
 )
 
 from ._context import StreamContext
-from ._encoding import (
-    BATCH,
-    RETRY_MS,
-    columns_event,
-    definition_event,
-    encode_event,
-    encoded,
-)
+from ._encoding import BATCH, RETRY_MS, Encodings, definition_event, encode_event
 from ._panel import Panel, PanelDiff
 from ._snapshots import SnapshotCache  # re-exported: this module was its home
 from .views import event_payload, object_payload
 
 __all__ = [
     "EVENT_RESOURCES",
+    "Encodings",
     "SnapshotCache",
     "Stream",
-    "columns_event",
     "encode_event",
-    "encoded",
 ]
 
 log = logging.getLogger(__name__)
@@ -237,7 +229,9 @@ class Stream:
         rows from the shared snapshot cache."""
         columns = store.columns
         events = await self._dash.snapshots.events(context, resource, namespace, store)
-        await self._write(columns_event(context, resource, columns, defined=self.defined))
+        await self._write(
+            self._dash.encodings.columns_event(context, resource, columns, defined=self.defined)
+        )
         for event in events:
             await self._write(event)
         sent[context] = columns
@@ -258,7 +252,7 @@ class Stream:
         checked: set[str] = set()
 
         async def flush() -> None:
-            rows = [r for r in map(encoded, pending) if r is not None]
+            rows = [r for r in map(self._dash.encodings.encoded, pending) if r is not None]
             pending.clear()
             if rows:
                 await self._write(encode_event("changes", b"[" + b",".join(rows) + b"]"))
@@ -275,7 +269,7 @@ class Stream:
                 if store is not None and store.columns and store.columns is not before:
                     if before is None:
                         await flush()
-                        event = columns_event(
+                        event = self._dash.encodings.columns_event(
                             context, resource, store.columns, defined=self.defined
                         )
                         await self._write(event)
@@ -305,7 +299,9 @@ class Stream:
                 if name not in self._sent and store.columns:  # an empty table has columns too
                     self._sent[name] = store.columns
                     await self._write(
-                        columns_event(name, resource, store.columns, defined=self.defined)
+                        self._dash.encodings.columns_event(
+                            name, resource, store.columns, defined=self.defined
+                        )
                     )
             except UnknownResource:  # not the context's failure: its card stays clean
                 self._watch_errors.pop(name, None)

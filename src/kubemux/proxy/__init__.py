@@ -17,6 +17,7 @@ from ._api.paths import decode_context as decode_context
 from ._api.paths import encode_context as encode_context
 from ._serve.app import Proxy as Proxy
 from ._serve.app import ProxySettings as ProxySettings
+from ._serve.app import ProxyStatistics as ProxyStatistics
 from ._serve.app import create_app as create_app
 from ._serve.server import ProxyServer as ProxyServer
 from ._serve.tls import ProxyCertificates as ProxyCertificates
@@ -28,6 +29,7 @@ __all__ = [
     "ProxyCertificates",
     "ProxyServer",
     "ProxySettings",
+    "ProxyStatistics",
     "WatchLimits",
     "create_app",
     "decode_context",

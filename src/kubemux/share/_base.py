@@ -3,8 +3,8 @@ share key, the slot status, and the ``lead`` adapter that runs a real informer.
 
 A registry opens one :class:`ShareSession` per process and runs every informer slot through
 :meth:`ShareSession.run_slot`. Per share key exactly one replica *leads* (runs ``lead``: a
-real LIST/WATCH, every change also passed to ``publish``); the others *follow* (their Store
-is filled from what the leader published). See ``docs/sharing.md`` for the protocol.
+real LIST/WATCH, every change its store announces also passed to ``publish``); the others
+*follow* (their Store is filled from what the leader published). See ``docs/sharing.md`` for the protocol.
 """
 
 from __future__ import annotations
@@ -20,12 +20,15 @@ import anyio.abc
 import orjson
 
 from .._cache.store import Store
+from .._cache.stream import StoreListener
 from .._errors import KubemuxError
 from .._http.client import ContextClient
-from .._informer.informer import Informer, InformerKey, OnChange
+from .._informer.informer import Informer, InformerKey
+from .._registry.connector import Connector, SharedConnector
 from .._resources import Resource
 from .._settings import WatchSettings
-from .._wire.codec import Entry
+from .._wire.codec import Entry, StoreChange
+from .._wire.types import View
 
 __all__ = [
     "Lead",
@@ -158,7 +161,6 @@ class ShareSession(Protocol):
         *,
         key: bytes | str,
         store: Store,
-        on_change: OnChange | None,
         lead: Lead,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
         can_lead: bool = True,
@@ -170,10 +172,11 @@ class ShareSession(Protocol):
         ``on_status()`` (synchronous) is called when the slot's role changes or it turns
         stale or fresh again (not on every lag change).
 
-        ``task_status.started()`` once the store is synced in either role. ``on_change`` sees
-        every change the engine applies to the store (as a follower, a rehydration, a
-        catch-up); changes made by ``lead`` are the caller's to report. Objects of ``kind``
-        ``"Secret"`` are not shared unless the engine was told to: ``lead`` runs locally.
+        ``task_status.started()`` once the store is synced in either role. Every change the
+        engine applies (as a follower, a rehydration, a catch-up) goes through the store's
+        writer, which announces it to the store's listeners, as the changes ``lead`` makes.
+        Objects of ``kind`` ``"Secret"`` are not shared unless the engine was told to:
+        ``lead`` runs locally.
 
         Raises:
             KubemuxError: from ``lead`` before the store first synced.
@@ -188,12 +191,6 @@ class ShareSession(Protocol):
 
     def placement_status(self) -> PlacementStatus | None:
         """This replica's part in placement; None for an engine without placement."""
-        ...
-
-    def snapshot_entries(self, key: bytes | str, namespace: str | None = None) -> list[Entry]:
-        """The slot's objects as announced to ``on_change`` so far: the store minus changes
-        of a rehydration not yet announced (as an Informer's ``snapshot_entries``). While
-        leading, the caller's informer is the one to ask."""
         ...
 
 
@@ -211,6 +208,11 @@ class ShareEngine(Protocol):
         """Connect; the session closes its connections and tasks on exit."""
         ...
 
+    def connector(self, http: Connector, *, can_lead: bool) -> SharedConnector:
+        """The registry's connector for this engine (how ``WatcherRegistry(share=engine)``
+        gets it): ``ShareConnector(http, self, can_lead=can_lead)``."""
+        ...
+
 
 def share_key(
     *,
@@ -222,7 +224,7 @@ def share_key(
     label_selector: str | None = None,
     field_selector: str | None = None,
     transform: str = "drop_managed_fields",
-    view: str = "objects",
+    view: View | str = View.OBJECTS,
 ) -> str:
     """The key under which replicas share one watch: a sha256 hex digest.
 
@@ -255,15 +257,14 @@ def informer_lead(
     *,
     settings: WatchSettings,
     store: Store,
-    on_change: OnChange | None = None,
     on_state: Callable[[], None] | None = None,
     on_informer: Callable[[Informer], None] | None = None,
 ) -> Lead:
     """A ``lead`` callable running a real :class:`Informer` into ``store`` (of the table
     format for a ``key.view == "table"`` slot, whose store is a :class:`TableStore`).
 
-    Each run builds a fresh informer (``on_informer`` is told, for ``status()``); every change
-    it applies goes to ``on_change`` and to the engine's ``publish``.
+    Each run builds a fresh informer (``on_informer`` is told, for ``status()``); while it
+    runs, every change the store announces also goes to the engine's ``publish``.
     """
 
     async def lead(
@@ -271,28 +272,40 @@ def informer_lead(
         publish: Publish,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        def changed(etype: str, entry: Entry, old: Entry | None) -> None:
-            publish(etype, entry, store.resource_version)
-            if on_change is not None:
-                on_change(etype, entry, old)
-
         informer = Informer(  # of key.view's format (a table view's store is a TableStore)
             client,
             resource,
             key,
             settings=settings,
             store=store,
-            on_change=changed,
             on_state=on_state,
         )
         if on_informer is not None:
             on_informer(informer)
-        if resume_rv is None:
-            await informer.initial_sync()
-            task_status.started()
-            await informer.watch_forever()
-        else:
-            task_status.started()
-            await informer.resume(resume_rv)
+        unlisten = store.writer.add_listener(_Publishing(publish, store))
+        try:
+            if resume_rv is None:
+                await informer.initial_sync()
+                task_status.started()
+                await informer.watch_forever()
+            else:
+                task_status.started()
+                await informer.resume(resume_rv)
+        finally:
+            unlisten()
 
     return lead
+
+
+class _Publishing(StoreListener):
+    """A leading informer's store listener: each change to the engine's ``publish``, with
+    the store's resourceVersion after it."""
+
+    __slots__ = ("publish", "store")
+
+    def __init__(self, publish: Publish, store: Store) -> None:
+        self.publish = publish
+        self.store = store
+
+    def changed(self, change: StoreChange) -> None:
+        self.publish(change.type, change.entry, self.store.resource_version)

@@ -35,7 +35,7 @@ from .._auth.provider import CredentialStatus
 from .._cache.store import Store, Transform, drop_managed_fields
 from .._errors import ApiError, KubeconfigError
 from .._http.client import ContextClient
-from .._informer.informer import Informer, InformerKey, InformerState, InformerStatus, OnChange
+from .._informer.informer import Informer, InformerKey, InformerState, InformerStatus
 from .._kubeconfig.load import ContextConfig
 from .._registry.connector import Connection, Connector, HttpConnection, HttpConnector, SlotSource
 from .._resources import Resource
@@ -173,12 +173,9 @@ class ShareConnection:
         key: InformerKey,
         *,
         store: Store,
-        on_change: OnChange,
         on_state: Callable[[], None],
     ) -> SlotSource:
-        return SharedSource(
-            self, resource, key, store=store, on_change=on_change, on_state=on_state
-        )
+        return SharedSource(self, resource, key, store=store, on_state=on_state)
 
 
 class SharedSource:
@@ -191,14 +188,12 @@ class SharedSource:
         key: InformerKey,
         *,
         store: Store,
-        on_change: OnChange,
         on_state: Callable[[], None],
     ) -> None:
         self.conn = conn
         self.resource = resource
         self.key = key
         self.store = store
-        self.on_change = on_change
         self.on_state = on_state
         self.share_key: str | None = None
         self.informer: Informer | None = None
@@ -229,7 +224,6 @@ class SharedSource:
             key,
             settings=self.conn.settings,
             store=self.store,
-            on_change=self.on_change,
             on_state=self.on_state,
             on_informer=on_informer,
         )
@@ -251,7 +245,6 @@ class SharedSource:
         await self.conn.session.run_slot(
             key=self.share_key,
             store=self.store,
-            on_change=self.on_change,
             lead=lead,
             task_status=task_status,
             can_lead=self.conn.can_lead,
@@ -312,14 +305,6 @@ class SharedSource:
             events_applied=base.events_applied + st.events,
             errors_by_type=errors,
         )
-
-    def snapshot_entries(self, namespace: str | None = None) -> list[Entry]:
-        if self._leading():
-            assert self.informer is not None
-            return self.informer.snapshot_entries(namespace)
-        if self.share_key is None:
-            return self.store.writer.entries(namespace)
-        return self.conn.session.snapshot_entries(self.share_key, namespace)
 
 
 def _transform_name(store: Store) -> str:

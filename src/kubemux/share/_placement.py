@@ -68,7 +68,7 @@ __all__ = [
     "weight",
 ]
 
-log = logging.getLogger("kubemux.share._redis")  # the engine's logger
+log = logging.getLogger(__name__)
 
 MAX_MEMBERS = 1024
 """Members read per call (the first by expiry order): a forged flood cannot grow the work."""

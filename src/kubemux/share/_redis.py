@@ -25,11 +25,11 @@ import anyio
 import anyio.abc
 
 from .._cache.store import Store
-from .._informer.informer import OnChange
 from .._redact import redact_text, redact_url
+from .._registry.connector import Connector
 from .._settings import WatchSettings
-from .._wire.codec import Entry
 from ._base import Lead, MemberStatus, PlacementStatus, ShareError, SlotStatus
+from ._connector import ShareConnector
 from ._placement import Membership
 from ._redis_crypt import (
     SealedValues,
@@ -153,6 +153,10 @@ class Redis:
         """See :attr:`kubemux.share.ShareEngine.identity_salt` (never shown)."""
         return self._salt
 
+    def connector(self, http: Connector, *, can_lead: bool) -> ShareConnector:
+        """See :meth:`kubemux.share.ShareEngine.connector`."""
+        return ShareConnector(http, self, can_lead=can_lead)
+
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator[RedisSession]:
         """Open a session (no connection is made until a slot runs).
@@ -270,7 +274,6 @@ class RedisSession:
         *,
         key: bytes | str,
         store: Store,
-        on_change: OnChange | None,
         lead: Lead,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
         can_lead: bool = True,
@@ -283,7 +286,7 @@ class RedisSession:
         digest = self._digest(key)
         if digest in self._slots:
             raise ShareError("kubemux.share: this share key is already running in this session")
-        slot = SlotState(self.env, digest, store, on_change, lead, task_status, can_lead)
+        slot = SlotState(self.env, digest, store, lead, task_status, can_lead)
         slot.on_status = on_status
         slot.choice = self.placer.choice
         slot.member = lambda: self.placer.member_id
@@ -311,12 +314,6 @@ class RedisSession:
                         await self.env.release(keys=[slot.k_lease], args=[slot.token])
                     except self.env.errors:
                         pass  # it expires by itself
-
-    def snapshot_entries(self, key: bytes | str, namespace: str | None = None) -> list[Entry]:
-        """The slot's objects as announced to ``on_change`` so far (for a subscriber joining
-        while a rehydration is being announced in slices); [] for a slot not running."""
-        running = self._slots.get(self._digest(key))
-        return [] if running is None else running[1].snapshot_entries(namespace)
 
     def placement_status(self) -> PlacementStatus:
         """This replica's part in placement (see :class:`PlacementStatus`)."""

@@ -7,6 +7,7 @@ a meta hash no leader wrote is reported and retried, never a crash or a stuck sl
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any
@@ -14,8 +15,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from .._cache.store import Replacement, announced_entries
-from .._wire.codec import Entry, StoreChange
+from .._cache.store import Replacement
 from ._redis_keys import (
     SLICE,
     BadSlotData,
@@ -23,13 +23,14 @@ from ._redis_keys import (
     SkippedValue,
     checked_type,
     field_key,
-    log,
     meta_of,
     seq_of,
     unwrap,
 )
 from ._redis_slot import SlotState
 from ._redis_table import parse_columns, set_columns
+
+log = logging.getLogger(__name__)
 
 
 class Follower:
@@ -165,10 +166,8 @@ class Follower:
             sent = math.nan
         if math.isfinite(sent):
             self.slot.lag = min(max(0.0, now - sent), 86400.0)
-        change = self.slot.store.writer.apply(etype, entry)
+        self.slot.store.writer.apply(etype, entry)  # the writer announces it
         self.slot.events += 1
-        if change is not None:
-            self.slot.emit(change.type, change.entry, change.old)
         return True
 
     async def _load(self) -> tuple[Any, Any, dict[bytes, bytes]] | None:
@@ -247,36 +246,17 @@ class Follower:
         if not skipped:
             self.slot.last_skipped = None  # a clean load: nothing forged left
             self.slot.tainted = False
-        for _ in replacement.find_deleted(SLICE):
-            await anyio.lowlevel.checkpoint()
         if self.slot.table is not None and columns is not None:
             set_columns(self.slot.table, columns)  # before the rows are announced
             self.slot.sent_columns = columns
-        changes = replacement.commit(meta.rv)
+        # swapped in, then announced in slices by the writer, like an informer's relist
+        changes = await replacement.commit(meta.rv, slice_size=SLICE)
         self.slot.epoch, self.slot.seq = meta.epoch, meta.seq
         self.slot.last_id = last[0][0] if last else b"0-0"
         self.slot.rehydrations += 1
         if self.slot.rehydrations > 1:
-            self.slot.events += len(changes)  # what a reload changed (the first: objects)
+            self.slot.events += changes  # what a reload changed (the first: objects)
         self.slot.fresh()
-        if len(changes) <= SLICE:
-            for c in changes:
-                self.slot.emit(c.type, c.entry, c.old)
-            return True
-        # announced in slices, like an informer's relist: until a change is announced,
-        # snapshot_entries() reports the object as it was
-        pending: dict[str, dict[str, StoreChange]] = {}
-        for c in changes:
-            pending.setdefault(c.entry.namespace, {})[c.entry.name] = c
-        self.slot.pending = pending
-        try:
-            for i, c in enumerate(changes):
-                del pending[c.entry.namespace][c.entry.name]
-                self.slot.emit(c.type, c.entry, c.old)
-                if i % SLICE == SLICE - 1:
-                    await anyio.lowlevel.checkpoint()
-        finally:
-            self.slot.pending = {}
         return True
 
     def _keep(self, replacement: Replacement, field: bytes) -> None:
@@ -288,6 +268,3 @@ class Follower:
         old = self.slot.store.writer.entry(ns, name)
         if old is not None:
             replacement.add(old)
-
-    def snapshot_entries(self, namespace: str | None) -> list[Entry]:
-        return announced_entries(self.slot.store, self.slot.pending, namespace)

@@ -30,15 +30,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import logging
 import re
 from collections.abc import Iterator
 
+from .._errors import unwrap as unwrap_group
 from .._redact import terminal_safe
 from .._wire.codec import DecodeError, Entry, decode_entry, pinned_entry
 
 # the engine's logger: one name for all of its modules
-log = logging.getLogger("kubemux.share._redis")
 
 # ARGV: token, epoch, maxlen, rv, n, expected seq, rv's MAC, then n x (t, f, v, ts, m).
 # -3: meta.seq is not the one this leader wrote last (forged, or not a number): a snapshot.
@@ -149,9 +148,10 @@ def unwrap() -> Iterator[None]:
     try:
         yield
     except BaseExceptionGroup as group:
-        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
-            raise group.exceptions[0] from None
-        raise
+        inner = unwrap_group(group)
+        if inner is group:
+            raise
+        raise inner from None
 
 
 def slot_digest(key: bytes | str) -> str:

@@ -3,6 +3,7 @@ changes) and the loop that switches a slot between its roles."""
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from typing import Any
@@ -19,12 +20,13 @@ from ._redis_keys import (
     STAGE_CHUNK,
     BadSlotData,
     Meta,
-    log,
     meta_of,
     unwrap,
 )
 from ._redis_slot import SlotState
 from ._redis_table import columns_value
+
+log = logging.getLogger(__name__)
 
 
 class Leader:

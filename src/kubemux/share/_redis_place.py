@@ -31,7 +31,7 @@ import anyio
 from ._placement import Member, Membership, assign, eligibility
 from ._redis_slot import SlotState
 
-log = logging.getLogger("kubemux.share._redis")
+log = logging.getLogger(__name__)
 
 __all__ = ["Placer"]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import math
 import secrets
 import time
@@ -20,13 +21,14 @@ import anyio.abc
 
 from .._cache.store import Store
 from .._cache.table import TableColumn
-from .._informer.informer import OnChange
 from .._redact import redact_text
-from .._wire.codec import Entry, StoreChange
+from .._wire.codec import Entry
 from .._wire.types import count_error
 from ._base import Lead, SlotStatus
-from ._redis_keys import BadSlotData, ForgedLease, PlainValues, SkippedValue, log
+from ._redis_keys import BadSlotData, ForgedLease, PlainValues, SkippedValue
 from ._redis_table import table_of
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -67,7 +69,6 @@ class SlotState:
         env: SlotEnv,
         digest: str,
         store: Store,
-        on_change: OnChange | None,
         lead: Lead,
         task_status: anyio.abc.TaskStatus[None],
         can_lead: bool,
@@ -88,7 +89,6 @@ class SlotState:
         self._skips_unlogged = 0
         self.table = table_of(store)  # a table view's store: its columns are shared too
         self.sent_columns: tuple[TableColumn, ...] | None = None  # in Redis, as known
-        self.on_change = on_change
         self.lead = lead
         self.task_status = task_status
         self.can_lead = can_lead
@@ -116,7 +116,6 @@ class SlotState:
         self.needs_snapshot = True
         self.lead_synced = False
         self.scope: anyio.CancelScope | None = None
-        self.pending: dict[str, dict[str, StoreChange]] = {}  # rehydration changes not announced
         self.snapshotting = False  # a snapshot is being written: meta moves under us
         self.tainted = False  # skipped values since the last clean load: a leader LISTs
         # placement (issue 22): who should lead ("mine", "other" or "none"), the grace a
@@ -225,10 +224,6 @@ class SlotState:
     def fresh(self) -> None:
         self.stale_since = None
         self.last_error = None
-
-    def emit(self, etype: str, entry: Entry, old: Entry | None) -> None:
-        if self.on_change is not None:
-            self.on_change(etype, entry, old)
 
     def columns_moved(self) -> bool:
         """A table view's columns differ from those in Redis (a relist brought new ones)."""

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
-from ._redis_keys import SLICE, log
+from ._redis_keys import SLICE
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis

@@ -25,7 +25,7 @@ from ._cluster.kubeconfig_writer import write_kubeconfig as write_kubeconfig
 from ._cluster.reconcile import rewrite_kubeconfig as rewrite_kubeconfig
 from ._cluster.workload import simulate_workload as simulate_workload
 from ._connector.connector import FakeConnector as FakeConnector
-from ._connector.source import Gate as Gate
+from ._connector.connector import Gate as Gate
 from ._kubelet.pod_state import make_event as make_event
 from ._kubelet.pod_state import set_pod_state as set_pod_state
 from ._state.objects import make_pod as make_pod

@@ -203,6 +203,7 @@ class HostileServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
+        # aiohttp's TCPSite does not say which port 0 became: its server's socket does
         self._port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return self
 

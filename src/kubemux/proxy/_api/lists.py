@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any, Final, Protocol
 
+from ..._cache.snapshot import Key
 from .statuses import FieldError, bad_request, encode_json
 
 __all__ = [
@@ -53,8 +54,6 @@ __all__ = [
 TABLE_V1: Final = "meta.k8s.io/v1"
 TABLE_V1BETA1: Final = "meta.k8s.io/v1beta1"
 INCLUDE_OBJECT_VALUES: Final = ("Metadata", "None", "Object")
-
-Key = tuple[str, str]
 
 
 # ------------------------------------------------------------------------------------ lists

@@ -97,6 +97,20 @@ def status_body(code: int, reason: str, message: str, details: Any = None) -> by
     return orjson.dumps(doc)
 
 
+def upstream_header(name: str, value: str, context: str) -> tuple[bytes, bytes]:
+    """An upstream answer's header, as bytes to send on; a 502 :class:`StatusError` when it
+    cannot be (aiohttp decodes header bytes as UTF-8: a value outside latin-1, or bytes that
+    were not UTF-8, which no downstream client reads as the API server meant them)."""
+    try:
+        return name.lower().encode("latin-1"), value.encode("latin-1")
+    except UnicodeEncodeError:
+        raise StatusError(
+            502,
+            f"the API server of context {context!r} sent a header that is not latin-1 "
+            f"({name[:100]!r}): not passed on",
+        ) from None
+
+
 def status_for_error(exc: KubemuxError, context: str) -> StatusError:
     """The answer for a failure to reach or start ``context``."""
     if isinstance(exc, ContextNotFound | ContextRemoved):

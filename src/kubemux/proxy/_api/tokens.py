@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator
 from hashlib import sha256
 from typing import Any, Final, Generic, TypeVar
 
+from ..._cache.snapshot import Key
 from .statuses import ProxyStatusError, bad_request, gone_continue_too_old
 
 __all__ = [
@@ -51,7 +52,6 @@ __all__ = [
     "take_page",
 ]
 
-Key = tuple[str, str]
 
 LATEST: Final = -1
 """The snapshot id of a token that continues at the latest snapshot (what a 410 offers)."""
@@ -224,8 +224,9 @@ class SnapshotPins(Generic[S]):
     """Snapshots kept alive for the continue tokens that read them, for a while.
 
     A snapshot is dropped ``ttl`` seconds after it was last read (each page refreshes it),
-    and the oldest are dropped beyond ``max_pins``. Snapshots are cheap (copy on write),
-    but each one keeps the versions of the objects that changed since alive.
+    and the oldest are dropped beyond ``max_pins``. What is pinned is a view that shares
+    structure with the other pins (:mod:`..._reads.pins`): it keeps alive the versions of
+    the objects that changed since, not a copy of the namespace.
 
     Args:
         ttl: Seconds a pin lives after its last use (default 300: etcd's compaction
@@ -319,7 +320,10 @@ class PinnedSnapshot:
     def count(self, namespace: str | None) -> int:
         found = self.counts.get(namespace)
         if found is None:
-            if namespace is None:
+            counter = getattr(self.snapshot, "count", None)
+            if counter is not None:  # it knows (a pinned view: its base's count, adjusted)
+                found = int(counter(namespace))
+            elif namespace is None:
                 found = len(self.snapshot)
             else:
                 found = sum(1 for _ in self.snapshot.items(namespace))

@@ -49,6 +49,7 @@ from typing import Final, Protocol
 import anyio
 
 from ..._resources import Resource
+from ..._wire.versions import rv_int
 from .._api.statuses import (
     FieldError,
     bad_request,
@@ -128,8 +129,8 @@ def parse_resource_version(text: str) -> int:
     if text in ("", "0"):
         return 0
     if text.isascii() and text.isdigit():
-        value = int(text)
-        if value < 2**64:
+        value = rv_int(text)  # bounded: a long one is out of range without an int() of it
+        if value is not None and value < 2**64:
             return value
         detail = f"strconv.ParseUint: parsing {go_quote(text)}: value out of range"
     else:

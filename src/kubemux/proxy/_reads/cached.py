@@ -42,10 +42,12 @@ import anyio
 from starlette.types import Receive, Scope, Send
 
 from ..._cache.multistore import MultiStore
+from ..._cache.snapshot import Key
 from ..._errors import ApiError, KubemuxError
 from ..._registry.registry import WatcherRegistry
 from ..._resources import Resource
 from ..._wire.codec import raw_resource_version
+from ..._wire.types import View
 from .._api.lists import iter_list, iter_table, join_table, split_table_row
 from .._api.responses import StatusError, status_for_error
 from .._api.statuses import ProxyStatusError, too_many_requests
@@ -68,15 +70,16 @@ from .._query.options import (
     watch_timeout,
 )
 from .._query.selectors import ObjectFilter
+from .._watch.flow import Flow
 from .._watch.watch import ObjectWatchFormat, TableWatchFormat, WatchFormat, WatchLimits
 from .marks import WriteMarks
 from .reads import ReadRequest, send_chunks, stream_watch
+from .scans import Scans
 from .served import ServedStatus, ServedStore, ServedStores
 from .table_join import Inconsistent, joined_rows, row_matcher, served_ages, served_columns
 
 __all__ = ["CachedReads", "CachedSettings", "as_status_error", "credential_key"]
 
-Key = tuple[str, str]
 TOO_MANY = "Too many requests, please try again later."
 
 
@@ -89,6 +92,8 @@ class CachedSettings:
     read_your_writes_timeout: float = 3.0
     max_watches_per_credential: int = 1024
     watch_write_timeout: float = 30.0
+    max_concurrent_scans: int = 2
+    scan_slice: float = 0.001
     watch: WatchLimits = dataclasses.field(default_factory=WatchLimits)
 
 
@@ -124,7 +129,8 @@ class CachedReads:
         self.pins: SnapshotPins[PinnedSnapshot] = SnapshotPins()
         self.tokens = ContinueTokens()
         self.marks = WriteMarks()
-        self._watches: dict[str, int] = {}
+        self.scans = Scans(self.settings.max_concurrent_scans, self.settings.scan_slice)
+        self._watches: dict[tuple[str, str], int] = {}  # (credential, context) -> open
 
     def __repr__(self) -> str:
         return f"<CachedReads stores={len(self.stores)} pins={len(self.pins)} {self.marks!r}>"
@@ -144,24 +150,27 @@ class CachedReads:
         return sum(self._watches.values())
 
     @contextlib.contextmanager
-    def watch_slot(self, credential: str) -> Iterator[None]:
-        """Count one watch of ``credential``; a 429 past the cap (kube-apiserver's wording
-        and ``Retry-After``)."""
-        open_now = self._watches.get(credential, 0)
+    def watch_slot(self, credential: str, context: str) -> Iterator[None]:
+        """Count one watch of ``credential`` on ``context``; a 429 past the cap
+        (kube-apiserver's wording and ``Retry-After``). The cap is per (credential,
+        context): every client of ``kubemux proxy`` sends the same token, so one context's
+        watches must never refuse another context's."""
+        key = (credential, context)
+        open_now = self._watches.get(key, 0)
         if open_now >= self.settings.max_watches_per_credential:
             raise as_status_error(too_many_requests(TOO_MANY))
-        self._watches[credential] = open_now + 1
+        self._watches[key] = open_now + 1
         try:
             yield
         finally:
-            left = self._watches[credential] - 1
+            left = self._watches[key] - 1
             if left:
-                self._watches[credential] = left
+                self._watches[key] = left
             else:
-                del self._watches[credential]
+                del self._watches[key]
 
     # ------------------------------------------------------------------ stores
-    def _heard(self, context: str, resource: Resource, view: str) -> float | None:
+    def _heard(self, context: str, resource: Resource, view: View) -> float | None:
         status = self.registry.status().contexts.get(context)
         if status is None:
             return None
@@ -175,7 +184,7 @@ class CachedReads:
         return max(times) if times else None
 
     async def served(
-        self, context: str, resource: Resource, view: str, namespace: str | None
+        self, context: str, resource: Resource, view: View, namespace: str | None
     ) -> ServedStore | None:
         """The store that serves ``view`` of ``resource`` in ``namespace`` (None: all),
         starting its informer if needed; None when the cache cannot serve it (the
@@ -281,7 +290,7 @@ class CachedReads:
         stores = [served]
         objects: ServedStore | None = None
         if needs_objects:
-            objects = await self.served(context, resource, "objects", read.namespace)
+            objects = await self.served(context, resource, View.OBJECTS, read.namespace)
             if objects is None:
                 return False
             stores.append(objects)
@@ -371,6 +380,7 @@ class CachedReads:
         after: Key | None = None
         offset = 0
         pinned: PinnedSnapshot | None = None
+        snapshot: Any = None
         if plan.source is Source.CONTINUE:
             position = self.tokens.decode(
                 options.continue_, context, scope_name, alive=self.pins.alive
@@ -378,11 +388,12 @@ class CachedReads:
             after, offset = position.last_key, position.offset
             if position.snapshot_id != LATEST:
                 pinned = self.pins.get(position.snapshot_id)
-            if pinned is None:  # the 410's token: the rest at the latest snapshot
-                pinned = PinnedSnapshot(served.snapshot())
-        else:
-            pinned = PinnedSnapshot(served.snapshot())
-        snapshot = pinned.snapshot
+                snapshot = pinned.snapshot if pinned is not None else None
+        if pinned is None:  # a first page, or the 410's token: the latest snapshot
+            # read now; what a token pins is the same state as a view sharing structure
+            # with the other pins (taken in this same step), not this snapshot
+            snapshot = served.snapshot()
+            pinned = PinnedSnapshot(served.pins.pin(snapshot))
         if plan.exact and snapshot.resource_version != str(plan.resource_version):
             return False  # moved on between the plan and the snapshot: upstream knows
         filt = ObjectFilter(read.namespace, options.label_selector, options.field_selector)
@@ -400,7 +411,11 @@ class CachedReads:
             )
             await send_chunks(send, chunks, read.content_type, lag=lag)
             return True
-        page, last = take_page(snapshot.items(read.namespace, after), options.limit, match)
+        items = snapshot.items(read.namespace, after)
+        if match is None:  # at most a page of objects: nothing to scan
+            page, last = take_page(items, options.limit, None)
+        else:  # a selector: every object is looked at, in turns and slices
+            page, last = await self.scans.take_page(items, options.limit, match)
         token: str | None = None
         remaining: int | None = None
         if last is not None:
@@ -459,12 +474,18 @@ class CachedReads:
             fmt = ObjectWatchFormat(resource.kind, resource.api_version)
         filt = ObjectFilter(read.namespace, options.label_selector, options.field_selector)
         lifetime = watch_timeout(options.timeout_seconds)
+        limits = self.settings.watch
+        flow = Flow(
+            limits.max_buffered_bytes, min(limits.idle_timeout, self.settings.watch_write_timeout)
+        )
         await stream_watch(
-            lambda write: served.broadcaster.serve(plan, fmt, filt, write, watch_timeout=lifetime),
+            lambda write: served.broadcaster.serve(
+                plan, fmt, filt, write, watch_timeout=lifetime, flow=flow
+            ),
             receive,
             send,
             lag=served.lag,
-            write_timeout=self.settings.watch_write_timeout,
+            flow=flow,
             touch=served.touch,
         )
         return True

@@ -24,9 +24,11 @@ from collections.abc import Callable
 
 import msgspec
 
+from ..._cache.snapshot import Key
+from ..._wire.versions import rv_int
+
 __all__ = ["WriteMark", "WriteMarks", "written_version"]
 
-Key = tuple[str, str]
 MarkKey = tuple[str, str, str]  # context, group, plural
 
 
@@ -47,10 +49,6 @@ class _Answer(msgspec.Struct, gc=False):
 _decoder = msgspec.json.Decoder(_Answer)
 
 
-def _decimal(text: str) -> int:
-    return int(text) if text.isascii() and text.isdigit() and len(text) < 30 else 0
-
-
 def written_version(body: bytes) -> int | None:
     """The resourceVersion a write's answer carries (the highest of a List's items), or
     None for an answer without one (a ``Status``, or not JSON)."""
@@ -58,10 +56,10 @@ def written_version(body: bytes) -> int | None:
         answer = _decoder.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
-    best = _decimal(answer.metadata.resourceVersion) if answer.metadata is not None else 0
+    best = (rv_int(answer.metadata.resourceVersion) or 0) if answer.metadata is not None else 0
     for item in answer.items or ():
         if item.metadata is not None:
-            best = max(best, _decimal(item.metadata.resourceVersion))
+            best = max(best, rv_int(item.metadata.resourceVersion) or 0)
     return best or None
 
 

@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
-import urllib.parse
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 
 import anyio
 from starlette.types import Receive, Send
 
+from ..._wire.types import View
 from .._api.lists import INCLUDE_OBJECT_VALUES
 from .._api.paths import ApiPath
 from .._api.responses import JSON
+from .._query.params import Query
+from .._watch.flow import Flow
 
 __all__ = [
     "CACHE_HEADER",
@@ -35,7 +36,6 @@ __all__ = [
     "ReadRequest",
     "classify",
     "parse_accept",
-    "query_pairs",
     "send_chunks",
 ]
 
@@ -80,7 +80,7 @@ class ReadRequest:
     """
 
     verb: str
-    view: str
+    view: View
     namespace: str | None
     name: str | None
     params: Mapping[str, str]
@@ -95,12 +95,12 @@ class ReadRequest:
         return JSON
 
 
-def parse_accept(accept: str) -> tuple[str, str] | None:
+def parse_accept(accept: str) -> tuple[View, str] | None:
     """The first media type of ``Accept`` the cache can write: ("objects", "") for JSON,
     ("table", version) for a Table; None if it names none of them (protobuf, YAML,
     PartialObjectMetadata)."""
     if not accept.strip():
-        return ("objects", "")
+        return (View.OBJECTS, "")
     for item in accept.split(","):
         media, *raw_params = (p.strip() for p in item.split(";"))
         params = {}
@@ -109,43 +109,35 @@ def parse_accept(accept: str) -> tuple[str, str] | None:
             params[key.strip().lower()] = value.strip()
         media = media.lower()
         if media in ("*/*", "application/*") or (media == "application/json" and not params):
-            return ("objects", "")
+            return (View.OBJECTS, "")
         if media != "application/json":
             continue
         kind = params.get("as")
         if kind is None:  # application/json;q=0.9 and the like
             if set(params) <= {"q"}:
-                return ("objects", "")
+                return (View.OBJECTS, "")
             continue
         if kind == "Table" and params.get("g") == "meta.k8s.io":
             version = params.get("v")
             if version in ("v1", "v1beta1"):
-                return ("table", version)
+                return (View.TABLE, version)
     return None
 
 
-def _go_bool(text: str | None) -> bool:
-    return text is not None and not (text == "0" or text.lower() == "false")
-
-
-def classify(
-    path: ApiPath, query: Sequence[tuple[str, str]], headers: Mapping[str, str]
-) -> ReadRequest | None:
+def classify(path: ApiPath, query: Query, headers: Mapping[str, str]) -> ReadRequest | None:
     """The read the cache may answer, or None when the GET goes upstream as it is."""
     if path.kind != "resource" or path.subresource is not None:
         return None
     if any(name.startswith("impersonate-") for name in headers):
         return None  # the cache holds what the proxy's credential sees, not another user's
-    params: dict[str, str] = {}
-    for key, value in query:
-        if key in params:
-            return None  # repeated parameters: let the API server decide what they mean
-        params[key] = value
+    if query.is_repeated:
+        return None  # repeated parameters: let the API server decide what they mean
+    params = dict(query.pairs)
     accepted = parse_accept(headers.get("accept", ""))
     if accepted is None:
         return None
     view, table_version = accepted
-    watch = _go_bool(params.get("watch"))
+    watch = query.is_watch
     if watch:
         verb = "watch"
     elif path.name is not None:
@@ -171,11 +163,6 @@ def classify(
         table_version=table_version or "v1",
         include_object=include,
     )
-
-
-def query_pairs(query_string: bytes) -> list[tuple[str, str]]:
-    """The query parameters, in order (repeated ones kept)."""
-    return urllib.parse.parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)
 
 
 def _cache_headers(lag: float) -> list[tuple[bytes, bytes]]:
@@ -223,37 +210,37 @@ async def stream_watch(
     send: Send,
     *,
     lag: float,
-    write_timeout: float,
+    flow: Flow,
     touch: Callable[[], None],
 ) -> None:
     """One watch answered from the cache: the headers, then what ``serve`` writes through
     the ``write`` it is given, then the last chunk.
 
-    A client that goes away ends it (its disconnect cancels ``serve``); a write that takes
-    longer than ``write_timeout`` ends it and closes the connection (a client that stopped
-    reading): a watchdog looks every quarter of the timeout, since arming a timeout per
-    write (a ``fail_after`` or a moved deadline) was a tenth of what a write cost.
-    ``touch`` counts each write as a use of the store.
+    A client that goes away ends it (its disconnect cancels ``serve``). Each write is
+    reported to the watcher's ``flow``; a client that has not taken a write for the flow's
+    ``idle_timeout`` is cut and its connection closed (a client that stopped reading): a
+    watchdog asks the flow every quarter of that, since arming a timeout per write (a
+    ``fail_after`` or a moved deadline) was a tenth of what a write cost. ``touch`` counts
+    each write as a use of the store.
     """
     await send({"type": "http.response.start", "status": 200, "headers": watch_headers(lag)})
     stuck = anyio.CancelScope()
     loop = asyncio.get_running_loop()
-    writing_since = math.inf
+    period = flow.idle_timeout / 4
     watchdog: asyncio.TimerHandle | None = None
 
     async def write(data: bytes) -> None:
-        nonlocal writing_since
         touch()
-        writing_since = loop.time()
+        flow.writing(loop.time())
         await send({"type": "http.response.body", "body": data, "more_body": True})
-        writing_since = math.inf
+        flow.wrote()
 
     def look() -> None:
         nonlocal watchdog
-        if loop.time() - writing_since >= write_timeout:
-            stuck.cancel("a write took longer than the write timeout")
+        if flow.is_stalled(loop.time()):
+            stuck.cancel("the client has not read for the idle timeout")
         else:
-            watchdog = loop.call_later(write_timeout / 4, look)
+            watchdog = loop.call_later(period, look)
 
     completed = False
     async with anyio.create_task_group() as tg:
@@ -264,7 +251,7 @@ async def stream_watch(
             tg.cancel_scope.cancel("the client went away")
 
         tg.start_soon(wait_disconnect)
-        watchdog = loop.call_later(write_timeout / 4, look)
+        watchdog = loop.call_later(period, look)
         try:
             with stuck:  # cancelled: a client that does not read, the connection closes
                 await serve(write)
@@ -273,5 +260,5 @@ async def stream_watch(
             watchdog.cancel()
         tg.cancel_scope.cancel("watch ended")
     if completed:
-        with anyio.move_on_after(write_timeout):  # a client that stopped reading
+        with anyio.move_on_after(flow.idle_timeout):  # a client that stopped reading
             await send({"type": "http.response.body", "body": b"", "more_body": False})

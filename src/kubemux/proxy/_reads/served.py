@@ -25,17 +25,13 @@ import anyio
 
 from ..._cache.store import Store
 from ..._resources import Resource
+from ..._wire.types import View
+from ..._wire.versions import rv_int
 from .._query.options import wait_for_resource_version
 from .._watch.watch import WatchBroadcaster, WatchLimits
+from .pins import PinSource
 
-__all__ = ["ServedStatus", "ServedStore", "ServedStores", "rv_int"]
-
-
-def rv_int(resource_version: str) -> int:
-    """A resourceVersion as an integer (0 when it is not a decimal one)."""
-    if resource_version.isascii() and resource_version.isdigit() and len(resource_version) < 30:
-        return int(resource_version)
-    return 0
+__all__ = ["ServedStatus", "ServedStore", "ServedStores"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,7 +53,7 @@ class ServedStatus:
 
     context: str
     resource: str
-    view: str
+    view: View
     namespace: str | None
     resource_version: str
     lag: float
@@ -88,6 +84,7 @@ class ServedStore:
         "history",
         "last_heard",
         "namespace",
+        "pins",
         "store",
         "view",
     )
@@ -96,7 +93,7 @@ class ServedStore:
         self,
         context: str,
         store: Store,
-        view: str,
+        view: View,
         *,
         namespace: str | None = None,
         settings: WatchLimits | None = None,
@@ -111,6 +108,7 @@ class ServedStore:
         self.broadcaster = WatchBroadcaster(self.history, store.snapshot, self.current_rv, settings)
         self.last_heard = heard if heard is not None else time.time()
         self.closed = False
+        self.pins = PinSource()  # what continue tokens pin, sharing structure
         self._on_reset = on_reset
         self._remove = self.history.add_listener(self._on_event)
 
@@ -131,7 +129,7 @@ class ServedStore:
 
     def current_rv(self) -> int:
         """:attr:`resource_version` as an integer."""
-        return rv_int(self.store.resource_version)
+        return rv_int(self.store.resource_version) or 0  # 0: not a decimal one
 
     @property
     def lag(self) -> float:
@@ -148,6 +146,7 @@ class ServedStore:
 
     def _on_event(self, event: Any) -> None:
         self.last_heard = time.time()
+        self.pins.on_event(event)
         if event.type == "RESET":
             self.close()
 
@@ -228,7 +227,7 @@ class ServedStores:
         self,
         context: str,
         store: Store,
-        view: str,
+        view: View,
         *,
         namespace: str | None = None,
         heard: Callable[[], float | None] | None = None,

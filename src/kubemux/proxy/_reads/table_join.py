@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..._cache.snapshot import Key
 from ..._wire.ages import AgeCells
 from ..._wire.codec import raw_resource_version
 from .._api.lists import split_table_row
@@ -18,8 +19,6 @@ from .reads import ReadRequest
 from .served import ServedStore
 
 __all__ = ["Inconsistent", "joined_rows", "row_matcher", "served_ages", "served_columns"]
-
-Key = tuple[str, str]
 
 
 class Inconsistent(Exception):

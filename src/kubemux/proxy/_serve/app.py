@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Iterator
 import anyio
 import orjson
 from starlette.applications import Starlette
-from starlette.routing import Mount
+from starlette.routing import Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from ..._errors import KubemuxError
@@ -39,9 +39,10 @@ from ..._registry.registry import WatcherRegistry
 from ..._resources import BUILTIN_RESOURCES, Resource
 from .._api.paths import ApiPath, decode_context, parse_api_path, split_raw_path
 from .._api.responses import StatusError, send_error, status_for_error
+from .._query.params import Query, parse_query
 from .._reads.cached import CachedReads, CachedSettings, credential_key
 from .._reads.marks import written_version
-from .._reads.reads import ReadRequest, classify, query_pairs
+from .._reads.reads import ReadRequest, classify
 from .._reads.served import ServedStatus
 from .._upstream.discovery_cache import DiscoveryCache
 from .._upstream.passthrough import forward, read_body, request_headers
@@ -49,8 +50,9 @@ from .._upstream.raw_upgrade import bridge as bridge_raw
 from .._upstream.raw_upgrade import is_streaming, raw_connection
 from .._upstream.upgrade import RefusedUpgrades, bridge, deny, spdy_refusal
 from .._watch.watch import WatchLimits
+from .health import HEALTH_PATHS, health
 
-__all__ = ["Proxy", "ProxySettings", "create_app"]
+__all__ = ["Proxy", "ProxySettings", "ProxyStatistics", "create_app"]
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +94,25 @@ class ProxySettings:
         read_your_writes_timeout: Seconds a read after a write through the proxy waits for
             the cache to reach the write (then it goes upstream).
         max_watches_per_credential: Watches (from the cache or upstream) one credential
-            (``Authorization`` header) may hold at once; more get a 429 with
-            ``Retry-After``.
-        watch_write_timeout: Seconds a watch's write may take (a client that stops
-            reading is cut off: its connection closes; checked every quarter of it).
-        watch: Downstream watches: buffers (a watcher that many events behind is cut
-            off), bookmark period.
+            (``Authorization`` header) may hold at once on one context; more get a 429
+            with ``Retry-After``. Per context: every client of ``kubemux proxy`` sends the
+            same token, and one context's load must never refuse another's.
+        watch_write_timeout: Seconds a watch's write may take at most (a client that
+            stops reading is cut off: its connection closes; checked every quarter of it).
+            ``watch.idle_timeout`` (10 s) is shorter and cuts it first, unless raised.
+        max_concurrent_scans: Selector scans (a LIST with a label or field selector looks
+            at every object) running at once; more wait their turn, first come first
+            served. They share the event loop with every other client.
+        scan_slice: Seconds a scan works before it yields the event loop to the others
+            (the snapshot it reads is immutable: it goes on where it was).
+        max_connections: Connections :class:`~kubemux.proxy.ProxyServer` keeps open at once,
+            and never more than the open-file limit less a quarter; at the cap the oldest
+            connection that has not yet sent a request with the token is closed to make
+            room (idle sockets never keep the token holder out).
+        handshake_timeout: Seconds a connection to :class:`~kubemux.proxy.ProxyServer` has
+            to finish its TLS handshake (asyncio's default is 60).
+        watch: Downstream watches: what a watcher may hold (events and bytes), the idle
+            time after which a watcher that does not read is cut, bookmarks, pacing.
     """
 
     max_body_size: int = 3 * 1024 * 1024
@@ -112,7 +127,31 @@ class ProxySettings:
     read_your_writes_timeout: float = 3.0
     max_watches_per_credential: int = 1024
     watch_write_timeout: float = 30.0
+    max_concurrent_scans: int = 2
+    scan_slice: float = 0.001
+    max_connections: int = 4096
+    handshake_timeout: float = 10.0
     watch: WatchLimits = dataclasses.field(default_factory=WatchLimits)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ProxyStatistics:
+    """What a :class:`Proxy` is doing, at one instant (``Proxy.statistics()``).
+
+    Attributes:
+        watches: Watches open (from the cache or passed through), every credential.
+        upstream_streams: Streams open upstream (watches, ``follow``, exec ...), every
+            context.
+        scans_running: Selector scans running (at most ``max_concurrent_scans``).
+        scans_waiting: Selector scans waiting for their turn.
+        pins: Snapshots pinned for continue tokens.
+    """
+
+    watches: int
+    upstream_streams: int
+    scans_running: int
+    scans_waiting: int
+    pins: int
 
 
 class Proxy:
@@ -127,6 +166,7 @@ class Proxy:
         self.refused = RefusedUpgrades()
         self._resources: dict[tuple[str, int, str, str, str], Resource | None] = {}
         self._streams: dict[str, int] = {}  # context -> upstream streams open
+        self.ending = anyio.Event()  # set by close(): streams passed through end
         s = self.settings
         self.cached = CachedReads(
             registry,
@@ -136,6 +176,8 @@ class Proxy:
                 read_your_writes_timeout=s.read_your_writes_timeout,
                 max_watches_per_credential=s.max_watches_per_credential,
                 watch_write_timeout=s.watch_write_timeout,
+                max_concurrent_scans=s.max_concurrent_scans,
+                scan_slice=s.scan_slice,
                 watch=s.watch,
             ),
         )
@@ -145,8 +187,22 @@ class Proxy:
         heard from its API server), downstream watches."""
         return self.cached.status()
 
+    def statistics(self) -> ProxyStatistics:
+        """What the proxy is doing now (see :class:`ProxyStatistics`)."""
+        cached = self.cached
+        return ProxyStatistics(
+            watches=cached.watching,
+            upstream_streams=sum(self._streams.values()),
+            scans_running=cached.scans.running,
+            scans_waiting=cached.scans.waiting,
+            pins=len(cached.pins),
+        )
+
     def close(self) -> None:
-        """End every watch served from the cache (each client sees its stream end)."""
+        """End every watch served from the cache and every stream passed through (each
+        client sees its stream end cleanly, with its last chunk: it re-watches). New
+        watches end at once. Idempotent."""
+        self.ending.set()
         self.cached.close()
 
     @property
@@ -217,18 +273,17 @@ class Proxy:
                     response_timeout=self.settings.response_timeout,
                 )
             return
-        pairs = query_pairs(query)
-        watching = method == "GET" and any(
-            k == "watch" and v.lower() not in ("0", "false") for k, v in pairs
-        )
-        with self.cached.watch_slot(credential_key(scope)) if watching else _no_slot():
+        # read once, as the API server reads it: the caps, the timeouts and the cache agree
+        params = parse_query(query)
+        watching = method == "GET" and params.is_watch
+        with self.cached.watch_slot(credential_key(scope), context) if watching else _no_slot():
             if method == "GET" and self.settings.cache_reads:
-                read = classify(path, pairs, headers)
+                read = classify(path, params, headers)
                 if read is not None and await self._serve_read(
                     context, path, read, scope, receive, send
                 ):
                     return
-            await self._forward(context, path, target, scope, receive, send)
+            await self._forward(context, path, target, params, scope, receive, send)
 
     # ------------------------------------------------------------------ upstream
     @contextlib.asynccontextmanager
@@ -268,7 +323,14 @@ class Proxy:
                 del self._streams[context]
 
     async def _forward(
-        self, context: str, path: ApiPath, target: str, scope: Scope, receive: Receive, send: Send
+        self,
+        context: str,
+        path: ApiPath,
+        target: str,
+        query: Query,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
     ) -> None:
         method = scope["method"]
         body: bytes | None = None
@@ -279,10 +341,7 @@ class Proxy:
                 limit=self.settings.max_body_size,
                 body_timeout=self.settings.body_timeout,
             )
-        query = dict(query_pairs(scope.get("query_string", b"")))
-        streaming = query.get("watch", "").lower() in ("true", "1") or query.get(
-            "follow", ""
-        ).lower() in ("true", "1")
+        streaming = method == "GET" and query.is_stream
         write = method in _API_WRITES and path.kind == "resource"
         with self._stream_slot(context) if streaming else contextlib.nullcontext():
             async with self._upstream(context) as up:
@@ -297,10 +356,14 @@ class Proxy:
                     response_timeout=self.settings.response_timeout,
                     read_timeout=self.settings.read_timeout,
                     capture=_CAPTURE if write and not streaming else 0,
+                    ending=self.ending if streaming else None,
                 )
-        if write and answer is not None and "dryRun" not in query:
-            self._mark_write(context, path, method, answer)
-        if write and (path.group, path.plural) in (_API_DEFINITIONS):
+        # a write that was refused or only tried (dryRun) changed nothing upstream
+        accepted = answer.status is not None and 200 <= answer.status < 300
+        accepted = accepted and "dryRun" not in query
+        if write and answer.body is not None and accepted:
+            self._mark_write(context, path, method, answer.body)
+        if write and accepted and (path.group, path.plural) in _API_DEFINITIONS:
             self.discovery.invalidate(context)  # an API appeared or went: discovery again
 
     def _mark_write(self, context: str, path: ApiPath, method: str, answer: bytes) -> None:
@@ -411,7 +474,8 @@ def create_app(registry: WatcherRegistry, *, settings: ProxySettings | None = No
     (writes, subresources, logs, exec over WebSocket) forwarded to the context's API
     server with the context's credentials. Mount it in your own Starlette or FastAPI app,
     behind your own authentication (``Mount("/k8s", create_app(registry))``): it checks
-    nothing itself, and its clients act with the kubeconfig's credentials. It needs no
+    nothing itself, and its clients act with the kubeconfig's credentials. It also answers
+    ``/livez``, ``/readyz``, ``/healthz`` (and ``.../ping``) as kube-apiserver does. It needs no
     lifespan; the registry is yours to open and close. ``app.state.proxy`` is its
     :class:`Proxy`.
 
@@ -419,7 +483,8 @@ def create_app(registry: WatcherRegistry, *, settings: ProxySettings | None = No
         TypeError: ``registry`` is not a :class:`~kubemux.WatcherRegistry`.
     """
     proxy = Proxy(registry, settings)
-    app = Starlette(routes=[Mount("/clusters", app=proxy)])
+    health_routes = [Route(path, health, methods=["GET", "HEAD"]) for path in HEALTH_PATHS]
+    app = Starlette(routes=[Mount("/clusters", app=proxy), *health_routes])
     app.router.default = _not_found
     app.state.proxy = proxy
     return app

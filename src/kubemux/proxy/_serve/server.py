@@ -11,6 +11,10 @@ event loop:
 - **The Host header** must name the proxy (``127.0.0.1``, ``localhost``, ``::1``, or the
   address it listens on), so a web page cannot reach it by DNS rebinding.
 - **The loopback only**, unless ``allow_remote=True`` (the command prints a warning).
+- **Idle connections**: a TLS handshake must end within ``ProxySettings.handshake_timeout``,
+  and connections are capped below the open-file limit (``ProxySettings.max_connections``;
+  at the cap the oldest connection that has not yet sent the token makes room:
+  :mod:`.admission`).
 - **Slow or huge headers**: a request's headers must arrive within ``header_timeout``
   and fit ``max_header_bytes`` (uvicorn has neither limit; its HTTP protocol is
   subclassed for them), else the connection is closed (431 for too large).
@@ -35,6 +39,7 @@ import os
 import secrets
 import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +60,7 @@ from .._api.paths import encode_context
 from .._api.responses import StatusError, send_error
 from .._upstream.raw_upgrade import RAW_UPGRADE
 from .._upstream.upgrade import deny
+from .admission import Admission, Admitted, connection_limit
 from .app import ProxySettings, create_app
 from .tls import LOOPBACK_NAMES, ProxyCertificates, make_certificates
 
@@ -106,7 +112,7 @@ class _Guard:
             self.allowed_hosts
         ):
             error = StatusError(400, "kubemux proxy: this Host is not the proxy's")
-        elif not self._authorized(authorization):
+        elif not self.authorized(authorization):
             error = StatusError(401, "Unauthorized")
         if error is None:
             await self.app(scope, receive, send)
@@ -117,7 +123,7 @@ class _Guard:
         else:
             await send_error(send, error)
 
-    def _authorized(self, header: bytes) -> bool:
+    def authorized(self, header: bytes) -> bool:
         scheme, _, credential = header.strip().partition(b" ")
         if scheme.lower() != b"bearer":
             return False
@@ -154,11 +160,16 @@ class _RawDownstream:
         self.transport.close()
 
 
-def _http_protocol(header_timeout: float, max_header_bytes: int) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol with a deadline and a size limit on request headers, and
-    raw ``Upgrade: SPDY/...`` connections handed to the app (:mod:`.._upstream.raw_upgrade`)."""
+def _http_protocol(
+    header_timeout: float, max_header_bytes: int, authorized: Callable[[bytes], bool]
+) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol with a deadline and a size limit on request headers,
+    raw ``Upgrade: SPDY/...`` connections handed to the app (:mod:`.._upstream.raw_upgrade`),
+    and its connection trusted (:class:`~.admission.Admitted`) once a request carries the
+    token (``authorized``)."""
 
     class GuardedHttp(HttpToolsProtocol):
+        admitted: Admitted | None = None
         _header_timer: asyncio.TimerHandle | None = None
         _header_bytes = 0
         _in_headers = False
@@ -205,7 +216,11 @@ def _http_protocol(header_timeout: float, max_header_bytes: int) -> type[HttpToo
 
         def on_headers_complete(self) -> None:
             self._disarm()
-            upgrade = self._get_upgrade()
+            if self.admitted is not None and not self.admitted.trusted:
+                for name, value in self.headers:
+                    if name == b"authorization" and authorized(value):
+                        self.admitted.trust()
+            upgrade = self._get_upgrade()  # uvicorn's own (this subclasses its protocol)
             spdy = upgrade is not None and upgrade.startswith(b"spdy/") and self._raw is None
             if spdy:
                 self._raw = _RawDownstream(self)
@@ -229,7 +244,8 @@ def _http_protocol(header_timeout: float, max_header_bytes: int) -> type[HttpToo
                     )
                     self.transport.close()
                     return
-            # uvicorn's data_received, but an SPDY upgrade keeps the bytes after the request
+            # uvicorn's data_received (its private helpers: this subclasses its protocol),
+            # but an SPDY upgrade keeps the bytes after the request
             self._unset_keepalive_if_required()
             try:
                 self.parser.feed_data(data)
@@ -241,10 +257,10 @@ def _http_protocol(header_timeout: float, max_header_bytes: int) -> type[HttpToo
                     offset = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
                     self._raw_active = True
                     self._raw.queue.feed_data(data[offset:])
-                elif self._should_upgrade():
+                elif self._should_upgrade():  # uvicorn's, as in its data_received
                     self.handle_websocket_upgrade()
                 else:
-                    self._unsupported_upgrade_warning()
+                    self._unsupported_upgrade_warning()  # uvicorn's, as in its data_received
 
     return GuardedHttp
 
@@ -269,15 +285,48 @@ def _no_subprotocol(headers: object) -> None:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, with an event set once it listens."""
+    """uvicorn's server, with an event set once it listens, and the app's streams ended
+    cleanly when it begins to stop (by a signal too: uvicorn catches SIGTERM itself)."""
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(
+        self, config: uvicorn.Config, ending: Callable[[], None], admission: Admission
+    ) -> None:
         super().__init__(config)
         self.ready = anyio.Event()
+        self._ending = ending
+        self.admission = admission
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
+        # uvicorn's startup for given sockets, but TLS wrapped by the admission (a cap on
+        # connections, a handshake timeout): uvicorn would pass ``ssl=`` to asyncio, whose
+        # handshake waits 60 s and whose accept runs to the open-file limit
+        config = self.config
+        state = self.server_state
+
+        def http() -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=state, app_state=self.lifespan.state
+            )
+
+        def bind(app: Any, admitted: Admitted) -> None:
+            app.admitted = admitted
+
+        loop = asyncio.get_running_loop()
+        self.servers = []
+        for sock in sockets or ():
+            self.servers.append(
+                await loop.create_server(
+                    self.admission.factory(http, bind), sock=sock, backlog=config.backlog
+                )
+            )
+        self.started = True
         self.ready.set()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # first every watch and stream ends with its last chunk (clients re-watch); then
+        # uvicorn's graceful wait finds the responses complete instead of cutting them
+        self._ending()
+        await super().shutdown(sockets)
 
 
 class ProxyServer:
@@ -400,7 +449,9 @@ class ProxyServer:
             asyncio.sslproto.SSLProtocol.max_size = self._tls_read_buffer
         config = uvicorn.Config(
             self._guarded,
-            http=_http_protocol(self._header_timeout, self._max_header_bytes),
+            http=_http_protocol(
+                self._header_timeout, self._max_header_bytes, self._guarded.authorized
+            ),
             ws=_WebSocketProtocol,
             ws_per_message_deflate=False,
             lifespan="off",
@@ -411,8 +462,13 @@ class ProxyServer:
             server_header=False,
         )
         config.load()
-        config.ssl = self.certificates.server_context()
-        server = self._server = _Server(config)
+        settings = self.proxy.settings
+        admission = Admission(
+            connection_limit(settings.max_connections),
+            settings.handshake_timeout,
+            self.certificates.server_context(),
+        )
+        server = self._server = _Server(config, self.proxy.close, admission)
         done = anyio.Event()
         shield = anyio.CancelScope(shield=True)
 
@@ -452,7 +508,9 @@ class ProxyServer:
             sock.close()
 
     def shutdown(self) -> None:
-        """Ask the server to stop (open watches and streams end). Idempotent."""
+        """Ask the server to stop. Idempotent. Open watches and streams end cleanly (their
+        last chunk: clients re-watch rather than see a broken stream), then the server
+        waits (5 s at most) for the answers in flight and stops."""
         if self._server is not None:
             self._server.should_exit = True
 

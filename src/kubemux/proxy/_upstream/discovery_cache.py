@@ -7,13 +7,19 @@ format, or ``/api/v1``, ``/apis/{group}/{version}`` one by one from an older ser
 change only when an API is added or removed, so the proxy asks the cluster once and
 answers every later request from what it got:
 
-- one entry per (path and query without ``timeout``, ``Accept``), so every media type a
-  client asks for is the server's own answer, byte for byte, with its ``Content-Type``,
-  ``ETag`` and ``Cache-Control``;
+- one entry per (path, what of the query changes the answer, ``Accept``), so every media
+  type a client asks for is the server's own answer, byte for byte, with its
+  ``Content-Type``, ``ETag`` and ``Cache-Control``. Of the query only ``pretty`` (read as
+  the API server reads a boolean) and, for ``/openapi/v3/...``, ``hash`` change an answer;
+  anything else (``timeout=32s``, junk) shares the entry, so a client cannot fill the
+  cache with query strings. At most ``max_variants`` Accept headers (and ``pretty``) are
+  kept per path; an answer for another one is passed through, not kept, so junk
+  ``Accept`` headers cannot evict the real entries either;
 - only 200 answers are kept; anything else passes through;
 - entries live ``ttl`` seconds (600, as kubemux's own discovery), and all of a context's
   go at once when a CustomResourceDefinition or an APIService is written through the
-  proxy, or when the context is reloaded (the cache belongs to one generation);
+  proxy and the API server accepted the write (a refused one changed nothing), or when
+  the context is reloaded (the cache belongs to one generation);
 - bounded: at most ``max_entries`` entries and ``max_bytes`` per context (least recently
   used first out); a document over ``max_entry_bytes`` is passed through, not kept;
 - concurrent misses of one entry share one upstream request.
@@ -33,7 +39,8 @@ from starlette.types import Send
 from ..._errors import KubemuxError
 from ..._http.transport import map_exceptions
 from ..._http.upstream import Upstream
-from .._api.responses import StatusError, status_for_error
+from .._api.responses import StatusError, status_for_error, upstream_header
+from .._query.params import parse_query
 
 __all__ = ["DiscoveryCache"]
 
@@ -48,14 +55,27 @@ class _Entry:
     fetched_at: float
 
 
+_Key = tuple[str, str, str]  # (path and what of the query matters, Accept, pretty)
+
+
 class _ContextEntries:
-    __slots__ = ("bytes", "entries", "fetching", "generation")
+    __slots__ = ("bytes", "entries", "fetching", "generation", "variants")
 
     def __init__(self, generation: int) -> None:
         self.generation = generation
-        self.entries: collections.OrderedDict[tuple[str, str], _Entry] = collections.OrderedDict()
+        self.entries: collections.OrderedDict[_Key, _Entry] = collections.OrderedDict()
         self.bytes = 0
-        self.fetching: dict[tuple[str, str], anyio.Event] = {}
+        self.fetching: dict[_Key, anyio.Event] = {}
+        self.variants: collections.Counter[str] = collections.Counter()  # per path
+
+    def drop(self, key: _Key) -> _Entry | None:
+        entry = self.entries.pop(key, None)
+        if entry is not None:
+            self.bytes -= len(entry.body)
+            self.variants[key[0]] -= 1
+            if not self.variants[key[0]]:
+                del self.variants[key[0]]
+        return entry
 
 
 class DiscoveryCache:
@@ -68,12 +88,14 @@ class DiscoveryCache:
         max_bytes: int = 64 * 1024 * 1024,
         max_entry_bytes: int = 32 * 1024 * 1024,
         max_entries: int = 1024,
+        max_variants: int = 8,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ttl = ttl
         self.max_bytes = max_bytes
         self.max_entry_bytes = max_entry_bytes
         self.max_entries = max_entries
+        self.max_variants = max_variants
         self._clock = clock
         self._contexts: dict[str, _ContextEntries] = {}
         self.upstream_requests = 0  # for tests and status: fetches made
@@ -99,13 +121,12 @@ class DiscoveryCache:
 
     def lookup(self, upstream: Upstream, target: str, accept: str) -> _Entry | None:
         held = self._entries(upstream)
-        key = (_key_target(target), " ".join(accept.split()))
+        key = _key(target, accept)
         entry = held.entries.get(key)
         if entry is None:
             return None
         if self._clock() - entry.fetched_at >= self.ttl:
-            del held.entries[key]
-            held.bytes -= len(entry.body)
+            held.drop(key)
             return None
         held.entries.move_to_end(key)
         return entry
@@ -125,7 +146,7 @@ class DiscoveryCache:
             StatusError: the upstream could not be asked (nothing was sent yet).
         """
         accept = next((v for k, v in headers if k == "accept"), "")
-        key = (_key_target(target), " ".join(accept.split()))
+        key = _key(target, accept)
         while True:
             entry = self.lookup(upstream, target, accept)
             if entry is not None:
@@ -152,7 +173,7 @@ class DiscoveryCache:
         send: Send,
         target: str,
         headers: list[tuple[str, str]],
-        key: tuple[str, str],
+        key: _Key,
         held: _ContextEntries,
         response_timeout: float,
     ) -> None:
@@ -164,7 +185,7 @@ class DiscoveryCache:
                 async with upstream.request("GET", target, headers=sent, timeouts=timeout) as resp:
                     status = resp.status
                     kept = tuple(
-                        (name.encode(), resp.headers[name].encode("latin-1"))
+                        upstream_header(name, resp.headers[name], upstream.context)
                         for name in _KEPT_HEADERS
                         if name in resp.headers
                     )
@@ -219,7 +240,7 @@ class DiscoveryCache:
         if entry is not None:
             return entry.body
         held = self._entries(upstream)
-        key = (_key_target(target), accept)
+        key = _key(target, accept)
         self.upstream_requests += 1
         t = aiohttp.ClientTimeout(total=request_timeout, sock_connect=10.0)
         with map_exceptions(upstream.server, f"GET {target[:200]}"):
@@ -229,7 +250,7 @@ class DiscoveryCache:
                 if resp.status != 200:
                     return None
                 kept = tuple(
-                    (name.encode(), resp.headers[name].encode("latin-1"))
+                    upstream_header(name, resp.headers[name], upstream.context)
                     for name in _KEPT_HEADERS
                     if name in resp.headers
                 )
@@ -242,26 +263,30 @@ class DiscoveryCache:
         self._keep(held, key, _Entry(kept, body, self._clock()))
         return body
 
-    def _keep(self, held: _ContextEntries, key: tuple[str, str], entry: _Entry) -> None:
-        old = held.entries.pop(key, None)
-        if old is not None:
-            held.bytes -= len(old.body)
+    def _keep(self, held: _ContextEntries, key: _Key, entry: _Entry) -> None:
+        held.drop(key)
+        if held.variants[key[0]] >= self.max_variants:
+            return  # served, not kept: junk Accept headers must not evict the real entries
         held.entries[key] = entry
         held.bytes += len(entry.body)
+        held.variants[key[0]] += 1
         while held.entries and (
             held.bytes > self.max_bytes or len(held.entries) > self.max_entries
         ):
-            _, dropped = held.entries.popitem(last=False)
-            held.bytes -= len(dropped.body)
+            held.drop(next(iter(held.entries)))
 
 
-def _key_target(target: str) -> str:
-    """The path and query without kubectl's ``timeout=32s`` (it does not change the answer)."""
-    path, _, query = target.partition("?")
-    if not query:
-        return path
-    kept = [p for p in query.split("&") if not p.startswith("timeout=")]
-    return f"{path}?{'&'.join(kept)}" if kept else path
+def _key(target: str, accept: str) -> _Key:
+    """What the answer to ``GET target`` with ``accept`` depends on: the path, ``hash`` of an
+    OpenAPI v3 document (it decides the caching headers, or a redirect), ``pretty`` (as the
+    API server reads it: the first value, Go's boolean rule), and the Accept header."""
+    path, _, raw_query = target.partition("?")
+    query = parse_query(raw_query.encode("latin-1"))
+    if path.startswith("/openapi/v3/"):
+        digest = query.first("hash")
+        if digest is not None:
+            path = f"{path}?hash={digest}"
+    return (path, " ".join(accept.split()), "pretty" if query.flag("pretty") else "")
 
 
 async def _start(

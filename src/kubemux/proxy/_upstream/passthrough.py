@@ -16,6 +16,7 @@ cookies, and the encoding aiohttp removed), body.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Sequence
 
@@ -25,9 +26,9 @@ from starlette.types import Receive, Scope, Send
 
 from ..._errors import KubemuxError
 from ..._http.upstream import Upstream
-from .._api.responses import StatusError, status_for_error
+from .._api.responses import StatusError, status_for_error, upstream_header
 
-__all__ = ["forward", "read_body", "request_headers"]
+__all__ = ["Forwarded", "forward", "read_body", "request_headers"]
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +75,9 @@ def request_headers(scope: Scope) -> list[tuple[str, str]]:
     return out
 
 
-def _response_headers(resp: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:
+def _response_headers(resp: aiohttp.ClientResponse, context: str) -> list[tuple[bytes, bytes]]:
     headers = [
-        (k.lower().encode("latin-1"), v.encode("latin-1"))
+        upstream_header(k, v, context)
         for k, v in resp.headers.items()
         if k.lower() not in _NOT_DOWNSTREAM
     ]
@@ -123,9 +124,31 @@ async def _wait_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
             return
 
 
+async def _wait_ending(ending: anyio.Event, scope: anyio.CancelScope, result: Forwarded) -> None:
+    await ending.wait()
+    result.ended = True
+    scope.cancel("the proxy is stopping")
+
+
 async def _wait_closed(upstream: Upstream, scope: anyio.CancelScope) -> None:
     await upstream.wait_closed()
     scope.cancel("the context stopped")
+
+
+@dataclasses.dataclass(slots=True)
+class Forwarded:
+    """What came back from upstream.
+
+    Attributes:
+        status: The answer's HTTP status (None: no answer, or it broke off).
+        body: A 2xx answer's whole body, when it was captured (see :func:`forward`).
+    """
+
+    status: int | None = None
+    body: bytes | None = None
+    started: bool = False  # the answer's head went downstream
+    finished: bool = False  # and its last chunk
+    ended: bool = False  # the proxy ended it (stopping)
 
 
 async def forward(
@@ -141,27 +164,33 @@ async def forward(
     read_timeout: float,
     headers: Sequence[tuple[str, str]] | None = None,
     capture: int = 0,
-) -> bytes | None:
+    ending: anyio.Event | None = None,
+) -> Forwarded:
     """Send the request to ``target`` (path and query, encoded) upstream and stream the
     answer back. ``body`` has been read already (so the downstream ``receive`` only waits
     for the client to leave, which ends the exchange).
 
-    With ``capture``, a successful (2xx) answer of at most that many bytes is also
-    returned, whole (what a write answered: read your writes); else None.
+    Returns the answer's status (None when it broke off) and, with ``capture``, a
+    successful (2xx) answer of at most that many bytes, whole (what a write answered: read
+    your writes).
 
     An answer that breaks off midway (also because the context stopped or reloaded) ends
     without its last chunk (the ASGI server then closes the connection), so the client
-    sees a truncated body, never a complete one.
+    sees a truncated body, never a complete one. A stream ended by ``ending`` (the proxy
+    is stopping) ends with its last chunk: a watch or ``follow`` client goes on from what
+    it saw, as when the API server ends a watch.
 
     Raises:
         StatusError: the request could not be sent or got no answer (nothing was sent
             downstream yet).
     """
     failure: list[StatusError] = []
-    captured: list[bytes] = []
+    result = Forwarded()
     async with anyio.create_task_group() as tg:
         tg.start_soon(_wait_disconnect, receive, tg.cancel_scope)
         tg.start_soon(_wait_closed, upstream, tg.cancel_scope)
+        if ending is not None:
+            tg.start_soon(_wait_ending, ending, tg.cancel_scope, result)
         try:
             await _exchange(
                 upstream,
@@ -174,14 +203,17 @@ async def forward(
                 read_timeout=read_timeout,
                 headers=request_headers(scope) if headers is None else list(headers),
                 capture=capture,
-                captured=captured,
+                result=result,
             )
         except StatusError as exc:
             failure.append(exc)
         tg.cancel_scope.cancel("answered")
     if failure:
         raise failure[0]
-    return captured[0] if captured else None
+    if result.ended and result.started and not result.finished:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        result.finished = True
+    return result
 
 
 async def _exchange(
@@ -196,7 +228,7 @@ async def _exchange(
     read_timeout: float,
     headers: list[tuple[str, str]],
     capture: int = 0,
-    captured: list[bytes] | None = None,
+    result: Forwarded | None = None,
 ) -> None:
     method = scope["method"]
     timeout = aiohttp.ClientTimeout(
@@ -216,13 +248,10 @@ async def _exchange(
             ) from None
         except KubemuxError as exc:
             raise status_for_error(exc, upstream.context) from None
-        await send(
-            {
-                "type": "http.response.start",
-                "status": resp.status,
-                "headers": _response_headers(resp),
-            }
-        )
+        answer = _response_headers(resp, upstream.context)  # a 502 before anything is sent
+        await send({"type": "http.response.start", "status": resp.status, "headers": answer})
+        if result is not None:
+            result.started = True
         keep: bytearray | None = bytearray() if capture and 200 <= resp.status < 300 else None
         try:
             async for chunk in resp.content.iter_any():
@@ -241,5 +270,8 @@ async def _exchange(
             )
             return  # without the final message: the connection is closed, not completed
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-        if keep is not None and captured is not None:
-            captured.append(bytes(keep))
+        if result is not None:
+            result.finished = True
+            result.status = resp.status
+            if keep is not None:
+                result.body = bytes(keep)

@@ -13,7 +13,8 @@ every forwarded request; the downstream ``Authorization`` never goes up) with th
 headers. A ``101`` is relayed downstream with the headers kubectl reads (``Connection``,
 ``Upgrade``, ``X-Stream-Protocol-Version``), then bytes are copied both ways, unparsed,
 until either side closes (then both are closed) or the context stops. A refusal (403, 404,
-...) is relayed as is (status, headers, body up to 64 KiB) and the connection closed.
+...) is relayed as is (status, headers, body up to 64 KiB) and the connection closed; a
+redirect is a ``502`` Status (never followed, nor passed on for the client to follow).
 Each direction buffers at most 1 MiB (:class:`~kubemux._http.raw.ByteQueue`): past that, the
 sending side is no longer read.
 """
@@ -123,12 +124,25 @@ async def bridge(
             except KubemuxError as exc:
                 raise status_for_error(exc, upstream.context) from None
             raw.claim()
+            if 300 <= resp.status < 400:  # never followed, nor handed to the client to follow
+                await _redirect_refused(resp, raw, upstream.context)
+                return
             if resp.status != 101 or resp.connection is None:
                 await _relay_refusal(resp, raw)
                 return
             await _pipe(upstream, resp, raw)
     finally:
         raw.close()
+
+
+async def _redirect_refused(resp: aiohttp.ClientResponse, raw: RawConnection, context: str) -> None:
+    message = (
+        f"the API server of context {context!r} refused the upgrade: HTTP {resp.status} "
+        "(a redirect, not followed)"
+    )
+    body = StatusError(502, message).body()
+    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+    await raw.write(_head(502, "Bad Gateway", [*headers, ("Connection", "close")]) + body)
 
 
 async def _relay_refusal(resp: aiohttp.ClientResponse, raw: RawConnection) -> None:

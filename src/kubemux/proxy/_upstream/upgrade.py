@@ -92,7 +92,7 @@ def _refusal(exc: aiohttp.WSServerHandshakeError, context: str) -> StatusError:
     )
     headers = {}
     retry = exc.headers.get("Retry-After") if exc.headers else None
-    if retry:
+    if retry and retry.isascii() and retry.strip().isdigit():
         headers["Retry-After"] = retry
     return StatusError(code, message, reason=reason, headers=headers)
 
@@ -121,7 +121,7 @@ async def bridge(
             await _pump(upstream, ws, receive, send, target)
     except aiohttp.WSServerHandshakeError as exc:
         error = _refusal(exc, upstream.context)
-        if error.code >= 400 and is_streaming(target):
+        if exc.status >= 400 and is_streaming(target):  # its reason (not for a redirect)
             error = await _reason(upstream, target, headers, error)
         refused.remember(upstream.context, target, error)
         await deny(scope, send, error)

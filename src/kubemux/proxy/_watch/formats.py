@@ -12,6 +12,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import orjson
 
+from ..._cache.snapshot import Key
 from ..._wire.ages import AgeCells
 from ..._wire.codec import raw_resource_version
 from .._api.lists import TABLE_V1, ColumnLike, column_definitions, split_table_row, table_row
@@ -32,9 +33,6 @@ __all__ = [
 
 INITIAL_EVENTS_END: Final = "k8s.io/initial-events-end"
 """The annotation of the BOOKMARK that ends a watch's initial events."""
-
-
-Key = tuple[str, str]
 
 
 class HistoryEventLike(Protocol):

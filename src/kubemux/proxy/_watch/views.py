@@ -1,8 +1,15 @@
 """The parts of a downstream watch (:mod:`.watch`): its settings and end reasons, a
-watcher (its bounded buffer and wake-up), and a view (the watchers sharing one format and
-filter, and the history listener that renders each event once, hands the same bytes to each
-of them, cuts off the ones too far behind and wakes the rest at most every
-:attr:`WatchLimits.write_interval`)."""
+watcher (its bounded buffer, its :class:`~.flow.Flow`, its wake-up), and a view (the
+watchers sharing one format and filter, and the history listener that turns each event
+into one shared :class:`ViewItem`, hands it to each of them, cuts off the ones over their
+budget and wakes the rest at most every :attr:`WatchLimits.write_interval`).
+
+An item holds the event's raw bytes (the store's and the history's own, not a copy) and is
+rendered into a watch line only when a watcher writes it, once per view (the line is kept
+on the item for the view's other watchers). So a watcher that never reads costs
+references, never a rendered copy of each event per view: 40 stalled watchers with 40
+selectors of their own used to hold 40 rendered copies of every event.
+"""
 
 from __future__ import annotations
 
@@ -17,14 +24,15 @@ from collections.abc import Callable
 from ..._wire.codec import decode_raw, raw_resource_version
 from .._api.statuses import encode_json
 from .._query.selectors import ObjectFilter
+from .flow import Flow
 from .formats import EventHistoryLike, HistoryEventLike, WatchFormat
 
 __all__ = [
-    "Headed",
     "Item",
-    "View",
+    "ViewItem",
     "WatchEnd",
     "WatchLimits",
+    "WatchView",
     "Watcher",
     "at_resource_version",
     "line_for",
@@ -41,19 +49,31 @@ class WatchLimits:
 
     Attributes:
         max_buffered_events: Events a watcher may fall behind before it is cut off.
+        max_buffered_bytes: Bytes of events (their objects' size) a watcher may have
+            waiting to be written before it is cut off (its stream ends after what it
+            had: the client watches again from the last version it saw). Bytes, not
+            events: a client must not hold a thousand 1 MiB objects.
+        idle_timeout: Seconds a write may wait for the client to read: past that, the
+            watcher is cut and its connection closed (a client that stopped reading).
+            Quiet watches (nothing to write) are not idle.
         bookmark_period: Seconds between BOOKMARKs (when the client allows them).
         chunk_bytes: A write gathers buffered lines up to about this many bytes.
         write_interval: A view wakes its watchers at most this often (seconds): events
             closer together than this go to each watcher in one write. 0: at every event.
         wait_timeout: How long ``sendInitialEvents`` from a version ahead of the cache
             waits for it (then a 504 ERROR event).
+        scan_slice: Seconds the initial events of a selective watch (every object of the
+            snapshot looked at) are scanned before the event loop is yielded to others.
     """
 
     max_buffered_events: int = 1000
+    max_buffered_bytes: int = 16 * 1024 * 1024
+    idle_timeout: float = 10.0
     bookmark_period: float = 60.0
     chunk_bytes: int = 128 * 1024  # as a LIST's chunks (proxy._lists.CHUNK_BYTES)
     write_interval: float = 0.05
     wait_timeout: float = 3.0
+    scan_slice: float = 0.001
 
 
 class WatchEnd(enum.Enum):
@@ -66,7 +86,8 @@ class WatchEnd(enum.Enum):
     ERROR = "error"
     """It could not start (an ERROR event was sent), e.g. a version the cache did not reach."""
     CUT_OFF = "cut off"
-    """It fell :attr:`WatchLimits.max_buffered_events` behind."""
+    """It fell :attr:`WatchLimits.max_buffered_events` or
+    :attr:`WatchLimits.max_buffered_bytes` behind."""
     RESET = "reset"
     """The store was cleared (its context stopped or reloaded)."""
     CLOSED = "closed"
@@ -74,39 +95,68 @@ class WatchEnd(enum.Enum):
 
 
 # ------------------------------------------------------------------------------ the watcher
-class Headed:
-    """A line whose first-event variant (with a Table's columns) is built on demand, once."""
+class ViewItem:
+    """One event as a view's watchers see it: its type and the object's bytes (shared with
+    the store and the history), rendered into a watch line when first written and kept for
+    the view's other watchers. ``size`` is what it is charged to a watcher's flow."""
 
-    __slots__ = ("_headed", "plain", "raw", "type", "view")
+    __slots__ = ("_headed", "_plain", "kind", "raw", "rv", "size", "view")
 
-    def __init__(self, view: View, type: str, raw: bytes, plain: bytes):
+    def __init__(self, view: WatchView, kind: str, raw: bytes, rv: int) -> None:
         self.view = view
-        self.type = type
-        self.raw = raw
-        self.plain = plain
+        self.kind = kind
+        self.raw = raw  # for DELETED after leaving the selector: the object before
+        self.rv = rv
+        self.size = len(raw)
+        self._plain: bytes | None = None
         self._headed: bytes | None = None
 
+    def _render(self, headers: bool) -> bytes:
+        raw = self.raw
+        try:
+            if self.kind == "DELETED":
+                raw = at_resource_version(raw, self.rv)
+            return self.view.fmt.event(self.kind, raw, headers=headers)
+        except Exception:  # an object no reader decodes: skipped, never raised into a watch
+            logger.exception("watch view %r: cannot render a %s event", self.view.key[0], self.kind)
+            return b""
+
+    def plain(self) -> bytes:
+        if self._plain is None:
+            self._plain = self._render(False)
+        return self._plain
+
     def headed(self) -> bytes:
+        """The line with a Table's columns (a watcher's first); the plain one otherwise."""
+        if not self.view.fmt.has_headers:
+            return self.plain()
         if self._headed is None:
-            self._headed = self.view.fmt.event(self.type, self.raw, headers=True)
+            self._headed = self._render(True)
         return self._headed
 
 
-Item = bytes | Headed
+Item = ViewItem
 
 
 class Watcher:
-    __slots__ = ("buffer", "ended", "min_rv", "started", "wake")
+    __slots__ = ("buffer", "ended", "flow", "min_rv", "started", "wake")
 
-    def __init__(self, min_rv: int):
+    def __init__(self, min_rv: int, flow: Flow):
         self.buffer: deque[Item] = deque()
         self.ended: WatchEnd | None = None
         self.min_rv = min_rv
+        self.flow = flow
         self.started = False  # a first line was written (the Table header is spent)
         # asyncio's own Event, set() from the view's synchronous listener: the watch loop
         # runs on asyncio (uvicorn, kubernetes-asyncio), and an anyio Event plus a cancel
         # scope per wait was a sixth of what delivering an event cost
         self.wake = asyncio.Event()
+
+    def take(self) -> Item:
+        """The next buffered item (its bytes leave the flow's budget)."""
+        item = self.buffer.popleft()
+        self.flow.gave(item.size)
+        return item
 
     def end(self, why: WatchEnd) -> None:
         if self.ended is None:
@@ -114,7 +164,7 @@ class Watcher:
         self.wake.set()
 
 
-class View:
+class WatchView:
     """The watchers sharing one format and filter, and the history listener feeding them."""
 
     __slots__ = (
@@ -138,7 +188,7 @@ class View:
         settings: WatchLimits,
         fmt: WatchFormat,
         filt: ObjectFilter,
-        on_close: Callable[[View], None],
+        on_close: Callable[[WatchView], None],
     ):
         self.settings = settings
         self.on_close = on_close
@@ -188,18 +238,15 @@ class View:
                 watcher.wake.set()
 
     def render(self, event: HistoryEventLike) -> Item | None:
-        """What this view's watchers see of ``event`` (None: nothing), encoded."""
+        """What this view's watchers see of ``event`` (None: nothing): one item, shared,
+        rendered when written."""
         kind = transition(self.filter, event)
         if kind is None:
             return None
         raw = event.raw
-        if kind == "DELETED":
-            source = event.old if event.type != "DELETED" and event.old is not None else raw
-            raw = at_resource_version(source, event.rv)
-        plain = self.fmt.event(kind, raw, headers=False)
-        if self.fmt.has_headers:
-            return Headed(self, kind, raw, plain)
-        return plain
+        if kind == "DELETED" and event.type != "DELETED" and event.old is not None:
+            raw = event.old  # it left the selector: its last state, at the event's version
+        return ViewItem(self, kind, raw, event.rv)
 
     def on_event(self, event: HistoryEventLike) -> None:
         """The history listener: synchronous, never blocks, never raises into the store."""
@@ -215,14 +262,15 @@ class View:
             return
         try:
             item = self.render(event)
-        except Exception:  # an object no reader decodes: skipped, never raised into the store
-            logger.exception("watch view %r: cannot render a %s event", self.key[0], etype)
+        except Exception:  # a selector that cannot read it: skipped, never raised into the store
+            logger.exception("watch view %r: cannot filter a %s event", self.key[0], etype)
             item = None
         if item is None:
             return
         limit = self.settings.max_buffered_events
         rv = event.rv
         half = limit // 2
+        size = item.size
         cut: list[Watcher] = []
         burst = False
         for watcher in self.watchers:
@@ -230,11 +278,13 @@ class View:
                 continue
             buffer = watcher.buffer
             held = len(buffer)
-            if held >= limit:
-                cut.append(watcher)
+            flow = watcher.flow
+            if held >= limit or not flow.may_take(size):
+                cut.append(watcher)  # over its budget: as the cacher cuts a full watcher
                 continue
             buffer.append(item)
-            if held >= half:
+            flow.took(size)
+            if held >= half or flow.held * 2 >= flow.max_bytes:
                 burst = True
         for watcher in cut:
             watcher.end(WatchEnd.CUT_OFF)
@@ -283,9 +333,8 @@ def at_resource_version(raw: bytes, rv: int) -> bytes:
 
 
 def line_for(item: Item, watcher: Watcher) -> bytes:
-    if isinstance(item, bytes):
-        return item
+    """The watch line of ``item`` for ``watcher`` (its first carries a Table's columns)."""
     if watcher.started:
-        return item.plain
+        return item.plain()
     watcher.started = True
     return item.headed()

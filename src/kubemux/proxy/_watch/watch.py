@@ -45,9 +45,12 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 import anyio
 
+from ..._wire.versions import rv_int
+from .._api.pace import Pacer
 from .._api.statuses import ProxyStatusError, expired
 from .._query.options import WatchPlan, WatchStart, wait_for_resource_version
 from .._query.selectors import ObjectFilter
+from .flow import Flow
 from .formats import (
     INITIAL_EVENTS_END,
     EventHistoryLike,
@@ -58,7 +61,7 @@ from .formats import (
     TableWatchFormat,
     WatchFormat,
 )
-from .views import View, WatchEnd, Watcher, WatchLimits, line_for
+from .views import WatchEnd, Watcher, WatchLimits, WatchView, line_for
 
 __all__ = [
     "INITIAL_EVENTS_END",
@@ -96,7 +99,7 @@ class WatchBroadcaster:
         self.snapshot = snapshot
         self.current_rv = current_rv
         self.settings = settings or WatchLimits()
-        self._views: dict[tuple[Hashable, Hashable], View] = {}
+        self._views: dict[tuple[Hashable, Hashable], WatchView] = {}
         self._watchers = 0
         self._closed = False
 
@@ -113,7 +116,7 @@ class WatchBroadcaster:
         """Watches being served."""
         return self._watchers
 
-    def drop_view(self, view: View) -> None:
+    def drop_view(self, view: WatchView) -> None:
         if self._views.get(view.key) is view:
             del self._views[view.key]
 
@@ -127,11 +130,11 @@ class WatchBroadcaster:
             view.watchers.clear()
             view.close()
 
-    def _view(self, fmt: WatchFormat, filt: ObjectFilter) -> View:
+    def _view(self, fmt: WatchFormat, filt: ObjectFilter) -> WatchView:
         key = (fmt.key, filt.key)
         view = self._views.get(key)
         if view is None:
-            view = self._views[key] = View(
+            view = self._views[key] = WatchView(
                 self.history, self.current_rv, self.settings, fmt, filt, self.drop_view
             )
         return view
@@ -144,6 +147,7 @@ class WatchBroadcaster:
         send: Callable[[bytes], Awaitable[None]],
         *,
         watch_timeout: float,
+        flow: Flow | None = None,
     ) -> WatchEnd:
         """Serve one watch until it ends; every line goes through ``send``.
 
@@ -154,6 +158,8 @@ class WatchBroadcaster:
             send: Writes one chunk of lines to the client (it may block: only this watch
                 waits, others and the store go on).
             watch_timeout: Its lifetime in seconds (:func:`~._rv.watch_timeout`).
+            flow: Its budget and pulse, which the write side keeps (``send`` reports its
+                writes there; a new one from the settings by default).
 
         Returns:
             Why it ended. A client that goes away shows as ``send`` raising, which
@@ -178,13 +184,15 @@ class WatchBroadcaster:
                 return WatchEnd.ERROR
             except TimeoutError:
                 return WatchEnd.TIMEOUT
+        if flow is None:
+            flow = Flow(self.settings.max_buffered_bytes, self.settings.idle_timeout)
         # one synchronous step: take the starting point and join the view
         view = self._view(fmt, filt)
         snapshot: SnapshotLike | None = None
         backlog: Sequence[HistoryEventLike] = ()
         if plan.start is WatchStart.INITIAL:
             snapshot = self.snapshot()
-            watcher = Watcher(_as_int(snapshot.resource_version))
+            watcher = Watcher(rv_int(snapshot.resource_version) or 0, flow)
         elif plan.start is WatchStart.SINCE:
             events = self.history.since(plan.resource_version)
             if events is None:
@@ -193,9 +201,9 @@ class WatchBroadcaster:
                 await send(self._too_old(plan.resource_version))
                 return WatchEnd.EXPIRED
             backlog = events
-            watcher = Watcher(max(plan.resource_version, events[-1].rv if events else 0))
+            watcher = Watcher(max(plan.resource_version, events[-1].rv if events else 0), flow)
         else:
-            watcher = Watcher(self.current_rv())
+            watcher = Watcher(self.current_rv(), flow)
         view.add(watcher)
         self._watchers += 1
         try:
@@ -216,7 +224,7 @@ class WatchBroadcaster:
     async def _write(
         self,
         watcher: Watcher,
-        view: View,
+        view: WatchView,
         plan: WatchPlan,
         snapshot: SnapshotLike | None,
         backlog: Sequence[HistoryEventLike],
@@ -248,7 +256,8 @@ class WatchBroadcaster:
         if snapshot is not None:
             match = None if view.filter.is_everything else view.filter.matches_raw
             namespace = view.filter.namespace
-            for _key, raw in snapshot.items(namespace):
+            pacer = Pacer(settings.scan_slice)  # a selector looks at every object: in slices
+            async for _key, raw in pacer.paced(snapshot.items(namespace)):
                 if match is not None and not match(raw):
                     continue
                 await put(fmt.event("ADDED", raw, headers=not watcher.started))
@@ -286,7 +295,7 @@ class WatchBroadcaster:
             while True:
                 if buffer:
                     while buffer and size < settings.chunk_bytes:
-                        line = line_for(buffer.popleft(), watcher)
+                        line = line_for(watcher.take(), watcher)
                         chunk.append(line)
                         size += len(line)
                     await flush()
@@ -316,7 +325,3 @@ class WatchBroadcaster:
         finally:
             if alarm is not None:
                 alarm.cancel()
-
-
-def _as_int(resource_version: str) -> int:
-    return int(resource_version) if resource_version.isascii() and resource_version.isdigit() else 0

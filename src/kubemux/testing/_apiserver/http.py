@@ -11,16 +11,21 @@ framing); ``_request_info`` reads the verb and resource of a path.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import orjson
 from aiohttp import hdrs, web
 from aiohttp.web_protocol import RequestHandler
 
+from .._access.authorizer import Caller, Decision, authorize, forbidden_body, request_of
+from .._access.authorizer import Request as AuthzRequest
+from .._access.identities import EXPIRED, admin_caller, impersonation
 from .._access.rbac import Access, bearer, forbidden, peercert, self_subject_review
 from .._kubelet.exec import serve_stream
 from .._kubelet.logs import serve_log
 from .._state.api_state import ApiState, Fault, RecordedRequest, StreamingList
 from .._state.resource import ResourceState
+from .._state.state import RBAC_RESOURCES
 from .._state.views import SCALE_KINDS, has_status, scale_view
 from .._wire.protocol import BadRequest, Selector
 from .._wire.request_info import RequestInfo, request_info
@@ -46,6 +51,7 @@ from .discovery import (
 )
 from .openapi import openapi
 from .rest import create_object, get_object, list_objects
+from .reviews import REVIEWS, serve_review
 from .tables import table_printer
 from .watch import serve_watch
 from .writes import delete_collection, delete_one, evict, patch_object, replace_object
@@ -82,11 +88,10 @@ class ApiServer(ApiState):
         )
         self.notify()
         try:
-            while self.stalled and not self.stopping:
-                await self._gate.wait()
+            await self.held()
             if self.stopping:
                 return abort(request)
-            fault = self._take_fault(path, is_watch, query)
+            fault = self.take_fault(path, is_watch, query)
             if fault is not None:
                 headers = {"Retry-After": "1"} if fault.status in (429, 503) else None
                 return status_response(
@@ -96,15 +101,46 @@ class ApiServer(ApiState):
                     headers=headers,
                 )
             user = None
-            if self.auth.required:
+            found = self.identities.lookup(token) if token is not None else None
+            if found is EXPIRED:
+                return status_response(401, "Unauthorized", "Unauthorized")
+            governed = found is not None  # a user token: RBAC decides
+            if found is None and self.auth.required:
                 user = self.auth.authenticate(token, peercert(request))
                 if user is None:
                     return status_response(401, "Unauthorized", "Unauthorized")
+            caller = found if found is not None else admin_caller(token, user)
+            acting = impersonation(request.headers, caller, self._allows)
+            if isinstance(acting, AuthzRequest):  # not allowed to impersonate that
+                return json_response(forbidden_body(caller, acting, ""), status=403)
+            if acting is not None:
+                caller, governed = acting, True
+            if governed:
+                attrs = request_of(info, request.method, path, query)
+                decision = self.authorize(caller, attrs)
+                if not decision.allowed:
+                    body = forbidden_body(caller, attrs, decision.reason)
+                    return json_response(body, status=403)
             if request.method == "POST" and self._is_review(path):
-                access = self.access.get(token) if token is not None else None
                 version = path.split("/")[3]
-                review = self_subject_review(access, token, user, version)
+                if governed:
+                    info_ = caller.user_info()
+                    review = self_subject_review(None, token, info_["username"], version)
+                    review["status"]["userInfo"] = info_
+                else:
+                    access = self.access.get(token) if token is not None else None
+                    review = self_subject_review(access, token, user, version)
                 return json_response(review, status=201)
+            if request.method == "POST" and (info.group, info.plural) in REVIEWS and not info.name:
+                return await serve_review(
+                    request,
+                    info.group,
+                    info.version,
+                    info.plural or "",
+                    caller,
+                    self._authenticate,
+                    self.authorize,
+                )
             if request.method not in _METHODS:
                 return method_not_allowed()
             return await self._route(request, info, path, query, is_watch, token)
@@ -112,6 +148,30 @@ class ApiServer(ApiState):
             return too_large(exc) or status_response(400, "BadRequest", str(exc))
         finally:
             self.notify()
+
+    # ------------------------------------------------------------------ authorization
+    def _rbac_objects(self, plural: str) -> list[dict[str, Any]]:
+        return self.store.objects(RBAC_RESOURCES[plural])
+
+    def authorize(self, caller: Caller, attrs: AuthzRequest) -> Decision:
+        """The fake's authorizer chain for ``caller`` asking ``attrs``."""
+        return authorize(self._rbac_objects, caller, attrs, self.webhook)
+
+    def _allows(self, caller: Caller, attrs: AuthzRequest) -> bool:
+        return self.authorize(caller, attrs).allowed
+
+    def _authenticate(self, token: str) -> Caller | None:
+        """Who ``token`` is, for a TokenReview: a user token's user, an admin credential's
+        ``system:masters`` user, :data:`EXPIRED`, or None."""
+        found = self.identities.lookup(token)
+        if found is not None:
+            return found
+        if not self.auth.required:
+            return None
+        rejected = self.auth.rejected
+        user = self.auth.authenticate(token, None)
+        self.auth.rejected = rejected  # a review's failure is not a request answered 401
+        return None if user is None else admin_caller(token, user)
 
     def _is_review(self, path: str) -> bool:
         """``/apis/authentication.k8s.io/<served version>/selfsubjectreviews``?"""

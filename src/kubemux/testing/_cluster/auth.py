@@ -8,12 +8,15 @@ import shutil
 import ssl
 import tempfile
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .._access.authorizer import Webhook
+from .._access.bootstrap import bootstrap_policy
 from .._access.rbac import Access
 from .._access.tokens import AuthState, sign_token
 from .._apiserver.http import ApiServer
+from .._state.state import RBAC_RESOURCES
 
 __all__ = ["AuthControls", "make_tls"]
 
@@ -144,3 +147,72 @@ class AuthControls:
     def unrestrict(self, token: str) -> None:
         """Lift the limits :meth:`restrict` put on ``token``."""
         self._api.access.pop(token, None)
+
+    # ------------------------------------------------------------------ RBAC users
+    def add_user(
+        self,
+        name: str,
+        *,
+        groups: Iterable[str] = (),
+        uid: str = "",
+        extra: Mapping[str, Iterable[str]] | None = None,
+        ttl: float | None = None,
+    ) -> str:
+        """A bearer token that authenticates as ``name`` and is governed by RBAC.
+
+        Its requests are authorized as kube-apiserver authorizes them (``system:masters``,
+        then the cluster's Roles, ClusterRoles, RoleBindings and ClusterRoleBindings, then
+        :attr:`webhook`), denials answered with the API server's 403. TokenReview says who it
+        is: ``groups`` plus ``system:authenticated``, ``uid`` (random if not given),
+        ``extra``. It looks like a ServiceAccount token (a JWT whose payload has ``sub`` and,
+        with ``ttl``, ``exp``) and stops authenticating after ``ttl`` seconds (a 401).
+        Accepted whatever ``tokens`` says.
+        """
+        return self._api.identities.mint(name, groups=groups, uid=uid, extra=extra, ttl=ttl)
+
+    def service_account_token(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        ttl: float | None = None,
+        extra: Mapping[str, Iterable[str]] | None = None,
+    ) -> str:
+        """A token of ServiceAccount ``namespace/name`` (see :meth:`add_user`): the user
+        ``system:serviceaccount:NS:NAME`` in ``system:serviceaccounts`` and
+        ``system:serviceaccounts:NS``."""
+        return self.add_user(
+            f"system:serviceaccount:{namespace}:{name}",
+            groups=("system:serviceaccounts", f"system:serviceaccounts:{namespace}"),
+            extra=extra,
+            ttl=ttl,
+        )
+
+    def revoke_token(self, token: str) -> bool:
+        """Stop accepting a token of :meth:`add_user` (it then gets 401); True if it was one."""
+        revoked = self._api.identities.revoke(token)
+        self._api.notify()
+        return revoked
+
+    @property
+    def webhook(self) -> Webhook | None:
+        """An authorizer after RBAC, standing for a webhook or Node authorizer (EKS access
+        entries, AKS Azure RBAC): ``webhook(caller, request) -> bool``, True allowing what
+        RBAC did not. SubjectAccessReviews see it; a kubemux with local RBAC only does not.
+        None (the default): none."""
+        return self._api.webhook
+
+    @webhook.setter
+    def webhook(self, value: Webhook | None) -> None:
+        self._api.webhook = value
+
+    def bootstrap_rbac(self) -> None:
+        """Create the RBAC objects a new cluster has (``FakeCluster(rbac=True)`` does it):
+        ``cluster-admin``, ``system:basic-user``, ``system:discovery``,
+        ``system:public-info-viewer`` and the aggregated ``admin``, ``edit``, ``view``."""
+        roles, bindings = bootstrap_policy()
+        store = self._api.store
+        for role in roles:
+            store.apply(RBAC_RESOURCES["clusterroles"], role)
+        for binding in bindings:
+            store.apply(RBAC_RESOURCES["clusterrolebindings"], binding)

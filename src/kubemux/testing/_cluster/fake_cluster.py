@@ -41,6 +41,12 @@ Faithful to kube-apiserver:
   the first event carries the column definitions;
 * per-token RBAC by namespace and resource (:meth:`FakeCluster.restrict`), answered with
   the 403 Status the RBAC authorizer writes;
+* users governed by Kubernetes RBAC (:meth:`FakeCluster.add_user`,
+  :meth:`FakeCluster.service_account_token`): Roles, ClusterRoles (aggregation included),
+  RoleBindings and ClusterRoleBindings served, watched and enforced for their tokens as
+  kube-apiserver's chain does (``system:masters``, RBAC, an optional :attr:`webhook`), the
+  403 with the RBAC resolution errors; impersonation (``kubectl auth can-i --as``);
+  TokenReview, SubjectAccessReview and SelfSubjectAccessReview;
 * writes as kube-apiserver answers them (each checked with kubectl 1.32: ``create -f``,
   ``replace -f``, ``apply -f`` and ``apply --server-side``, ``patch`` of every ``--type``,
   ``label``, ``annotate``, ``scale``, ``delete``): POST (``generateName``, 409
@@ -176,6 +182,9 @@ class FakeCluster(AuthControls, CrdControls, FaultControls, ObservationControls,
             and ``v1beta1`` (Kubernetes 1.28 and later); False: none, every version a 404
             (before 1.26, or the API turned off); or the versions to serve, e.g.
             ``("v1beta1",)`` for 1.27, ``("v1alpha1",)`` for 1.26 with the alpha API on.
+        rbac: Start with the RBAC objects a new cluster has (:meth:`bootstrap_rbac`). The
+            RBAC resources are served either way, and tokens of :meth:`add_user` are always
+            governed by RBAC; the other credentials are cluster admins.
     """
 
     def __init__(
@@ -195,6 +204,7 @@ class FakeCluster(AuthControls, CrdControls, FaultControls, ObservationControls,
         signing_key: str | None = None,
         newest_only: bool = False,
         self_subject_review: bool | Iterable[str] = True,
+        rbac: bool = False,
     ) -> None:
         self.name = name
         self._auth = AuthState(
@@ -223,6 +233,8 @@ class FakeCluster(AuthControls, CrdControls, FaultControls, ObservationControls,
         self._ca: Any = None
         if tls:
             self._ssl, self._ca_file, self._ca = make_tls(self)
+        if rbac:
+            self.bootstrap_rbac()
 
     def _notify(self) -> None:
         self._api.notify()

@@ -27,10 +27,61 @@ from ..._cache.store import Store
 from ..._informer.discovery import resolve
 from ..._kubeconfig.load import ContextConfig
 from ..._resources import BUILTIN_RESOURCES, Resource, known_resource, parse_resource
-from ..._wire.types import InformerKey, InformerState, OnChange
-from .source import FakeSource, Gate, SourceHooks
+from ..._wire.types import InformerKey, InformerState
+from .source import FakeSource, SourceHooks
 
-__all__ = ["FakeConnector"]
+__all__ = ["FakeConnector", "Gate"]
+
+
+class Gate:
+    """Where a :class:`FakeConnector` holds calls (connects, first syncs) until :meth:`open`.
+
+    A test waits for a call to arrive with :meth:`wait_reached`, does what it wants to race
+    against the held call (stop the context, reload it, close the registry), then opens the
+    gate or lets the held call be cancelled.
+    """
+
+    def __init__(self) -> None:
+        self._opened = False
+        self._open_event: anyio.Event | None = None
+        self._reached_event: anyio.Event | None = None
+        self.reached = 0
+        """How many calls have arrived at the gate so far."""
+        self.waiting = 0
+        """How many calls are held at the gate now."""
+
+    @property
+    def is_open(self) -> bool:
+        return self._opened
+
+    def open(self) -> None:
+        """Let every held call (and every later one) through."""
+        self._opened = True
+        if self._open_event is not None:
+            self._open_event.set()
+
+    async def wait_reached(self, count: int = 1) -> None:
+        """Wait until ``count`` calls have arrived at the gate. Cancelling only stops the wait."""
+        while self.reached < count:
+            if self._reached_event is None:
+                self._reached_event = anyio.Event()
+            await self._reached_event.wait()
+
+    async def _pass(self) -> None:
+        self.reached += 1
+        event, self._reached_event = self._reached_event, None
+        if event is not None:
+            event.set()
+        if self._opened:
+            return
+        self.waiting += 1
+        try:
+            while not self._opened:
+                if self._open_event is None:
+                    self._open_event = anyio.Event()
+                await self._open_event.wait()
+        finally:
+            self.waiting -= 1
 
 
 @dataclasses.dataclass
@@ -385,7 +436,6 @@ class _FakeConnection:
         key: InformerKey,
         *,
         store: Store,
-        on_change: OnChange,
         on_state: Callable[[], None],
     ) -> FakeSource:
         return FakeSource(
@@ -393,7 +443,6 @@ class _FakeConnection:
             resource,
             key,
             store=store,
-            on_change=on_change,
             on_state=on_state,
             hooks=self.fake._hooks,
         )

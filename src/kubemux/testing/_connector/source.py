@@ -1,4 +1,4 @@
-"""What fills one slot from a FakeConnector, and the Gate where it holds calls."""
+"""What fills one slot from a FakeConnector."""
 
 from __future__ import annotations
 
@@ -16,61 +16,10 @@ from ..._cache.store import Store
 from ..._cache.table import FALLBACK_COLUMNS, TableStore
 from ..._resources import Resource
 from ..._wire.codec import Entry
-from ..._wire.types import InformerKey, InformerState, InformerStatus, OnChange
+from ..._wire.types import InformerKey, InformerState, InformerStatus
 from .._wire.protocol import Selector
 
-__all__ = ["FakeSource", "Gate", "SourceHooks"]
-
-
-class Gate:
-    """Where a :class:`FakeConnector` holds calls (connects, first syncs) until :meth:`open`.
-
-    A test waits for a call to arrive with :meth:`wait_reached`, does what it wants to race
-    against the held call (stop the context, reload it, close the registry), then opens the
-    gate or lets the held call be cancelled.
-    """
-
-    def __init__(self) -> None:
-        self._opened = False
-        self._open_event: anyio.Event | None = None
-        self._reached_event: anyio.Event | None = None
-        self.reached = 0
-        """How many calls have arrived at the gate so far."""
-        self.waiting = 0
-        """How many calls are held at the gate now."""
-
-    @property
-    def is_open(self) -> bool:
-        return self._opened
-
-    def open(self) -> None:
-        """Let every held call (and every later one) through."""
-        self._opened = True
-        if self._open_event is not None:
-            self._open_event.set()
-
-    async def wait_reached(self, count: int = 1) -> None:
-        """Wait until ``count`` calls have arrived at the gate. Cancelling only stops the wait."""
-        while self.reached < count:
-            if self._reached_event is None:
-                self._reached_event = anyio.Event()
-            await self._reached_event.wait()
-
-    async def _pass(self) -> None:
-        self.reached += 1
-        event, self._reached_event = self._reached_event, None
-        if event is not None:
-            event.set()
-        if self._opened:
-            return
-        self.waiting += 1
-        try:
-            while not self._opened:
-                if self._open_event is None:
-                    self._open_event = anyio.Event()
-                await self._open_event.wait()
-        finally:
-            self.waiting -= 1
+__all__ = ["FakeSource", "SourceHooks"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,7 +39,7 @@ class SourceHooks:
 class FakeSource:
     """What fills one slot from a FakeConnector (the ``SlotSource`` protocol): its first
     sync takes the objects there are, then changes are applied as the connector makes them
-    (:meth:`apply`, synchronously)."""
+    (:meth:`apply`, synchronously), all through the store's writer (which announces them)."""
 
     def __init__(
         self,
@@ -99,7 +48,6 @@ class FakeSource:
         key: InformerKey,
         *,
         store: Store,
-        on_change: OnChange,
         on_state: Callable[[], None],
         hooks: SourceHooks,
     ) -> None:
@@ -108,7 +56,6 @@ class FakeSource:
         self.resource = resource
         self.key = key
         self.store = store
-        self._on_change = on_change
         self._on_state = on_state
         self._selector = Selector.parse(
             key.namespace if resource.namespaced else None,
@@ -140,8 +87,7 @@ class FakeSource:
             raise
         objects = hooks.objects(self.context, name)
         entries = [self._entry(o) for o in objects if self._selector.matches(o)]
-        for change in self.store._replace(entries, hooks.resource_version()):
-            self._on_change(change.type, change.entry, change.old)
+        self.store.writer.replace(entries, hooks.resource_version())
         self._synced = True
         self._last_sync = time.time()
         self.report(InformerState.WATCHING, None)
@@ -175,9 +121,6 @@ class FakeSource:
             view=self.key.view,
         )
 
-    def snapshot_entries(self, namespace: str | None = None) -> list[Entry]:
-        return self.store._entries(namespace)
-
     def crash(self, error: BaseException) -> None:
         """Raise ``error`` from :meth:`run` (a bug below the registry)."""
         self._crashed = copy.copy(error)
@@ -193,18 +136,16 @@ class FakeSource:
     def _entry(self, obj: Mapping[str, Any]) -> Entry:
         store = self.store
         if isinstance(store, TableStore):  # the rows of a server without Table support
-            store.columns, store.is_fallback = FALLBACK_COLUMNS, True
+            store.writer.set_columns(FALLBACK_COLUMNS, fallback=True)
             meta = obj.get("metadata") or {}
             row = {"cells": [meta.get("name"), meta.get("creationTimestamp")], "metadata": meta}
-            return store._prepare(orjson.dumps(row))
-        return store._prepare(orjson.dumps(obj))
+            return store.writer.prepare(orjson.dumps(row))
+        return store.writer.prepare(orjson.dumps(obj))
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
         """One change of an object of this resource (filtered by the informer's scope)."""
         entry = self._entry(obj)
         if kind != "DELETED" and not self._selector.matches(obj):
             kind = "DELETED"  # it no longer matches: gone from this informer's view
-        change = self.store._apply(kind, entry)
-        if change is not None:
+        if self.store.writer.apply(kind, entry) is not None:  # the writer announces it
             self._events += 1
-            self._on_change(change.type, change.entry, change.old)

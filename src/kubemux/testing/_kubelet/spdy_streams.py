@@ -207,7 +207,7 @@ async def serve_spdy(
         if transport.is_closing():
             raise ConnectionResetError("the client left")
         transport.write(data)
-        await protocol._drain_helper()
+        await protocol._drain_helper()  # flow control, as aiohttp's own WebSocket writer
 
     handler: PortForwarder | _Session
     query = dict(request.query.items())

@@ -12,6 +12,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from .._access.authorizer import Webhook
+from .._access.identities import Identities
 from .._access.rbac import Access
 from .._access.tokens import AuthState
 from .log_book import LogBook
@@ -106,6 +108,8 @@ class ApiState:
         self.aggregated_discovery = aggregated_discovery
         self.table_format = table_format
         self.access: dict[str, Access] = {}  # token -> its limits (absent: everything)
+        self.identities = Identities(lambda: self.auth.clock())  # RBAC-governed user tokens
+        self.webhook: Webhook | None = None  # an authorizer after RBAC (FakeCluster.webhook)
         # versions of POST /apis/authentication.k8s.io/<v>/selfsubjectreviews served (else 404)
         self.self_subject_review: frozenset[str] = frozenset(("v1", "v1beta1"))
         # (path, aggregated) -> a discovery document served as given (serve_discovery)
@@ -187,7 +191,13 @@ class ApiState:
             watch.wake.set()
         self.notify()
 
-    def _take_fault(self, path: str, is_watch: bool, query: Mapping[str, str]) -> Fault | None:
+    async def held(self) -> None:
+        """Wait while requests are held (:meth:`stall`), until unstalled or stopping."""
+        while self.stalled and not self.stopping:
+            await self._gate.wait()
+
+    def take_fault(self, path: str, is_watch: bool, query: Mapping[str, str]) -> Fault | None:
+        """The scripted fault this request meets, if any (counted down, dropped when spent)."""
         for fault in self.faults:
             if fault.matches(path, is_watch, query):
                 fault.remaining -= 1

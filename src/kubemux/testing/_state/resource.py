@@ -15,8 +15,9 @@ from typing import Any
 
 import orjson
 
+from ..._cache.snapshot import Key
 from ..._resources import Resource
-from .._wire.protocol import Key, Selector
+from .._wire.protocol import Selector
 
 __all__ = [
     "ADDED",

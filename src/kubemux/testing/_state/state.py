@@ -4,8 +4,7 @@ Sync and loop-agnostic: object operations never await and never block on watcher
 watch owns a queue that object operations append to; the HTTP layer drains those queues.
 
 Objects are stored as JSON bytes, never mutated: an update stores a new version. Callers get
-fresh copies, so they can edit what they receive (or what they passed in) without corrupting
-the cluster.
+fresh copies, free to edit what they receive (or passed in) without corrupting the cluster.
 """
 
 from __future__ import annotations
@@ -20,8 +19,10 @@ from typing import Any
 
 import orjson
 
+from ..._cache.snapshot import Key
 from ..._resources import BUILTIN_RESOURCES, Resource, parse_resource, register_resource
-from .._wire.protocol import BadRequest, Key, Selector
+from .._access.authorizer import RBAC_RESOURCES, settle_aggregation
+from .._wire.protocol import BadRequest, Selector
 from .crd import CrdInfo
 from .resource import (
     ADDED,
@@ -34,7 +35,7 @@ from .resource import (
     Watch,
 )
 
-__all__ = ["ObjectStore"]
+__all__ = ["RBAC_RESOURCES", "SERVED_RESOURCES", "ObjectStore"]  # RBAC_RESOURCES: for tests
 
 _TOP_KEYS = ("kind", "apiVersion", "metadata")
 _CRD_GROUP = "apiextensions.k8s.io"
@@ -89,9 +90,9 @@ SERVED_RESOURCES: tuple[Resource, ...] = (
         plural="horizontalpodautoscalers",
         kind="HorizontalPodAutoscaler",
     ),
+    *RBAC_RESOURCES.values(),
 )
-"""The resource types every fake cluster serves: the built-in table, and the rest of what
-``kubectl get all`` lists."""
+"""What every fake serves: the built-in table, the rest of ``kubectl get all``, RBAC."""
 
 
 class ObjectStore:
@@ -106,6 +107,7 @@ class ObjectStore:
         self._extra: dict[tuple[str, str], Resource] = {}
         self._builtin = {(r.group, r.plural): r for r in SERVED_RESOURCES}
         self.crds: dict[tuple[str, str], CrdInfo] = {}  # (group, plural) -> what a CRD serves
+        self._aggregating = False
 
     # ------------------------------------------------------------------ resource types
     def register(self, resource: Resource) -> ResourceState:
@@ -143,7 +145,18 @@ class ObjectStore:
 
     # ------------------------------------------------------------------ CRDs
     def _crd_event(self, state: ResourceState, events: Iterable[Event]) -> None:
-        """Serve, change or withdraw custom resources as their CRDs come and go."""
+        """Serve, change or withdraw custom resources as their CRDs come and go; aggregate."""
+        if state.resource == RBAC_RESOURCES["clusterroles"]:
+            if not self._aggregating:  # the aggregation controller: writes watches see
+                self._aggregating = True
+                try:
+                    settle_aggregation(
+                        lambda: [_copy(state.objects[key]) for key in state.sorted_keys()],
+                        lambda role: self.replace(state, ("", role["metadata"]["name"]), role),
+                    )
+                finally:
+                    self._aggregating = False
+            return
         if (
             state.resource.group != _CRD_GROUP
             or state.resource.plural != "customresourcedefinitions"

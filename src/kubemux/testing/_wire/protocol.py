@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from ..._cache.snapshot import Key
+
 __all__ = [
     "BadRequest",
     "Selector",
@@ -25,10 +27,6 @@ __all__ = [
     "parse_label_selector",
     "status_body",
 ]
-
-Key = tuple[str, str]
-"""An object's identity inside one resource: ``(namespace, name)``; namespace is ``""`` for
-cluster-scoped objects."""
 
 
 class BadRequest(ValueError):

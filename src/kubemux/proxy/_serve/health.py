@@ -1,0 +1,38 @@
+"""``/livez``, ``/readyz`` and ``/healthz`` (and ``.../ping``) at the proxy's root.
+
+kpt and cli-utils probe the host root of the server in a kubeconfig (``GET /livez/ping``)
+before they decide on client-side throttling; through the proxy that host is the proxy's,
+so it answers as kube-apiserver does: ``200``, ``text/plain``, ``ok``; with ``verbose``,
+the check list (the proxy has one check: it serves). HEAD too (no body). Behind
+:class:`~kubemux.proxy.ProxyServer` these need the token, as everything else.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .._query.params import parse_query
+
+__all__ = ["HEALTH_PATHS", "health"]
+
+HEALTH_PATHS = (
+    "/livez",
+    "/readyz",
+    "/healthz",
+    "/livez/ping",
+    "/readyz/ping",
+    "/healthz/ping",
+)
+
+
+async def health(request: Request) -> Response:
+    """Answer one health check (see the module docstring)."""
+    path = request.url.path
+    body = b"ok"
+    if "verbose" in parse_query(request.scope.get("query_string", b"")) and not path.endswith(
+        "/ping"
+    ):
+        body = f"[+]ping ok\n{path.strip('/')} check passed\n".encode()
+    headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache, private"}
+    return Response(body, media_type="text/plain; charset=utf-8", headers=headers)
