@@ -262,6 +262,14 @@ async def test_logs_tail_timestamps_and_follow(cluster: FakeCluster, kubeconfig:
     assert await kubectl(kubeconfig, "logs", "two", "-c", "b") == "from b\n"
     code, _, err = await kubectl_result(kubeconfig, "logs", "two", "-c", "c")
     assert code == 1 and err == "error: container c is not valid for pod two\n"
+    code, _, err = await kubectl_result(kubeconfig, "logs", "two", "-c", "b", "--previous")
+    assert code == 1 and err == (
+        'Error from server (BadRequest): previous terminated container "b" in pod "two" not found\n'
+    )
+    cluster.restart_container("default", "two", container="b")
+    cluster.append_log("default", "two", "b again\n", container="b")
+    assert await kubectl(kubeconfig, "logs", "two", "-c", "b", "-p") == "from b\n"
+    assert await kubectl(kubeconfig, "logs", "two", "-c", "b") == "b again\n"
 
 
 async def test_exec_echo_cat_and_exit_codes(cluster: FakeCluster, kubeconfig: Path) -> None:

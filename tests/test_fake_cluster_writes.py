@@ -459,6 +459,34 @@ async def test_logs_over_http(cluster: FakeCluster, http: aiohttp.ClientSession)
     assert cluster.log_lines("default", "web-1") == []
 
 
+async def test_a_restarted_container_keeps_its_previous_log(
+    cluster: FakeCluster, http: aiohttp.ClientSession
+) -> None:
+    """``previous=true`` reads the last instance's log (400 before any restart, as the
+    kubelet answers); a follower of the old instance sees its stream end."""
+    url = f"{cluster.server}/api/v1/namespaces/default/pods/web-1/log"
+    cluster.append_log("default", "web-1", "old 1\nold 2\n")
+    missing = await call(http, "GET", url, status=400, previous="true")
+    assert missing["message"] == 'previous terminated container "app" in pod "web-1" not found'
+    async with http.get(url, params={"follow": "true"}) as resp:
+        async with asyncio.timeout(5):
+            assert await resp.content.readline() == b"old 1\n"
+            await resp.content.readline()
+            cluster.restart_container("default", "web-1")
+            assert await resp.content.read() == b""  # the old instance ended
+    cluster.append_log("default", "web-1", "new\n")
+    assert cluster.log_lines("default", "web-1") == ["new"]
+    for follow in ("false", "true"):  # a previous log is not followed: its container ended
+        params = {"previous": "1", "follow": follow, "tailLines": "1"}
+        async with http.get(url, params=params) as resp:
+            assert resp.status == 200 and await resp.read() == b"old 2\n"
+    cluster.restart_container("default", "web-1")
+    async with http.get(url, params={"previous": "true"}) as resp:
+        assert await resp.read() == b"new\n"
+    with pytest.raises(ValueError, match="not valid"):
+        cluster.restart_container("default", "web-1", container="nope")
+
+
 async def exec_ws(
     http: aiohttp.ClientSession, url: str, protocol: str, stdin: bytes | None = None
 ) -> tuple[bytes, dict[str, Any]]:

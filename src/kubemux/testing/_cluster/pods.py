@@ -54,6 +54,20 @@ class PodControls:
         self._api.notify()
         return count
 
+    def restart_container(self, namespace: str, pod: str, *, container: str | None = None) -> None:
+        """Start a container (default: the pod's first) again, as the kubelet does after it
+        exits: its log so far becomes its previous one (``kubectl logs --previous``), a new
+        empty one starts, and a follower of the old one sees its stream end. The pod's
+        status is the test's (``restartCount``, ``lastState``: :meth:`update` it).
+
+        Raises:
+            KeyError: No such pod.
+            ValueError: The pod has no such container.
+        """
+        uid, name = self._pod_uid(namespace, pod, container)
+        self._api.logs.restart(uid, name, owner=(namespace, pod))
+        self._api.notify()
+
     def log_lines(self, namespace: str, pod: str, *, container: str | None = None) -> list[str]:
         """The lines of a container's log, oldest first.
 

@@ -99,13 +99,17 @@ async def follow_attached(
 ) -> None:
     """Write the lines the container logs from ``position`` on (:func:`log_position` when
     the attach request arrived), as an attached client sees them; return once the pod is
-    gone (deleted, or created again with another uid) or the fake stops.
+    gone (deleted, or created again with another uid), the container restarts or the fake
+    stops.
 
     Cancellation (the client leaving) stops it at once.
     """
+    restarts = api.logs.restarts.get((uid, container), 0)
     while True:
         current = state.objects.get(key)
         if current is None or current.obj["metadata"].get("uid") != uid or api.stopping:
+            return
+        if api.logs.restarts.get((uid, container), 0) != restarts:
             return
         log = api.logs.logs.get((uid, container)) or ContainerLog()
         start = max(0, position - log.dropped)

@@ -2,9 +2,11 @@
 
 Logs live in a ``LogBook`` (``_log_book``). The options are the API's: ``container``,
 ``follow``, ``tailLines``, ``sinceSeconds``, ``sinceTime``, ``timestamps``, ``limitBytes``
-and ``previous`` (no previous container exists here: 400, as for a container that never
-restarted). ``follow=true`` streams lines as they are appended and ends when the pod is
-deleted or the container's status says it terminated.
+and ``previous`` (the log of the container's last instance, kept by
+``FakeCluster.restart_container``; 400 for a container that never restarted).
+``follow=true`` streams lines as they are appended and ends when the pod is deleted, the
+container restarts or its status says it terminated; a previous log is not followed (its
+container ended).
 """
 
 from __future__ import annotations
@@ -100,14 +102,18 @@ async def serve_log(
     pod = stored.obj
     uid = str(pod["metadata"].get("uid", ""))
     container = pick_container(pod, query.get("container"))
-    if query.get("previous", "").lower() in ("true", "1"):
+    key = (uid, container)
+    previous = query.get("previous", "").lower() in ("true", "1")
+    if previous and key not in api.logs.previous:
         raise BadRequest(f'previous terminated container "{container}" in pod "{name}" not found')
-    follow = query.get("follow", "").lower() in ("true", "1")
+    follow = query.get("follow", "").lower() in ("true", "1") and not previous
     stamps = query.get("timestamps", "").lower() in ("true", "1")
     tail = int_param(query, "tailLines") if query.get("tailLines") else None
     limit = int_param(query, "limitBytes") if query.get("limitBytes") else None
     since = _since(query)
-    log = api.logs.logs.get((uid, container)) or ContainerLog()
+    book = api.logs.previous if previous else api.logs.logs
+    log = book.get(key) or ContainerLog()
+    restarts = api.logs.restarts.get(key, 0)
     entries = [entry for entry in log.lines if since is None or entry[0] >= since]
     if tail is not None:
         entries = entries[max(0, len(entries) - tail) :] if tail >= 0 else entries
@@ -139,13 +145,13 @@ async def serve_log(
             current = state.objects.get((namespace, name))
             if current is None or current.obj["metadata"].get("uid") != uid:
                 break
-            if _terminated(current.obj, container):
+            if _terminated(current.obj, container) or api.logs.restarts.get(key, 0) != restarts:
                 break
             if api.stopping:
                 abort(request)
                 return response
             await api.wait_changed(1.0)
-            log = api.logs.logs.get((uid, container)) or ContainerLog()
+            log = api.logs.logs.get(key) or ContainerLog()
             start = max(0, position - log.dropped)
             fresh = list(itertools.islice(log.lines, start, None))
             position = log.dropped + len(log.lines)

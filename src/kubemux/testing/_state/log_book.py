@@ -2,7 +2,8 @@
 
 A pod deleted and created again under the same name starts with an empty log, as a new
 container does; at most ``LOG_LINES`` lines per container are kept (the oldest go first), and
-the logs of deleted pods are forgotten on the next append.
+the logs of deleted pods are forgotten on the next append. A container that restarts keeps
+its last instance's log as its previous one (``previous=true``), as the kubelet does.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class LogBook:
     def __init__(self, limit: int = LOG_LINES) -> None:
         self.limit = limit
         self.logs: dict[tuple[str, str], ContainerLog] = {}
+        self.previous: dict[tuple[str, str], ContainerLog] = {}  # the last instance's
+        self.restarts: dict[tuple[str, str], int] = {}  # a follower ends when this moves
         self.owners: dict[str, tuple[str, str]] = {}  # pod uid -> (namespace, name)
 
     def append(
@@ -57,6 +60,13 @@ class LogBook:
             log.dropped += 1
         return len(lines)
 
+    def restart(self, uid: str, container: str, *, owner: tuple[str, str] = ("", "")) -> None:
+        """The container starts again: its log becomes its previous one, a new one starts."""
+        self.owners[uid] = owner
+        key = (uid, container)
+        self.previous[key] = self.logs.pop(key, ContainerLog())
+        self.restarts[key] = self.restarts.get(key, 0) + 1
+
     def lines(self, uid: str, container: str) -> list[str]:
         """The lines kept for one container."""
         log = self.logs.get((uid, container))
@@ -66,7 +76,8 @@ class LogBook:
         """Forget the logs of pods for which ``alive(namespace, name, uid)`` is false."""
         gone = {uid for uid, (ns, name) in self.owners.items() if not alive(ns, name, uid)}
         if gone:
-            for key in [k for k in self.logs if k[0] in gone]:
-                del self.logs[key]
+            for book in (self.logs, self.previous, self.restarts):
+                for key in [k for k in book if k[0] in gone]:
+                    del book[key]
             for uid in gone:
                 del self.owners[uid]
