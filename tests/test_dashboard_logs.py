@@ -3,6 +3,7 @@ a real browser (headless Chromium, as tests/test_dashboard_browser.py drives it)
 
 from __future__ import annotations
 
+import socket
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import httpx
 from kubemux.dashboard._logs import TAIL_MAX
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from support import TIMEOUT, wait_until
-from test_dashboard import served
+from test_dashboard import make_app, served, serving
 from test_dashboard_browser import WAIT_MS, XSS, PageWatch, browser, expect, object_url
 
 
@@ -77,6 +78,33 @@ async def test_log_stream_follows_and_ends_with_the_client(tmp_path: Path) -> No
             await wait_until(lambda: c.open_connections == before)
 
 
+async def test_a_log_reader_that_takes_nothing_is_cut_off(tmp_path: Path) -> None:
+    """A browser that stops reading a followed log holds one chunk here, never the log: its
+    stream is cut off after ``stream_send_timeout``, the request upstream with it."""
+    async with FakeCluster() as c:
+        c.create("pods", make_pod("web-1"))
+        # 10,000 lines of 1 kB: more than the socket buffers on the way hold
+        c.append_log("default", "web-1", f"{'x' * 1000}\n" * TAIL_MAX)
+        path = write_kubeconfig(tmp_path / "config", {"prod": c})
+        app = make_app(path, stream_send_timeout=0.5)
+        state = app.state.dashboard
+        async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client:
+            await client.get("/api/contexts/prod/pods")  # the context runs, its watch is open
+            before = c.open_connections
+            port = int(url.rsplit(":", 1)[1].strip("/"))
+            with socket.socket() as sock:  # asks for the log, never reads
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.connect(("127.0.0.1", port))
+                query = f"follow=1&tailLines={TAIL_MAX}"
+                sock.sendall(
+                    f"GET /api/contexts/prod/pods/default/web-1/log?{query} HTTP/1.1\r\n"
+                    "Host: 127.0.0.1\r\n\r\n".encode()
+                )
+                await wait_until(lambda: c.open_connections == before + 1)
+                await wait_until(lambda: state.streams == 0 and c.open_connections == before)
+            assert (await client.get("/api/contexts")).status_code == 200
+
+
 async def test_object_page_shows_logs_as_text_following(tmp_path: Path) -> None:
     async with FakeCluster() as c:
         c.create("pods", pod_with_containers())
@@ -114,6 +142,14 @@ async def test_object_page_shows_logs_as_text_following(tmp_path: Path) -> None:
             )
             await page.uncheck("#log-previous")
             await expect(log).to_have_text("sidecar says hi\n")
+            # the container restarts: the stream followed ends, its log is the previous one
+            c.restart_container("default", "web-1", container="sidecar")
+            await expect(page.locator("#log-state")).to_have_text("the log ended")
+            c.append_log("default", "web-1", "sidecar again\n", container="sidecar")
+            await page.check("#log-previous")
+            await expect(log).to_have_text("sidecar says hi\n")
+            await page.uncheck("#log-previous")
+            await expect(log).to_have_text("sidecar again\n")
             # a huge log: the page keeps the last MiB, whole lines, the newest at the end
             await page.select_option("#log-container", "app")
             await page.select_option("#log-tail", "10000")

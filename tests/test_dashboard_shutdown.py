@@ -1,4 +1,5 @@
-"""An open event stream does not hold up the server's shutdown (uvicorn run as users run it).
+"""An open event or log stream does not hold up the server's shutdown (uvicorn run as users
+run it).
 
 uvicorn waits for every open response before the app's lifespan shutdown; the dashboard
 chains its handlers of SIGINT/SIGTERM to end its streams first (dashboard/_signals.py).
@@ -42,13 +43,31 @@ uvicorn.run(Starlette(lifespan=lifespan), fd=int(sys.argv[2]), log_level="warnin
 """
 
 
-@pytest.mark.parametrize(("script", "prefix"), [(ALONE, "/"), (MOUNTED, "/dashboard/")])
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+EVENTS = ("api/stream", "event: synced")
+LOG = ("api/contexts/prod/pods/default/web-1/log?follow=1", "first line")
+
+
+@pytest.mark.parametrize(
+    ("script", "prefix", "signum", "stream"),
+    [
+        (ALONE, "/", signal.SIGINT, EVENTS),
+        (ALONE, "/", signal.SIGTERM, LOG),
+        (MOUNTED, "/dashboard/", signal.SIGINT, LOG),  # the log stream the only one
+        (MOUNTED, "/dashboard/", signal.SIGTERM, EVENTS),
+    ],
+    ids=[
+        "alone-sigint-events",
+        "alone-sigterm-log",
+        "mounted-sigint-log",
+        "mounted-sigterm-events",
+    ],
+)
 async def test_open_streams_do_not_hold_up_uvicorns_shutdown(
-    tmp_path: Path, script: str, prefix: str, signum: int
+    tmp_path: Path, script: str, prefix: str, signum: int, stream: tuple[str, str]
 ) -> None:
     async with FakeCluster() as c:
         c.create("pods", make_pod("web-1"))
+        c.append_log("default", "web-1", "first line\n")
         path = write_kubeconfig(tmp_path / "config", {"prod": c})
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.bind(("127.0.0.1", 0))
@@ -62,7 +81,8 @@ async def test_open_streams_do_not_hold_up_uvicorns_shutdown(
                 stderr=None,
             )
         try:
-            url = f"http://127.0.0.1:{port}{prefix}api/stream"
+            path, first = stream
+            url = f"http://127.0.0.1:{port}{prefix}{path}"
             async with (
                 httpx.AsyncClient(timeout=TIMEOUT) as client,
                 client.stream("GET", url) as response,
@@ -70,7 +90,7 @@ async def test_open_streams_do_not_hold_up_uvicorns_shutdown(
                 assert response.status_code == 200
                 lines = response.aiter_lines()
                 with anyio.fail_after(TIMEOUT):
-                    while "event: synced" not in await anext(lines):
+                    while first not in await anext(lines):
                         pass
                 proc.send_signal(signum)  # the stream is open, its client reading nothing
                 with anyio.fail_after(TIMEOUT):

@@ -119,6 +119,9 @@ class _LogStream(Response):
     async def _serve(self, scope: Scope, receive: Receive, send: Send, started: list[bool]) -> None:
         dashboard = self._dashboard
         try:
+            # as an event stream's: ends at the server's SIGINT/SIGTERM (also mounted), 503
+            # once the dashboard is shutting down, new streams spread over a burst
+            await dashboard.admit()
             async with (
                 dashboard.registry.upstream(self._context) as upstream,
                 upstream.request("GET", self._path, headers=[("Accept", "*/*")]) as resp,

@@ -168,7 +168,7 @@ class Dashboard:
             self._unchain = chain_exit_signals(self.close_streams)
 
     async def admit(self) -> None:
-        """Wait for a new event stream's turn to start.
+        """Wait for a new stream's turn to start (an event stream's or a log's).
 
         Streams start at most ``ADMISSION_RATE`` a second after a burst of
         ``ADMISSION_BURST``: a thousand browsers connecting at once are spread over a few
