@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import httpx
+import yaml
 
 from kubemux.dashboard._logs import TAIL_MAX
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
@@ -76,6 +77,34 @@ async def test_log_stream_follows_and_ends_with_the_client(tmp_path: Path) -> No
                 assert c.request_count("get", "pods", subresource="log") == 1
             # the client left: the request upstream ends too
             await wait_until(lambda: c.open_connections == before)
+
+
+async def test_a_log_request_carries_the_contexts_refreshed_credential(tmp_path: Path) -> None:
+    """The log is asked with the context's own credential, refreshed as the informers' is
+    (a token file rewritten: the 401 rereads it, the request goes again), no restart."""
+    token_file = tmp_path / "token"
+    token_file.write_text("one\n")
+    async with FakeCluster(tokens={"one"}) as c:
+        c.create("pods", make_pod("web-1"))
+        c.append_log("default", "web-1", "hello\n")
+        path = tmp_path / "config"
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "c", "cluster": {"server": c.server}}],
+            "users": [{"name": "u", "user": {"tokenFile": str(token_file)}}],
+            "contexts": [{"name": "prod", "context": {"cluster": "c", "user": "u"}}],
+        }
+        path.write_text(yaml.safe_dump(config))
+        async with served(path) as url, httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client:
+            await client.get("/api/contexts/prod/pods")  # the context runs with "one"
+            token_file.write_text("two\n")
+            c.tokens.clear()
+            c.tokens.add("two")
+            answer = await client.get("/api/contexts/prod/pods/default/web-1/log")
+            assert answer.status_code == 200 and answer.text == "hello\n"
+            asked = [r.token for r in c.requests if r.subresource == "log"]
+            assert asked == ["one", "two"]
 
 
 async def test_a_log_reader_that_takes_nothing_is_cut_off(tmp_path: Path) -> None:
