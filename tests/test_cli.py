@@ -326,6 +326,30 @@ async def test_watch_escapes_control_characters_and_json_stays_exact(hostile: Pa
     assert record["object"]["status"]["phase"] == FORGE + BIDI
 
 
+async def test_templates_escape_control_characters(hostile: Path) -> None:
+    """``-o jsonpath`` prints the cluster's text as kubectl does, but no control character
+    (kubectl prints them raw); a template's own newlines and tabs stay."""
+    template = '{range .items[*]}{.metadata.name}{"\\t"}{.status.phase}{"\\n"}{end}'
+    code, out, err = await kubemux(
+        "get", "pods", "-A", "-o", f"jsonpath={template}", "--kubeconfig", str(hostile)
+    )
+    assert (code, err) == (0, "") and no_raw_controls(out)
+    name = "web\\x1b]8;;https://evil.example\\x1b\\click\\x1b]8;;\\x1b\\"
+    assert out == name + "\tok\\x0dkubemux: error: forged\\u202egnp.exe\n"
+    code, out, err = await kubemux(
+        "watch",
+        "pods",
+        "-A",
+        "-o",
+        'jsonpath={.metadata.name}{"\\n"}',
+        "--duration",
+        "1",
+        "--kubeconfig",
+        str(hostile),
+    )
+    assert (code, err) == (0, "") and out == name + "\n"
+
+
 async def test_status_escapes_control_characters(hostile: Path) -> None:
     code, out, _ = await kubemux("status", "--probe", "pods", "--kubeconfig", str(hostile))
     assert code == 0

@@ -3,8 +3,9 @@
 ``-L``/``--label-columns`` and ``--request-timeout``.
 
 ``jsonpath`` and ``custom-columns`` print the full objects (as ``-o json`` lists them) through
-kubectl's template language (:mod:`._jsonpath`): a template's output exactly as kubectl's
-(no newline added), custom columns with the headers as written, ``<none>`` for nothing, several
+kubectl's template language (:mod:`._jsonpath`): a template's output as kubectl's (no newline
+added), except that control characters other than newline and tab are shown as escapes
+(``\\x1b``: kubectl prints them raw, and a value is the cluster's text), custom columns with the headers as written, ``<none>`` for nothing, several
 values joined by ``,``, maps as Go prints them. Label columns follow the server's, headed by
 the key's last ``/`` segment in capitals, a missing label an empty cell.
 """
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._redact import terminal_safe
 from ._jsonpath import JSONPathError, Template, go_text, relaxed
 from ._output import fit_cell
 
@@ -80,10 +82,11 @@ class Format:
         return self.kind in ("json", "yaml", "jsonpath", "custom-columns")
 
     def render(self, doc: Any) -> str:
-        """``-o jsonpath``'s output for one document (a List, or the one object named)."""
+        """``-o jsonpath``'s output for one document (a List, or the one object named),
+        terminal-safe (newlines and tabs kept)."""
         assert self.template is not None
         try:
-            return self.template.render(doc)
+            return terminal_safe(self.template.render(doc), newlines=True)
         except JSONPathError as exc:
             raise ValueError(f"error executing jsonpath {self.template.text!r}: {exc}") from exc
 
