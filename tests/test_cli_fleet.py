@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from kubemux.cli import _arrivals, run
+from kubemux.cli import _arrivals, _get, run
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from support import TIMEOUT
 
@@ -83,6 +83,38 @@ async def test_rows_come_as_contexts_answer_and_a_slow_one_is_named(
             )
             == 1
         )
+
+
+async def test_contexts_are_opened_a_few_at_a_time_in_order(
+    tmp_path: Path, quick: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet's contexts start ``CONTEXTS_AT_ONCE`` at a time (each answers in its own
+    time, not the fleet's): while the first ones hang, the next are not asked."""
+    monkeypatch.setattr(_get, "CONTEXTS_AT_ONCE", 2)
+    async with FakeCluster() as slow, FakeCluster() as fast:
+        slow.create("pods", make_pod("db-1"))
+        fast.create("pods", make_pod("web-1"))
+        contexts = {"a-slow": slow, "b-slow": slow, "c-fast": fast, "d-fast": fast}
+        path = write_kubeconfig(tmp_path / "config", contexts)
+        slow.stall()
+        out, err = Watched(), Watched()
+        result: list[int] = []
+
+        async def command() -> None:
+            argv = ["get", "pods", "--all-contexts", "--kubeconfig", str(path)]
+            result.append(await run(argv, stdout=out, stderr=err))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(command)
+            await err.wait_for("kubemux: waiting for 4 of 4 contexts")
+            await slow.wait_for(lambda: slow.request_count() >= 2)
+            assert fast.request_count() == 0 and out.getvalue() == ""
+            slow.unstall()
+            await out.wait_for("d-fast")
+        assert result == [0]
+        first = [line.split()[0] for line in out.getvalue().splitlines()]
+        assert first[0] == "CONTEXT" and set(first[1:3]) == {"a-slow", "b-slow"}
+        assert set(first[3:]) == {"c-fast", "d-fast"}  # asked once a turn was free
 
 
 async def test_all_within_the_grace_is_one_table_in_order(tmp_path: Path) -> None:

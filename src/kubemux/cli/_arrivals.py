@@ -87,12 +87,15 @@ class Arrivals:
         # one document or several kinds: wait for everything
         self.can_stream = fmt.kind in ("table", "wide", "name", "custom-columns")
 
-    def arrived(self, context: str, sources: list[Source]) -> None:
+    def arrived(self, context: str, sources: list[Source]) -> bool:
+        """Print a context's rows once streaming, else keep them; True if printed (the
+        caller then lets them go: memory is what is still to come)."""
         if not self.streaming:
             self.waiting[context] = sources
-        elif sources:
-            self._print(sources)
-            self.tg.start_soon(self.registry.stop_watcher, context)
+            return False
+        printed = self._print(sources) if sources else False
+        self.tg.start_soon(self.registry.stop_watcher, context)
+        return printed
 
     def start_streaming(self) -> bool:
         """After ``GRACE``: print what came, in order, and stream the rest; False (nothing
@@ -108,10 +111,11 @@ class Arrivals:
         self.waiting.clear()
         return True
 
-    def _print(self, sources: list[Source]) -> None:
+    def _print(self, sources: list[Source]) -> bool:
+        """Print ``sources``' rows; True if there were any."""
         args, fmt = self.args, self.fmt
         if len(by_kind(sources)) > 1:
-            return  # not one table (a context's discovery said otherwise): left out
+            return False  # not one table (a context's discovery said otherwise): left out
         if fmt.kind == "custom-columns":
             rows = [
                 [s.context, *fmt.row(obj)]
@@ -145,7 +149,8 @@ class Arrivals:
             ]
             head = view.header()
         if not rows:
-            return
+            return False
         self.writer.write(rows if self.header_done else [head, *rows])
         self.header_done = True
         self.printed += len(rows)
+        return True

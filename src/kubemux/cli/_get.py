@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 
 ALL_CONTEXTS_WAIT = 10.0
 """With --all-contexts, how long a context may take to show its rows (then a warning)."""
+CONTEXTS_AT_ONCE = 64
+"""How many contexts are opened at once (the next one starts as one answers): each
+context's answer time is its own, not the whole fleet's (1,000 started at once all answered
+late together, and on a loaded machine some past ``ALL_CONTEXTS_WAIT``)."""
 OPENING = 8
 """How many of a context's resources (``get all``) are listed at once."""
 GET_BURST = 50
@@ -272,39 +276,49 @@ async def _open_all(
     args: argparse.Namespace,
     contexts: list[str],
     objects: bool,
-    arrived: Callable[[str, list[Source]], None] | None = None,
+    arrived: Callable[[str, list[Source]], bool] | None = None,
     err: TextIO | None = None,
 ) -> list[Source]:
-    """Each context's views, in order; ``arrived(context, sources)`` as each one answers,
-    and a progress line on ``err`` while some keep us waiting (:mod:`._arrivals`). With
+    """Each context's views, in order; ``arrived(context, sources)`` as each one answers
+    (True: it printed them, they are not kept), and a progress line on ``err`` while some
+    keep us waiting (:mod:`._arrivals`). ``CONTEXTS_AT_ONCE`` contexts are opened at a
+    time, in order; ``answer_limit`` counts from a context's start. With
     --all-contexts a failing context is a warning, but a resource type no context serves
     is the error it is with one context. A context that takes longer than
     :func:`answer_limit` is a warning with --all-contexts, else the error."""
     found: dict[str, list[Source]] = {}
     unknown: dict[str, CommandError] = {}
     done: set[str] = set()
+    answered: set[str] = set()
     limit = answer_limit(args)
+    turns = anyio.Semaphore(CONTEXTS_AT_ONCE)
 
     async def one(context: str) -> None:
         try:
-            with anyio.move_on_after(limit) as scope:
-                if not args.all_contexts:
-                    found[context] = await open_view(registry, args, context, objects)
-                else:
-                    try:
-                        found[context] = await open_view(registry, args, context, objects)
-                    except CommandError as exc:
-                        unknown[context] = exc
-                    except KubemuxError as exc:
-                        log.warning("context %r: %s", context, exc)
-            if scope.cancelled_caught:
-                if not args.all_contexts:
-                    raise CommandError(f"context {context!r}: no answer within {limit:g}s")
-                log.warning("context %r: no answer within %gs", context, limit)
+            async with turns:
+                await open_one(context)
         finally:
             done.add(context)
-        if arrived is not None and context in found:
-            arrived(context, found[context])
+        if context in found:
+            answered.add(context)
+            if arrived is not None and arrived(context, found[context]):
+                del found[context]  # printed: its stores go (its session was closed)
+
+    async def open_one(context: str) -> None:
+        with anyio.move_on_after(limit) as scope:
+            if not args.all_contexts:
+                found[context] = await open_view(registry, args, context, objects)
+            else:
+                try:
+                    found[context] = await open_view(registry, args, context, objects)
+                except CommandError as exc:
+                    unknown[context] = exc
+                except KubemuxError as exc:
+                    log.warning("context %r: %s", context, exc)
+        if scope.cancelled_caught:
+            if not args.all_contexts:
+                raise CommandError(f"context {context!r}: no answer within {limit:g}s")
+            log.warning("context %r: no answer within %gs", context, limit)
 
     try:
         async with anyio.create_task_group() as tg:
@@ -316,7 +330,7 @@ async def _open_all(
             tg.cancel_scope.cancel("every context answered")
     except BaseExceptionGroup as group:  # the first failure, once
         raise unwrap(group) from None
-    if unknown and not found:
+    if unknown and not answered:
         raise unknown[min(unknown, key=contexts.index)]
     for context, exc in unknown.items():
         log.warning("context %r: %s", context, exc)
