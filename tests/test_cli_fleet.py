@@ -173,3 +173,19 @@ async def test_watch_shows_each_context_as_it_answers(tmp_path: Path) -> None:
             ["a-slow", "db-1"],
             ["b-fast", "web-2"],
         ]
+
+
+async def test_watch_keeps_up_while_many_contexts_start(tmp_path: Path) -> None:
+    """The contexts' first lists are announced to the watch's subscription as they start
+    (thousands of changes at once, their rows shown from the stores): taken a batch a turn,
+    not one change a turn, the subscription never falls its buffer behind (it closed the
+    command: "subscriber fell more than 1000 changes behind")."""
+    async with FakeCluster() as c:
+        c.create_many("pods", [make_pod(f"p-{i:04d}", size=200) for i in range(300)])
+        path = write_kubeconfig(tmp_path / "config", {f"ctx-{i:02d}": c for i in range(20)})
+        out, err = Watched(), io.StringIO()
+        argv = ["watch", "pods", "--all-contexts", "--duration", "1", "--kubeconfig", str(path)]
+        with anyio.fail_after(TIMEOUT):
+            code = await run(argv, stdout=out, stderr=err)
+        assert (code, err.getvalue()) == (0, "")
+        assert len(out.getvalue().splitlines()) == 1 + 20 * 300

@@ -20,8 +20,10 @@ from .._registry.registry import WatcherRegistry
 from .._resources import known_resource
 from ._formats import parse_format
 from ._get import (
+    CONTEXTS_AT_ONCE,
     SINGLE_TYPE,
     all_contexts,
+    answer_limit,
     is_multi,
     open_view,
     open_views,
@@ -31,6 +33,13 @@ from ._output import CommandError, TabWriter
 from ._tables import Source, TableLayout, dump, name_of, object_name, print_once, wanted
 
 log = logging.getLogger(__name__)
+
+DRAIN = 10_000  # changes taken at most per turn of the event loop
+WATCH_BUFFER = 100_000
+"""Changes the watch's subscription holds before it is closed (the registry's default is
+1,000): with --all-contexts every context's first list is announced to it as the context
+starts, several contexts in one turn of the event loop (20 contexts of 300 pods: 6,000),
+before the command can take them; the command is the subscription's only reader."""
 
 
 async def watch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -139,6 +148,7 @@ async def _follow(
             None if args.all_contexts else contexts,
             namespace=namespace,
             snapshot=False,
+            buffer_size=WATCH_BUFFER,
             view="objects" if objects else "table",
         ) as changes,
     ):
@@ -147,14 +157,15 @@ async def _follow(
             tg.start_soon(
                 _start_new_contexts, registry, args, by_context, objects, opened, list(tried)
             )
-        async for change in changes:
+
+        def show(change: Change) -> None:
             src = by_context.get(change.context)
             if src is None or change.type not in ("ADDED", "MODIFIED", "DELETED"):
-                continue
+                return
             if src.namespace is not None and change.namespace != src.namespace:
-                continue
+                return
             if not wanted(args, change.name) or _already_shown(change, shown):
-                continue
+                return
             if objects:
                 print_object(change)
             elif args.output == "name":
@@ -167,6 +178,18 @@ async def _follow(
                 line = view.cells(change.context, src.store.columns, cells, change.namespace, meta)
                 writer.write([line] if header[0] else [view.header(), line])
                 header[0] = True
+
+        async for change in changes:
+            show(change)
+            # then what is ready, without a turn of the event loop each: a fleet's contexts
+            # starting announce their first lists (thousands of changes, skipped here: their
+            # rows come from the stores) faster than one change a turn is taken
+            for _ in range(DRAIN):
+                try:
+                    more = changes.receive_nowait()
+                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                    break  # (an end is raised by the next __anext__)
+                show(more)
         tg.cancel_scope.cancel("the subscription ended")
     return 0
 
@@ -214,15 +237,24 @@ async def _start_new_contexts(
     """With --all-contexts: open the view in every context the kubeconfig gains (each on
     its own, so a slow context holds no other back)."""
     tried: set[str] = set(initial)
+    turns = anyio.Semaphore(CONTEXTS_AT_ONCE)
+    limit = answer_limit(args)
 
     async def open_one(context: str) -> None:
         try:
-            src = await open_view(registry, args, context, objects)
+            # a turn is held until the context answers, or at most ``limit``: then it is
+            # waited for without one (a hung context holds no other back)
+            async with turns:
+                with anyio.move_on_after(limit):
+                    src = await open_view(registry, args, context, objects)
+                    return show(context, src)
+            show(context, await open_view(registry, args, context, objects))
         except (KubemuxError, CommandError) as exc:
             log.warning("context %r: %s", context, exc)
-        else:
-            if context in registry.contexts and src:
-                opened(src[0])
+
+    def show(context: str, src: list[Source]) -> None:
+        if context in registry.contexts and src:
+            opened(src[0])
 
     async with anyio.create_task_group() as tg:
         while True:
