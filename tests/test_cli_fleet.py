@@ -184,8 +184,25 @@ async def test_watch_keeps_up_while_many_contexts_start(tmp_path: Path) -> None:
         c.create_many("pods", [make_pod(f"p-{i:04d}", size=200) for i in range(300)])
         path = write_kubeconfig(tmp_path / "config", {f"ctx-{i:02d}": c for i in range(20)})
         out, err = Watched(), io.StringIO()
-        argv = ["watch", "pods", "--all-contexts", "--duration", "1", "--kubeconfig", str(path)]
-        with anyio.fail_after(TIMEOUT):
-            code = await run(argv, stdout=out, stderr=err)
-        assert (code, err.getvalue()) == (0, "")
-        assert len(out.getvalue().splitlines()) == 1 + 20 * 300
+        result: list[int] = []
+
+        async def command() -> None:
+            argv = ["watch", "pods", "--all-contexts", "--kubeconfig", str(path)]
+            try:
+                result.append(await run(argv, stdout=out, stderr=err))
+            finally:
+                out.write("")  # wakes the wait below
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(command)
+            with anyio.fail_after(TIMEOUT):
+                while len(out.getvalue().splitlines()) < 1 + 20 * 300 and not result:
+                    await out.changed.wait()
+            assert not result, err.getvalue()  # every row shown
+            c.create("pods", make_pod("later"))  # and the watch goes on: 20 lines of it
+            with anyio.fail_after(TIMEOUT):
+                while out.getvalue().count(" later ") < 20 and not result:
+                    await out.changed.wait()
+            assert not result, err.getvalue()
+            tg.cancel_scope.cancel()
+        assert err.getvalue() == ""

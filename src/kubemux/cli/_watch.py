@@ -20,10 +20,8 @@ from .._registry.registry import WatcherRegistry
 from .._resources import known_resource
 from ._formats import parse_format
 from ._get import (
-    CONTEXTS_AT_ONCE,
     SINGLE_TYPE,
     all_contexts,
-    answer_limit,
     is_multi,
     open_view,
     open_views,
@@ -237,24 +235,15 @@ async def _start_new_contexts(
     """With --all-contexts: open the view in every context the kubeconfig gains (each on
     its own, so a slow context holds no other back)."""
     tried: set[str] = set(initial)
-    turns = anyio.Semaphore(CONTEXTS_AT_ONCE)
-    limit = answer_limit(args)
 
     async def open_one(context: str) -> None:
         try:
-            # a turn is held until the context answers, or at most ``limit``: then it is
-            # waited for without one (a hung context holds no other back)
-            async with turns:
-                with anyio.move_on_after(limit):
-                    src = await open_view(registry, args, context, objects)
-                    return show(context, src)
-            show(context, await open_view(registry, args, context, objects))
+            src = await open_view(registry, args, context, objects)
         except (KubemuxError, CommandError) as exc:
             log.warning("context %r: %s", context, exc)
-
-    def show(context: str, src: list[Source]) -> None:
-        if context in registry.contexts and src:
-            opened(src[0])
+        else:
+            if context in registry.contexts and src:
+                opened(src[0])
 
     async with anyio.create_task_group() as tg:
         while True:
