@@ -9,6 +9,7 @@ same kubeconfig.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -262,6 +263,39 @@ async def test_a_refused_password_is_a_clear_redacted_error(
         assert "refused the user and password" in message
         for text in (message, status, caplog.text):
             assert "wrong-pass-123" not in text
+
+
+@pytest.mark.parametrize("after", ["greeting", "password"])
+async def test_a_proxy_hanging_up_mid_handshake_is_one_clear_error(
+    tmp_path: Path, after: str
+) -> None:
+    """pproxy refuses a password by closing: the close may be seen while writing (an OSError)
+    or while reading the reply (python-socks' ProxyError). A server that hangs up at each
+    step of the handshake pins both to the one message (the second once failed CI)."""
+    seen = anyio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(3)  # 05 01 02: version, one method, user/password
+        if after == "password":
+            writer.write(b"\x05\x02")
+            await writer.drain()
+            await reader.readexactly(2)  # 01 len(user)
+            await reader.read(100)
+        seen.set()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, FakeCluster(tokens={"t"}) as cluster:
+        path = _write(tmp_path / "config", cluster, f"socks5://u:wrong-pass-123@127.0.0.1:{port}")
+        async with WatcherRegistry.from_kubeconfig([str(path)], follow=False) as registry:
+            with anyio.fail_after(20), pytest.raises(ClusterUnreachable) as info:
+                await registry.watch("a", "pods")
+    assert seen.is_set()
+    message = str(info.value)
+    assert f"socks5://***@127.0.0.1:{port}" in message
+    assert "closed the connection during the SOCKS5 handshake" in message, message
+    assert "wrong-pass-123" not in message
 
 
 async def test_a_tunnel_that_dies_mid_watch_shows_the_proxy_then_reconnects(

@@ -121,6 +121,7 @@ class SocksConnector(aiohttp.TCPConnector):
         **kwargs: Any,
     ) -> tuple[asyncio.Transport, ResponseHandler]:
         from python_socks import ProxyConnectionError, ProxyError, ProxyTimeoutError, ProxyType
+        from python_socks._errors import IncompleteReadError  # not exported; stable since 2.0
 
         host, port = addr_infos[0][4][0], addr_infos[0][4][1]
         ssl_context = kwargs.get("ssl")
@@ -143,12 +144,14 @@ class SocksConnector(aiohttp.TCPConnector):
             reason = os.strerror(exc.errno) if exc.errno else "unreachable"
             raise SocksFailure(f"cannot connect to {via}: {reason}") from exc
         except ProxyError as exc:  # the proxy's reply: auth failed, host unreachable, ...
-            raise SocksFailure(f"{via} refused the connection to {host}:{port}: {exc}") from exc
-        except (EOFError, OSError) as exc:  # it hung up mid-handshake (pproxy, on a bad password)
-            raise SocksFailure(
-                f"{via} closed the connection during the SOCKS5 handshake (it stopped, or "
-                "refused the user and password)"
-            ) from exc
+            if not isinstance(exc.__cause__, IncompleteReadError):
+                raise SocksFailure(f"{via} refused the connection to {host}:{port}: {exc}") from exc
+            raise SocksFailure(_hung_up(via)) from exc
+        except (EOFError, OSError) as exc:
+            # it hung up mid-handshake (pproxy, on a bad password): a reset while writing is an
+            # OSError; a close seen while reading the reply is python-socks' ProxyError caused
+            # by its IncompleteReadError (above): which one comes is a race, the meaning is one
+            raise SocksFailure(_hung_up(via)) from exc
         transport: Any = stream.writer.transport
         # aiohttp's TCPConnector keeps its loop as _loop (this subclass connects for it)
         protocol = _TunnelHandler(self._loop, stream.writer)
@@ -170,3 +173,10 @@ class SocksConnector(aiohttp.TCPConnector):
         assert tls is not None
         protocol.connection_made(tls)
         return tls, protocol
+
+
+def _hung_up(via: str) -> str:
+    return (
+        f"{via} closed the connection during the SOCKS5 handshake (it stopped, or refused the "
+        "user and password)"
+    )
