@@ -120,9 +120,12 @@ async def test_context_removed_from_file_stops_everything(
             await registry.watch("b", "pods")
 
 
-async def test_reload_with_new_token(
+async def test_a_rotated_token_hands_the_caches_over_and_sends_no_reset(
     tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
 ) -> None:
+    """Issue 29, point 4: a reload that keeps the cluster (a new token) keeps the store
+    (the same object), and what changed while nobody watched comes as the changes a
+    watcher would have seen: no RESET."""
     a, _ = two_clusters
     path = _kubeconfig(tmp_path, {"a": a})
     async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
@@ -132,24 +135,52 @@ async def test_reload_with_new_token(
         gen_before = registry.status().contexts["a"].generation
         a.tokens.add("tok-new")
         async with registry.subscribe("pods", ["a"], snapshot=False) as changes:
+            a.stall()  # what changes now reaches no watch: only the next LIST shows it
+            a.create("pods", make_pod("a-3"))
+            a.delete("pods", "default", "a-0")
             await rewrite_kubeconfig(
                 registry, path, {"a": FakeContext(cluster=a, token="tok-new")}, present=()
             )
+            a.unstall()
             seen = []
             with anyio.fail_after(TIMEOUT):
-                while len(seen) < 4:  # RESET, then the fresh state
+                while len(seen) < 2:
                     seen.append(await changes.__anext__())
-        assert seen[0].type == "RESET"
-        assert [c.type for c in seen[1:]] == ["ADDED"] * 3
+        assert sorted((c.type, c.name) for c in seen) == [("ADDED", "a-3"), ("DELETED", "a-0")]
         with anyio.fail_after(TIMEOUT):
             store = await registry.watch("a", "pods")
             await a.wait_for(
                 lambda: a.open_watches_for("tok-a") == 0 and a.open_watches_for("tok-new") == 1
             )
-        assert store is not old_store
-        assert _names(store) == {"a-0", "a-1", "a-2"}
+        assert store is old_store and store.has_synced
+        assert _names(store) == {"a-1", "a-2", "a-3"}
         assert registry.status().contexts["a"].generation > gen_before
         assert a.requests_for("tok-new")
+
+
+async def test_a_reload_onto_another_cluster_resets(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    """A reload that changes the server ends what watched the old cluster: a RESET, a new
+    store, never the old cluster's objects carried on."""
+    a, b = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a})
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+        with anyio.fail_after(TIMEOUT):
+            old_store = await registry.watch("a", "pods")
+        async with registry.subscribe("pods", ["a"], snapshot=False) as changes:
+            await rewrite_kubeconfig(registry, path, {"a": b}, present=())
+            seen = []
+            with anyio.fail_after(TIMEOUT):
+                while len(seen) < 4:  # RESET, then the other cluster's pods
+                    seen.append(await changes.__anext__())
+        assert seen[0].type == "RESET"
+        assert {c.type for c in seen[1:]} == {"ADDED"}
+        assert not old_store.has_synced and len(old_store) == 0
+        with anyio.fail_after(TIMEOUT):
+            store = await registry.watch("a", "pods")
+        assert store is not old_store
+        assert not _names(store) & {"a-0", "a-1", "a-2"}
 
 
 async def test_unchanged_fingerprint_no_churn_and_broken_file_removes_nothing(

@@ -101,6 +101,17 @@ class SlotPublisher(StoreListener):
             if index is not None:
                 index.apply(change.type, entry)
 
+    def cleared(self) -> None:
+        """The store started over under a running generation (a list older than it had
+        shown, after a handover): subscribers forget it; fresh ADDEDs follow."""
+        if self.gen.is_stopping:  # a stop: the generation's final change says it
+            return
+        self.fanout.publish(
+            Change(self.context, self.resource, "RESET", None, self.number, view=self.view), None
+        )
+        if self.feeds_index and (index := self.gen.event_index) is not None:
+            index.clear()
+
 
 def scope(namespace: str | None, namespaces: Iterable[str] | None) -> str | frozenset[str] | None:
     """A subscription's namespace scope: one, several, or every one (None).
