@@ -1,0 +1,140 @@
+"""Issue 29, point 4: ``kubectl get -w`` through the proxy outlives a reload that keeps the
+cluster (a rotated token), and ends on one that changes it. kubectl 1.27 and 1.33, each
+compared with what it prints against the server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+
+import anyio
+import pytest
+
+from kubectl_support import kubectl_process
+from kubemux import WatcherRegistry
+from kubemux.testing import FakeCluster, FakeContext, rewrite_kubeconfig, write_kubeconfig
+from proxy_support import running_proxy
+from test_proxy_kubectl import five_hours_ago, old_pod
+from test_proxy_kubectl_writes import no_age
+
+
+def _kubectl(version: str) -> str | None:
+    found = shutil.which("kubectl")
+    if not found:
+        return None
+    path = os.path.join(os.path.dirname(os.path.realpath(found)), f"kubectl.{version}")
+    return path if os.access(path, os.X_OK) else None
+
+
+VERSIONS = [
+    pytest.param(v, marks=pytest.mark.skipif(_kubectl(v) is None, reason=f"no kubectl {v}"))
+    for v in ("1.27", "1.33")
+]
+
+
+@pytest.fixture
+async def clusters() -> tuple[FakeCluster, FakeCluster]:
+    created = five_hours_ago()
+    async with (
+        FakeCluster(tokens={"tok-1", "tok-2", "direct"}, tls=True, name="one") as one,
+        FakeCluster(tokens={"tok-other"}, tls=True, name="other") as other,
+    ):
+        for name in ("web-1", "web-2"):
+            one.create("pods", old_pod(name, created=created))
+        other.create("pods", old_pod("elsewhere", created=created))
+        yield one, other
+
+
+async def _header_and_rows(stream: asyncio.StreamReader, rows: int) -> list[str]:
+    return [no_age(await stream.readline()) for _ in range(1 + rows)]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_kubectl_get_watch_outlives_a_token_rotation(
+    clusters: tuple[FakeCluster, FakeCluster], tmp_path: Path, version: str
+) -> None:
+    one, _ = clusters
+    kubectl = _kubectl(version)
+    assert kubectl is not None
+    direct_config = write_kubeconfig(
+        tmp_path / "direct" / "config", {"prod": FakeContext(cluster=one, token="direct")}
+    )
+    source = write_kubeconfig(
+        tmp_path / "source" / "config", {"prod": FakeContext(cluster=one, token="tok-1")}
+    )
+    out = tmp_path / "proxied" / "config"
+    async with (
+        WatcherRegistry.from_kubeconfig(str(source), transform=None) as registry,
+        running_proxy(registry) as (server, _),
+    ):
+        server.write_kubeconfig(out)
+        proxy = server.app.state.proxy
+        with anyio.fail_after(60):
+            async with (
+                kubectl_process(kubectl, direct_config, "get", "pods", "-w") as direct,
+                kubectl_process(kubectl, out, "get", "pods", "-w") as proxied,
+            ):
+                assert direct.stdout is not None and proxied.stdout is not None
+                streams = (direct.stdout, proxied.stdout)
+                first = [await _header_and_rows(s, 2) for s in streams]
+                await one.wait_for(
+                    lambda: (
+                        one.open_watches_for("direct") == 1
+                        and sum(s.watches for s in proxy.status()) == 1
+                    ),
+                    timeout=20,
+                )
+                # what changes while the context reloads reaches no informer's watch: the
+                # new generation's LIST finds it, and sends it as the watch would have
+                one.stall()
+                one.create("pods", old_pod("web-3", phase="Pending"))
+                one.delete("pods", "default", "web-2")
+                await rewrite_kubeconfig(
+                    registry, source, {"prod": FakeContext(cluster=one, token="tok-2")}
+                )
+                one.unstall()
+                during = [sorted([no_age(await s.readline()) for _ in range(2)]) for s in streams]
+                await one.wait_for(
+                    lambda: one.open_watches_for("tok-1") == 0 and one.open_watches_for("tok-2"),
+                    timeout=20,
+                )
+                # and what changes afterwards comes from the new credential's watch
+                one.create("pods", old_pod("web-4"))
+                after = [no_age(await s.readline()) for s in streams]
+                assert proxied.returncode is None  # kubectl never noticed
+    assert first[0] == first[1]
+    assert during[0] == during[1]
+    assert [line.split()[0] for line in during[1]] == ["web-2", "web-3"]
+    assert after[0] == after[1] and after[1].split()[0] == "web-4"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_kubectl_get_watch_ends_when_the_context_moves_to_another_cluster(
+    clusters: tuple[FakeCluster, FakeCluster], tmp_path: Path, version: str
+) -> None:
+    one, other = clusters
+    kubectl = _kubectl(version)
+    assert kubectl is not None
+    source = write_kubeconfig(
+        tmp_path / "source" / "config", {"prod": FakeContext(cluster=one, token="tok-1")}
+    )
+    out = tmp_path / "proxied" / "config"
+    async with (
+        WatcherRegistry.from_kubeconfig(str(source), transform=None) as registry,
+        running_proxy(registry) as (server, _),
+    ):
+        server.write_kubeconfig(out)
+        proxy = server.app.state.proxy
+        with anyio.fail_after(60):
+            async with kubectl_process(kubectl, out, "get", "pods", "-w") as proxied:
+                assert proxied.stdout is not None
+                await _header_and_rows(proxied.stdout, 2)
+                await one.wait_for(lambda: sum(s.watches for s in proxy.status()) == 1, timeout=20)
+                await rewrite_kubeconfig(
+                    registry, source, {"prod": FakeContext(cluster=other, token="tok-other")}
+                )
+                rest = await proxied.stdout.read()  # the watch ends: kubectl exits
+                assert await proxied.wait() == 0
+    assert b"elsewhere" not in rest  # never the other cluster's objects on this watch
