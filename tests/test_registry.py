@@ -158,6 +158,27 @@ async def test_a_rotated_token_hands_the_caches_over_and_sends_no_reset(
         assert a.requests_for("tok-new")
 
 
+async def test_a_handed_over_store_the_new_credential_may_not_read_is_cleared(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    """The same cluster, a credential it refuses: what the old one listed is not served on."""
+    a, _ = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a})
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+        with anyio.fail_after(TIMEOUT):
+            store = await registry.watch("a", "pods")
+        async with registry.subscribe("pods", ["a"], snapshot=False) as changes:
+            await rewrite_kubeconfig(
+                registry, path, {"a": FakeContext(cluster=a, token="revoked")}, present=()
+            )
+            with anyio.fail_after(TIMEOUT):
+                first = await changes.__anext__()
+        assert first.type == "RESET"
+        assert not store.has_synced and len(store) == 0
+        with anyio.fail_after(TIMEOUT), pytest.raises(Unauthorized):
+            await registry.watch("a", "pods")
+
+
 async def test_a_reload_onto_another_cluster_resets(
     tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
 ) -> None:

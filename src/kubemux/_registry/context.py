@@ -33,7 +33,14 @@ from .._auth.provider import recording_interruptions
 from .._cache.event_index import EventIndex
 from .._cache.store import Store
 from .._cache.stream import StoreListener
-from .._errors import ContextRemoved, Forbidden, StartTimeout, as_kubemux_error, unwrap
+from .._errors import (
+    ContextRemoved,
+    Forbidden,
+    StartTimeout,
+    Unauthorized,
+    as_kubemux_error,
+    unwrap,
+)
 from .._informer.informer import InformerKey, InformerStatus
 from .._informer.repeats import RepeatedWarning
 from .._kubeconfig.load import ContextConfig
@@ -385,6 +392,8 @@ class ContextGeneration:
             log.error("context %r: %s: unexpected error", self.key, slot.key, exc_info=exc)
         failure = Failure.record(error, previous, backoff)
         slot.failure = failure
+        if slot.store.has_synced and isinstance(error, Unauthorized | Forbidden):
+            slot.store.writer.clear()  # handed over, then refused: what it holds is not ours
         self._hooks.slot_failed(self, slot.key, failure)
         slot.ready.set()
         self._hooks.state_changed()
