@@ -351,6 +351,27 @@ async def test_reload_restarts_the_same_informers_after_a_reset() -> None:
         assert fake.connects == ["a", "a"]
 
 
+async def test_stop_watcher_after_a_handover_drops_the_handed_over_caches() -> None:
+    """One owner at a time: the stores moved to #2, and stopping #2 clears them."""
+    fake = FakeConnector()
+    fake.create("a", "pods", make_pod("web-1"))
+    rec = Recorder()
+    gens = generations(fake, rec)
+    async with gens.open():
+        gen = await _current(gens)
+        slot = gen.ensure_slot(PODS_KEY, PODS, persistent=False)
+        with anyio.fail_after(TIMEOUT):
+            await slot.ready.wait()
+        await gens.reload("a")
+        assert gens.gens["a"].slots[PODS_KEY].store is slot.store and not gen.kept
+        assert await gens.stop_watcher("a")
+        assert not await gens.stop_watcher("a")  # idempotent
+        assert not slot.store.has_synced and len(slot.store) == 0
+        assert rec.finals == [("a", 2, "pods", "REMOVED")]
+        await fake.wait_for(lambda: fake.open_connections() == 0)
+        assert _tasks("kubemux informer") == []
+
+
 async def test_through_the_registry_a_new_fingerprint_reloads_and_an_unchanged_one_does_not(
     tmp_path: Path,
 ) -> None:

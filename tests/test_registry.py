@@ -179,6 +179,42 @@ async def test_a_handed_over_store_the_new_credential_may_not_read_is_cleared(
             await registry.watch("a", "pods")
 
 
+# the old fake is stopped under the registry's pooled keep-alive connections (a restore):
+# its server side of them is reported unclosed at collection
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_handed_over_store_never_goes_back_in_time(tmp_path: Path) -> None:
+    """The same server URL, but a cluster restored with older resourceVersions (a new fake
+    on the same port): the new informer's LIST is older than what the store had shown, so
+    the store starts over (a RESET, then the restored state) instead of going back."""
+    async with contextlib.AsyncExitStack() as before:
+        old = await before.enter_async_context(FakeCluster(tokens={"t1", "t2"}, name="old"))
+        for i in range(5):
+            old.create("pods", make_pod(f"old-{i}"))
+        path = _kubeconfig(tmp_path, {"a": FakeContext(cluster=old, token="t1")})
+        async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+            with anyio.fail_after(TIMEOUT):
+                store = await registry.watch("a", "pods")
+            assert store.resource_version == "5"
+            async with registry.subscribe("pods", ["a"], snapshot=False) as changes:
+                port = old.port
+                await before.aclose()  # the cluster goes; one restored from a backup comes
+                async with FakeCluster(tokens={"t1", "t2"}, name="new", port=port) as new:
+                    new.create("pods", make_pod("restored-0"))  # resourceVersion 1
+                    await rewrite_kubeconfig(
+                        registry, path, {"a": FakeContext(cluster=new, token="t2")}, present=()
+                    )
+                    seen = []
+                    with anyio.fail_after(TIMEOUT):
+                        while len(seen) < 2:
+                            seen.append(await changes.__anext__())
+                    assert [(c.type, c.name) for c in seen] == [
+                        ("RESET", ""),
+                        ("ADDED", "restored-0"),
+                    ]
+                    assert registry.store("a", "pods") is store
+                    assert store.resource_version == "1" and len(store) == 1
+
+
 async def test_a_reload_onto_another_cluster_resets(
     tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
 ) -> None:

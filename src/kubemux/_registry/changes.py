@@ -10,10 +10,11 @@ from .._informer.informer import InformerKey
 from .._resources import Resource
 from .._wire.codec import StoreChange
 from .._wire.types import View
-from .context import ContextGeneration, Slot, iter_synced
+from .connector import SlotSource
+from .context import ContextGeneration, Slot
 from .fanout import Change, Fanout, Subscription
 
-__all__ = ["Publisher", "ResourceNames", "SlotPublisher", "scope", "subscription"]
+__all__ = ["Publisher", "ResourceNames", "SlotPublisher", "iter_synced", "scope", "subscription"]
 
 
 class Publisher:
@@ -208,3 +209,19 @@ def _alias_names(res: Resource) -> frozenset[str]:
         names |= {f"{n}.{res.group}" for n in list(names)}
         names.add(f"{res.plural}.{res.version}.{res.group}")
     return frozenset(names)
+
+
+def iter_synced(
+    generations: Iterable[ContextGeneration], resources: Container[str] | None
+) -> Iterable[tuple[ContextGeneration, Slot, SlotSource]]:
+    """(generation, slot, source) of every synced slot of running generations."""
+    for gen in generations:
+        if not gen.is_running:
+            continue
+        for slot in gen.slots.values():
+            source = slot.source
+            if resources is not None and slot.key.resource not in resources:
+                continue
+            if source is None or not slot.store.has_synced:
+                continue
+            yield gen, slot, source

@@ -24,7 +24,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import anyio
 import anyio.abc
@@ -52,7 +52,7 @@ from .failure import Failure
 from .narrowing import Narrowed, narrowed_scope
 from .status import ContextState
 
-__all__ = ["ContextGeneration", "GenerationSettings", "Hooks", "Narrowed", "Slot", "iter_synced"]
+__all__ = ["ContextGeneration", "GenerationSettings", "Hooks", "Narrowed", "Slot"]
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +231,7 @@ class ContextGeneration:
         slot = Slot(key, resource, store, persistent)
         if store.has_synced:  # handed over: served while the new informer relists into it
             slot.ready.set()
+            self._connected_once = True  # subscribers hold its objects: a stop says goodbye
         slot.unlisten = slot.store.writer.add_listener(self._hooks.publisher(self, slot))
         self.slots[key] = slot
         if self._tg is not None and self._connection is not None:
@@ -480,19 +481,3 @@ async def _prune_forever(index: EventIndex, period: float) -> None:
     while True:
         await anyio.sleep(period)
         index.prune()
-
-
-def iter_synced(
-    generations: Iterable[ContextGeneration], resources: Container[str] | None
-) -> Iterable[tuple[ContextGeneration, Slot, SlotSource]]:
-    """(generation, slot, source) of every synced slot of running generations."""
-    for gen in generations:
-        if not gen.is_running:
-            continue
-        for slot in gen.slots.values():
-            source = slot.source
-            if resources is not None and slot.key.resource not in resources:
-                continue
-            if source is None or not slot.store.has_synced:
-                continue
-            yield gen, slot, source
