@@ -5,6 +5,7 @@ compared with what it prints against the server."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 from pathlib import Path
@@ -16,6 +17,7 @@ from kubectl_support import kubectl_process
 from kubemux import WatcherRegistry
 from kubemux.testing import FakeCluster, FakeContext, rewrite_kubeconfig, write_kubeconfig
 from proxy_support import running_proxy
+from support import TIMEOUT
 from test_proxy_kubectl import five_hours_ago, old_pod
 from test_proxy_kubectl_writes import no_age
 
@@ -138,3 +140,43 @@ async def test_kubectl_get_watch_ends_when_the_context_moves_to_another_cluster(
                 rest = await proxied.stdout.read()  # the watch ends: kubectl exits
                 assert await proxied.wait() == 0
     assert b"elsewhere" not in rest  # never the other cluster's objects on this watch
+
+
+async def test_a_watch_resumes_across_a_token_rotation_from_the_history(
+    clusters: tuple[FakeCluster, FakeCluster], tmp_path: Path
+) -> None:
+    """The event history goes with the store: a client that resumes its watch after the
+    reload, from a resourceVersion it saw before, gets what it missed (no 410, no relist)."""
+    one, _ = clusters
+    source = write_kubeconfig(
+        tmp_path / "source" / "config", {"prod": FakeContext(cluster=one, token="tok-1")}
+    )
+    async with (
+        WatcherRegistry.from_kubeconfig(str(source), transform=None) as registry,
+        running_proxy(registry) as (_, client),
+        registry.subscribe("pods", ["prod"], snapshot=False) as changes,
+    ):
+        pods = "/api/v1/namespaces/default/pods"
+        with anyio.fail_after(TIMEOUT):
+            await registry.watch("prod", "pods")
+            status, listed = await client.get_json("prod", pods)
+            assert status == 200
+            before = listed["metadata"]["resourceVersion"]
+            one.create("pods", old_pod("web-3"))
+            while (await changes.__anext__()).name != "web-3":  # the first list's go first
+                pass
+            await rewrite_kubeconfig(
+                registry, source, {"prod": FakeContext(cluster=one, token="tok-2")}
+            )
+            await one.wait_for(lambda: one.open_watches_for("tok-2") == 1, timeout=TIMEOUT)
+            one.create("pods", old_pod("web-4"))
+            assert (await changes.__anext__()).name == "web-4"
+            status, _, body = await client.request(
+                "GET", "prod", f"{pods}?watch=1&resourceVersion={before}&timeoutSeconds=1"
+            )
+        assert status == 200
+        events = [json.loads(line) for line in body.splitlines()]
+        assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+            ("ADDED", "web-3"),
+            ("ADDED", "web-4"),
+        ]
