@@ -6,6 +6,7 @@ import contextlib
 import logging
 import random
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -636,3 +637,30 @@ async def test_autowatch_in_the_table_view(
         # synced is after the LIST; the watch opens a moment later: then exactly one
         await a.wait_for(lambda: a.open_watches >= 1, timeout=TIMEOUT)
         assert a.open_watches == 1
+
+
+async def test_a_shared_watch_outlives_a_token_rotation_too(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster], redis_server: Any
+) -> None:
+    """Through a share engine (Redis): the handed-over store is filled by the engine's slot
+    (leading it: a LIST into a synced store is a relist), still with no RESET."""
+    pytest.importorskip("redis")
+    from kubemux.share import Redis
+
+    a, _ = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a})
+    share = Redis(redis_server.url, prefix="h", lease_ttl=1.5, acquire_period=0.25)
+    async with WatcherRegistry.from_kubeconfig(str(path), share=share) as registry:
+        with anyio.fail_after(TIMEOUT):
+            store = await registry.watch("a", "pods")
+        a.tokens.add("tok-new")
+        async with registry.subscribe("pods", ["a"], snapshot=False) as changes:
+            await rewrite_kubeconfig(
+                registry, path, {"a": FakeContext(cluster=a, token="tok-new")}, present=()
+            )
+            with anyio.fail_after(TIMEOUT):
+                await a.wait_for(lambda: a.open_watches_for("tok-new") == 1)
+                a.create("pods", make_pod("a-new"))
+                first = await changes.__anext__()
+        assert (first.type, first.name) == ("ADDED", "a-new")
+        assert registry.store("a", "pods") is store and "a-new" in _names(store)
