@@ -245,7 +245,7 @@ def _http_protocol(
                 self._raw = _RawDownstream(self)
                 extensions[RAW_UPGRADE] = self._raw
             if extensions:
-                self.scope["extensions"] = extensions
+                self.scope["extensions"] = {**(self.scope.get("extensions") or {}), **extensions}
             super().on_headers_complete()
             if spdy and self.cycle is not None:
                 self.cycle.keep_alive = False  # whatever the answer, the connection ends
