@@ -372,6 +372,27 @@ async def test_stop_watcher_after_a_handover_drops_the_handed_over_caches() -> N
         assert _tasks("kubemux informer") == []
 
 
+async def test_a_handed_over_store_nobody_takes_is_cleared() -> None:
+    """A live generation whose slot has a store of its own does not take the handed-over
+    one, which is cleared (its watches end) rather than left unfed."""
+    from kubemux._registry.handover import Kept
+
+    fake = FakeConnector()
+    rec = Recorder()
+    gens = generations(fake, rec)
+    async with gens.open():
+        gen = await _current(gens)
+        slot = gen.ensure_slot(PODS_KEY, PODS, persistent=False)
+        with anyio.fail_after(TIMEOUT):
+            await slot.ready.wait()
+        orphan = Store(PODS)
+        orphan.writer.replace([], "7")
+        async with gens.lock("a"):
+            gens.autostart("a", [(PODS_KEY, PODS)], Kept({PODS_KEY: orphan}, {}, {}))
+        assert gens.gens["a"] is gen and gen.slots[PODS_KEY] is slot
+        assert not orphan.has_synced
+
+
 async def test_through_the_registry_a_new_fingerprint_reloads_and_an_unchanged_one_does_not(
     tmp_path: Path,
 ) -> None:

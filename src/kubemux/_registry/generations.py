@@ -39,7 +39,7 @@ from .._resources import Resource
 from .._wire.types import View
 from .context import ContextGeneration, GenerationSettings, Hooks, Slot
 from .failure import Failure
-from .handover import Kept, adopt, release, same_cluster, stop_keeping
+from .handover import Kept, adopt, release, release_untaken, same_cluster, stop_keeping
 from .status import ContextState, ContextStatus, build_context_status
 
 __all__ = ["Generations", "Specs"]
@@ -303,6 +303,7 @@ class Generations:
         stores = adopt(gen, kept) if kept is not None else {}
         for key, resource in wanted.items():
             gen.ensure_slot(key, resource, persistent=True, store=stores.get(key))
+        release_untaken(gen, stores)
 
     async def remove(self, name: str) -> None:
         self.forget_failures(name)

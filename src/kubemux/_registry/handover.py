@@ -37,7 +37,7 @@ from .._kubeconfig.load import ContextConfig
 from .context import ContextGeneration
 from .narrowing import Narrowed
 
-__all__ = ["Kept", "adopt", "release", "same_cluster", "stop_keeping"]
+__all__ = ["Kept", "adopt", "release", "release_untaken", "same_cluster", "stop_keeping"]
 
 log = logging.getLogger(__name__)
 
@@ -87,3 +87,12 @@ def release(kept: Kept | None) -> None:
     """Nobody takes ``kept`` over (the registry is closing): clear its stores, as a stop does."""
     for store in kept.stores.values() if kept is not None else ():
         store.writer.clear()
+
+
+def release_untaken(gen: ContextGeneration, stores: dict[InformerKey, Store]) -> None:
+    """Clear the handed-over stores ``gen``'s slots did not take (a slot that already had
+    a store of its own): nothing may be left holding watches that nobody feeds."""
+    for key, store in stores.items():
+        slot = gen.slots.get(key)
+        if slot is None or slot.store is not store:
+            store.writer.clear()
