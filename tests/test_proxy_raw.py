@@ -104,6 +104,7 @@ def test_every_context_gets_a_server_name_the_certificate_covers() -> None:
     names = [EKS, OTHER, "prod", "PROD", "a" * 300, "ünïcødé", ".", "--", "x.y"]
     served = [server_name(n) for n in names]
     assert len(set(served)) == len(names)  # "prod" and "PROD" too
+    assert server_name("prod") == "prod-m5kk7frsuj2f5boc.kubemux.invalid"  # as docs/proxy.md
     cert = x509.load_pem_x509_certificate(make_certificates().cert_pem)
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "*.kubemux.invalid" in sans.get_values_for_type(x509.DNSName)
