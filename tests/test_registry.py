@@ -664,3 +664,23 @@ async def test_a_shared_watch_outlives_a_token_rotation_too(
                 first = await changes.__anext__()
         assert (first.type, first.name) == ("ADDED", "a-new")
         assert registry.store("a", "pods") is store and "a-new" in _names(store)
+
+
+async def test_a_first_sync_that_fails_sends_subscribers_no_reset(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    """A store dropped before it was ever listed held nothing anyone saw: no RESET."""
+    a, _ = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a})
+    async with (
+        WatcherRegistry.from_kubeconfig(str(path)) as registry,
+        registry.subscribe("pods", ["a"], snapshot=False) as changes,
+    ):
+        a.fail_next(1, 403, reason="Forbidden", path_prefix="/api/v1/namespaces/default/pods")
+        with anyio.fail_after(TIMEOUT), pytest.raises(kubemux.Forbidden):
+            await registry.watch("a", "pods", namespace="default")
+        with anyio.fail_after(TIMEOUT):
+            await registry.stop_watcher("a")  # forgets the failure: no backoff to wait out
+            await registry.watch("a", "pods", namespace="default")
+            seen = [await changes.__anext__() for _ in range(3)]
+        assert [c.type for c in seen] == ["ADDED"] * 3

@@ -3,7 +3,7 @@ snapshots."""
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 
 from .._cache.stream import StoreListener
 from .._informer.informer import InformerKey
@@ -75,7 +75,7 @@ class SlotPublisher(StoreListener):
     """One slot's store listener: each change as a :class:`Change` to the fanout (when
     anybody subscribes), and to the generation's event index (an events slot's)."""
 
-    __slots__ = ("context", "fanout", "feeds_index", "gen", "number", "resource", "view")
+    __slots__ = ("context", "fanout", "feeds_index", "gen", "held", "number", "resource", "view")
 
     def __init__(self, fanout: Fanout, gen: ContextGeneration, slot: Slot, *, feeds_index: bool):
         self.fanout = fanout
@@ -83,6 +83,7 @@ class SlotPublisher(StoreListener):
         self.context, self.number = gen.key, gen.number
         self.resource, self.view = slot.key.resource, slot.key.view
         self.feeds_index = feeds_index
+        self.held = slot.store.has_synced  # subscribers may hold its objects (handed over)
 
     def __repr__(self) -> str:
         return f"<SlotPublisher {self.context!r} #{self.number} {self.resource} {self.view}>"
@@ -102,11 +103,19 @@ class SlotPublisher(StoreListener):
             if index is not None:
                 index.apply(change.type, entry)
 
+    def listed(
+        self, resource_version: str, changes: Sequence[StoreChange], *, relist: bool
+    ) -> None:
+        self.held = True
+
     def cleared(self) -> None:
         """The store started over under a running generation (a list older than it had
-        shown, after a handover): subscribers forget it; fresh ADDEDs follow."""
-        if self.gen.is_stopping:  # a stop: the generation's final change says it
+        shown after a handover, or a new credential refused): subscribers forget it; fresh
+        ADDEDs follow. Nothing is said for a store never listed, nor on a stop (the
+        generation's final change says it)."""
+        if self.gen.is_stopping or not self.held:
             return
+        self.held = False
         self.fanout.publish(
             Change(self.context, self.resource, "RESET", None, self.number, view=self.view), None
         )
