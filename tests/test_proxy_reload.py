@@ -11,6 +11,8 @@ import shutil
 from pathlib import Path
 
 import anyio
+import anyio.from_thread
+import anyio.to_thread
 import pytest
 
 from kubectl_support import kubectl_process
@@ -180,3 +182,50 @@ async def test_a_watch_resumes_across_a_token_rotation_from_the_history(
             ("ADDED", "web-3"),
             ("ADDED", "web-4"),
         ]
+
+
+async def test_the_official_python_client_watch_outlives_a_token_rotation(
+    clusters: tuple[FakeCluster, FakeCluster], tmp_path: Path
+) -> None:
+    kubernetes = pytest.importorskip("kubernetes")
+    one, _ = clusters
+    source = write_kubeconfig(
+        tmp_path / "source" / "config", {"prod": FakeContext(cluster=one, token="tok-1")}
+    )
+    out = tmp_path / "proxied" / "config"
+
+    async def rotate_then_create() -> None:
+        await rewrite_kubeconfig(
+            registry, source, {"prod": FakeContext(cluster=one, token="tok-2")}
+        )
+        await one.wait_for(lambda: one.open_watches_for("tok-2") == 1, timeout=TIMEOUT)
+        one.create("pods", old_pod("web-3"))
+
+    def use_client() -> list[tuple[str, str]]:
+        api_client = kubernetes.config.new_client_from_config(config_file=str(out))
+        try:
+            core = kubernetes.client.CoreV1Api(api_client)
+            seen: list[tuple[str, str]] = []
+            stream = kubernetes.watch.Watch().stream(
+                core.list_namespaced_pod, "default", timeout_seconds=20
+            )
+            for event in stream:
+                seen.append((event["type"], event["object"].metadata.name))
+                if len(seen) == 2:  # the initial ADDED events: now reload the context
+                    anyio.from_thread.run(rotate_then_create)
+                if len(seen) == 3:
+                    break
+            return seen
+        finally:
+            api_client.close()
+
+    async with (
+        WatcherRegistry.from_kubeconfig(str(source), transform=None) as registry,
+        running_proxy(registry) as (server, _),
+    ):
+        server.write_kubeconfig(out)
+        with anyio.fail_after(60):
+            await registry.watch("prod", "pods")  # served from the cache from the start
+            seen = await anyio.to_thread.run_sync(use_client)
+    assert sorted(seen[:2]) == [("ADDED", "web-1"), ("ADDED", "web-2")]
+    assert seen[2] == ("ADDED", "web-3")  # the same stream: it never ended
