@@ -1,0 +1,414 @@
+"""The per-user dashboard (issue 33, ``create_app(user_tokens=True)``, ``kubemux dashboard
+--user-tokens``) against FakeClusters enforcing RBAC: each user sees exactly what their own
+token may list, in the JSON API and in the live streams; the API server's 403 word for
+word; the session cookie; cross-site refusals; logging out; revocation and new grants
+reaching an open stream within 2 s; a context refusing the token beside one that takes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+import httpx
+import pytest
+
+from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from kubemux.testing._state.state import RBAC_RESOURCES
+from support import TIMEOUT, wait_until
+from test_dashboard import EventStream, make_app, serving
+
+RBAC = "rbac.authorization.k8s.io"
+PODS_READ = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+SAME = {"Origin": "http://127.0.0.1"}
+
+
+def binding(namespace: str, name: str, kind: str, role: str, user: str) -> dict[str, Any]:
+    meta = {"namespace": namespace, "name": name} if namespace else {"name": name}
+    return {
+        "metadata": meta,
+        "roleRef": {"apiGroup": RBAC, "kind": kind, "name": role},
+        "subjects": [{"apiGroup": RBAC, "kind": "User", "name": user}],
+    }
+
+
+ALICE_BINDING = binding("web", "alice", "Role", "reader", "alice")
+
+
+@pytest.fixture
+async def prod() -> AsyncIterator[FakeCluster]:
+    """alice reads pods in ``web``; carol views everything (``view``); bob nothing."""
+    async with FakeCluster(tokens={"admin"}, rbac=True, name="prod") as c:
+        c.create(
+            RBAC_RESOURCES["roles"],
+            {"metadata": {"namespace": "web", "name": "reader"}, "rules": [PODS_READ]},
+        )
+        c.create(RBAC_RESOURCES["rolebindings"], ALICE_BINDING)
+        c.create(
+            RBAC_RESOURCES["clusterrolebindings"],
+            binding("", "carol", "ClusterRole", "view", "carol"),
+        )
+        for ns, names in (("web", ("web-0", "web-1")), ("db", ("db-0",)), ("other", ("o-0",))):
+            for name in names:
+                c.create("pods", make_pod(name, ns))
+        yield c
+
+
+@contextlib.asynccontextmanager
+async def app_client(
+    path: Path, base_url: str = "http://127.0.0.1", **options: Any
+) -> AsyncIterator[httpx.AsyncClient]:
+    app = make_app(path, user_tokens=True, **options)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=base_url) as client:
+            yield client
+
+
+async def log_in(client: httpx.AsyncClient, token: str, **headers: str) -> httpx.Response:
+    origin = str(client.base_url).rstrip("/")
+    sent = {"Origin": origin, **headers}
+    return await client.post("/login", data={"token": token}, headers=sent)
+
+
+async def upstream_403(cluster: FakeCluster, token: str, path: str) -> str:
+    """What the API server itself answers ``token`` (its 403 message)."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(cluster.server + path, headers={"Authorization": f"Bearer {token}"}) as resp,
+    ):
+        assert resp.status == 403
+        message: str = (await resp.json())["message"]
+        return message
+
+
+async def read_to_the_end(stream: EventStream) -> None:
+    while True:
+        await stream.next()
+
+
+def names(answer: httpx.Response) -> list[str]:
+    assert answer.status_code == 200, answer.text
+    return sorted(i["metadata"]["name"] for i in answer.json()["items"])
+
+
+async def test_each_user_lists_exactly_what_rbac_allows(prod: FakeCluster, tmp_path: Path) -> None:
+    path = write_kubeconfig(tmp_path / "config", {"prod": prod})
+    alice, bob, carol = (prod.add_user(n) for n in ("alice", "bob", "carol"))
+    async with app_client(path) as client:
+        # nothing without a session: the API 401s, a page goes to the login page
+        assert (await client.get("/api/contexts/prod/pods")).status_code == 401
+        page = await client.get("/")
+        assert page.status_code == 303 and page.headers["location"] == "/login"
+        assert (await client.get("/login")).status_code == 200
+        answer = await log_in(client, alice)
+        assert answer.status_code == 303, answer.text
+        assert names(await client.get("/api/contexts/prod/pods")) == ["web-0", "web-1"]
+        assert names(await client.get("/api/contexts/prod/pods?namespace=web")) == [
+            "web-0",
+            "web-1",
+        ]
+        # a denial is the API server's 403, word for word
+        denied = await client.get("/api/contexts/prod/pods?namespace=db")
+        assert denied.status_code == 403
+        expected = await upstream_403(prod, alice, "/api/v1/namespaces/db/pods")
+        assert denied.json()["error"] == expected
+        assert expected.startswith('pods is forbidden: User "alice" cannot list resource "pods"')
+        obj = await client.get("/api/contexts/prod/pods/db/db-0")
+        assert obj.status_code == 403
+        assert obj.json()["error"] == await upstream_403(
+            prod, alice, "/api/v1/namespaces/db/pods/db-0"
+        )
+        # authorization before routing: a missing object she may not get is a 403 too
+        missing = await client.get("/api/contexts/prod/pods/db/nope")
+        assert missing.status_code == 403
+        assert (await client.get("/api/contexts/prod/pods/web/web-0")).status_code == 200
+        table = (await client.get("/api/contexts/prod/pods/table")).json()
+        assert sorted(r["name"] for r in table["rows"]) == ["web-0", "web-1"]
+        secrets = await client.get("/api/contexts/prod/secrets")
+        assert secrets.status_code == 403
+        assert secrets.json()["error"] == await upstream_403(prod, alice, "/api/v1/secrets")
+        events = await client.get("/api/contexts/prod/events/pods/db/db-0")
+        assert events.status_code == 403
+        who = (await client.get("/api/session")).json()
+        assert who["user"] == "alice" and who["contexts"] == {"prod": "alice"}
+        status = (await client.get("/api/contexts")).json()
+        assert "secrets" not in str(status["contexts"][0]["objects"])
+
+    async with app_client(path) as client:
+        await log_in(client, carol)
+        assert names(await client.get("/api/contexts/prod/pods")) == [
+            "db-0",
+            "o-0",
+            "web-0",
+            "web-1",
+        ]
+    async with app_client(path) as client:
+        await log_in(client, bob)
+        denied = await client.get("/api/contexts/prod/pods")
+        assert denied.status_code == 403
+        assert denied.json()["error"] == await upstream_403(prod, bob, "/api/v1/pods")
+        assert denied.json()["error"].endswith("at the cluster scope")
+
+
+async def test_the_session_cookie_holds_no_token(
+    prod: FakeCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    path = write_kubeconfig(tmp_path / "config", {"prod": prod})
+    alice = prod.add_user("alice", ttl=3600)
+    async with app_client(path) as client:
+        answer = await log_in(client, alice)
+        cookie = answer.headers["set-cookie"]
+        assert cookie.startswith("kubemux_session=")
+        attributes = {part.strip().split("=")[0] for part in cookie.split(";")[1:]}
+        assert {"HttpOnly", "SameSite", "Path", "Max-Age"} <= attributes
+        assert "SameSite=Strict" in cookie and "Secure" not in cookie  # plain HTTP
+        max_age = int(cookie.split("Max-Age=")[1].split(";")[0])
+        assert 3500 < max_age <= 3600  # the token's own expiry bounds the session
+        assert alice not in cookie
+        seen = [answer.text, cookie]
+        for url in ("/api/session", "/api/contexts", "/", "/api/contexts/prod/pods"):
+            seen.append((await client.get(url)).text)
+        assert all(alice not in text for text in seen)
+        assert alice not in caplog.text
+        # a made-up or tampered session id is no session
+        client.cookies.set("kubemux_session", "forged")
+        assert (await client.get("/api/session")).status_code == 401
+    # over TLS the cookie is Secure, with the __Host- prefix (bound to this origin)
+    async with app_client(path, base_url="https://127.0.0.1") as client:
+        cookie = (await log_in(client, alice)).headers["set-cookie"]
+        assert cookie.startswith("__Host-kubemux_session=") and "; Secure" in cookie
+        assert (await client.get("/api/session")).status_code == 200
+    # a refused token gets the login page again, 401, and never sees itself
+    async with app_client(path) as client:
+        answer = await log_in(client, "not-a-token-" + "x" * 20)
+        assert answer.status_code == 401 and "set-cookie" not in answer.headers
+        assert "not-a-token" not in answer.text
+        assert (await log_in(client, "")).status_code == 400
+        huge = await client.post(
+            "/login",
+            content=b"token=" + b"a" * 300_000,
+            headers={**SAME, "Content-Type": "application/x-www-form-urlencoded"},
+        )
+        assert huge.status_code == 413
+        as_json = await client.post("/login", json={"token": alice}, headers=SAME)
+        assert as_json.status_code == 415
+
+
+async def test_cross_site_posts_are_refused(prod: FakeCluster, tmp_path: Path) -> None:
+    path = write_kubeconfig(tmp_path / "config", {"prod": prod})
+    alice = prod.add_user("alice")
+    async with app_client(path) as client:
+        for headers in (
+            {"Origin": "http://evil.example"},
+            {"Origin": "http://127.0.0.1.evil.example"},
+            {"Origin": "null"},  # opaque, and nothing else says where it is from
+            {"Origin": "null", "Sec-Fetch-Site": "cross-site"},
+            {"Origin": "http://127.0.0.1", "Sec-Fetch-Site": "same-site"},
+            {"Sec-Fetch-Site": "cross-site"},
+        ):
+            answer = await client.post("/login", data={"token": alice}, headers=headers)
+            assert answer.status_code == 403, headers
+            assert "set-cookie" not in answer.headers
+        # Chromium's Origin: null on a same-origin form post: Sec-Fetch-Site decides
+        answer = await client.post(
+            "/login",
+            data={"token": alice},
+            headers={"Origin": "null", "Sec-Fetch-Site": "same-origin"},
+        )
+        assert answer.status_code == 303
+        # a cross-site logout leaves the session alone
+        evil = await client.post("/logout", headers={"Origin": "http://evil.example"})
+        assert evil.status_code == 403
+        assert (await client.get("/api/session")).status_code == 200
+
+
+async def test_logout_ends_the_session_and_its_streams(prod: FakeCluster, tmp_path: Path) -> None:
+    path = write_kubeconfig(tmp_path / "config", {"prod": prod})
+    alice = prod.add_user("alice")
+    async with (
+        serving(make_app(path, user_tokens=True)) as url,
+        httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client,
+    ):
+        origin = url.rstrip("/")
+        await client.post("/login", data={"token": alice}, headers={"Origin": origin})
+        session_id = client.cookies["kubemux_session"]
+        async with client.stream("GET", "/api/stream?resource=pods") as response:
+            stream = EventStream(response)
+            await stream.until(lambda: stream.names() == {"web-0", "web-1"})
+            answer = await client.post("/logout", headers={"Origin": origin})
+            assert answer.status_code == 303 and answer.headers["location"] == "login"
+            assert "Max-Age=0" in answer.headers["set-cookie"]
+            with anyio.fail_after(TIMEOUT), pytest.raises((EOFError, httpx.ReadError)):
+                await read_to_the_end(stream)  # the session is gone server-side
+        # the old cookie, replayed, is no session any more
+        client.cookies.set("kubemux_session", session_id)
+        assert (await client.get("/api/session")).status_code == 401
+        assert (await client.get("/api/stream")).status_code == 401
+
+
+async def test_streams_show_each_user_their_objects_and_follow_revocation(
+    prod: FakeCluster, tmp_path: Path
+) -> None:
+    path = write_kubeconfig(tmp_path / "config", {"prod": prod})
+    tokens = {n: prod.add_user(n) for n in ("alice", "bob", "carol")}
+    async with (
+        serving(make_app(path, user_tokens=True)) as url,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        streams: dict[str, EventStream] = {}
+        for user, token in tokens.items():
+            client = await stack.enter_async_context(
+                httpx.AsyncClient(base_url=url, timeout=TIMEOUT)
+            )
+            origin = url.rstrip("/")
+            await client.post("/login", data={"token": token}, headers={"Origin": origin})
+            response = await stack.enter_async_context(
+                client.stream("GET", "/api/stream?resource=pods")
+            )
+            streams[user] = EventStream(response)
+        alice, bob, carol = streams["alice"], streams["bob"], streams["carol"]
+        await alice.until(lambda: alice.names() == {"web-0", "web-1"})
+        await carol.until(lambda: carol.names() == {"web-0", "web-1", "db-0", "o-0"})
+        await bob.until(lambda: "prod" in bob.contexts and bool(bob.contexts["prod"]["last_error"]))
+        assert bob.names() == set()
+        assert bob.contexts["prod"]["last_error"] == await upstream_403(
+            prod, tokens["bob"], "/api/v1/pods"
+        )
+        assert "pods" not in bob.contexts["prod"]["objects"]  # not even how many
+        # live changes: each sees the new pod only where they may list it
+        prod.create("pods", make_pod("web-2", "web"))
+        prod.create("pods", make_pod("db-1", "db"))
+        await carol.until(lambda: {"web-2", "db-1"} <= carol.names())
+        await alice.until(lambda: "web-2" in alice.names())
+        assert "db-1" not in alice.names() and bob.names() == set()
+        assert all(key[1] == "web" for key in alice.rows)
+
+        # revocation: alice's rows leave her open stream within 2 s
+        prod.delete(RBAC_RESOURCES["rolebindings"], "web", "alice")
+        with anyio.fail_after(2.0):
+            await alice.until(lambda: alice.names() == set())
+        await alice.until(lambda: bool(alice.contexts["prod"]["last_error"]))
+        assert alice.contexts["prod"]["last_error"].startswith(
+            'pods is forbidden: User "alice" cannot list resource "pods"'
+        )
+        # a new grant reaches it within 2 s too
+        prod.create(RBAC_RESOURCES["rolebindings"], ALICE_BINDING)
+        with anyio.fail_after(2.0):
+            await alice.until(lambda: alice.names() == {"web-0", "web-1", "web-2"})
+        assert carol.names() >= {"web-0", "web-1", "web-2", "db-0", "db-1", "o-0"}
+
+
+async def test_a_context_that_refuses_the_token_leaves_the_others(
+    prod: FakeCluster, tmp_path: Path
+) -> None:
+    async with FakeCluster(tokens={"admin-dev"}, rbac=True, name="dev") as dev:
+        dev.create("pods", make_pod("dev-0", "web"))
+        path = write_kubeconfig(tmp_path / "config", {"prod": prod, "dev": dev})
+        alice = prod.add_user("alice")  # dev's API server does not know this token
+        async with app_client(path) as client:
+            assert (await log_in(client, alice)).status_code == 303
+            who = (await client.get("/api/session")).json()
+            assert who["contexts"] == {"prod": "alice"}
+            assert "401" in who["refused"]["dev"]
+            assert names(await client.get("/api/contexts/prod/pods")) == ["web-0", "web-1"]
+            refused = await client.get("/api/contexts/dev/pods")
+            assert refused.status_code == 401
+            status = (await client.get("/api/contexts")).json()
+            by_name = {c["name"]: c for c in status["contexts"]}
+            assert "401" in by_name["dev"]["last_error"] and by_name["dev"]["objects"] == {}
+        async with (
+            serving(make_app(path, user_tokens=True)) as url,
+            httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client,
+        ):
+            await client.post("/login", data={"token": alice}, headers={"Origin": url.rstrip("/")})
+            async with client.stream("GET", "/api/stream?resource=pods") as response:
+                stream = EventStream(response)
+                await stream.until(
+                    lambda: (
+                        stream.names() == {"web-0", "web-1"}
+                        and bool(stream.contexts.get("dev", {}).get("last_error"))
+                    )
+                )
+                assert "401" in stream.contexts["dev"]["last_error"]
+                assert not stream.contexts["prod"]["last_error"]
+                prod.create("pods", make_pod("web-9", "web"))  # prod stays live
+                await stream.until(lambda: "web-9" in stream.names())
+                assert stream.names("dev") == set()
+
+
+async def test_object_page_and_logs_as_the_user(prod: FakeCluster, tmp_path: Path) -> None:
+    prod.create(
+        RBAC_RESOURCES["roles"],
+        {
+            "metadata": {"namespace": "web", "name": "logs"},
+            "rules": [{"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}],
+        },
+    )
+    path = write_kubeconfig(tmp_path / "config", {"prod": prod})
+    alice = prod.add_user("alice")
+    async with app_client(path) as client:
+        await log_in(client, alice)
+        # pods does not grant pods/log: the API server's 403, before any upstream request
+        denied = await client.get("/api/contexts/prod/pods/web/web-0/log")
+        assert denied.status_code == 403
+        assert denied.json()["error"] == await upstream_403(
+            prod, alice, "/api/v1/namespaces/web/pods/web-0/log"
+        )
+        prod.create(RBAC_RESOURCES["rolebindings"], binding("web", "al", "Role", "logs", "alice"))
+        log = "/api/contexts/prod/pods/web/web-0/log"
+
+        async def granted() -> bool:
+            return (await client.get(log)).status_code != 403
+
+        await wait_until(granted, poll=0.05)
+        answer = await client.get(log)
+        assert answer.status_code == 200, answer.text
+    async with (
+        serving(make_app(path, user_tokens=True)) as url,
+        httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client,
+    ):
+        await client.post("/login", data={"token": alice}, headers={"Origin": url.rstrip("/")})
+        query = "/api/stream?resource=pods&context=prod&namespace=db&name=db-0"
+        async with client.stream("GET", query) as response:
+            stream = EventStream(response)
+            data = await stream.until_event("object")
+            assert data["object"] is None
+            assert data["gone"] == await upstream_403(
+                prod, alice, "/api/v1/namespaces/db/pods/db-0"
+            )
+        query = "/api/stream?resource=pods&context=prod&namespace=web&name=web-0"
+        async with client.stream("GET", query) as response:
+            stream = EventStream(response)
+            data = await stream.until_event("object")
+            assert data["object"]["metadata"]["name"] == "web-0"
+            prod.delete(RBAC_RESOURCES["rolebindings"], "web", "alice")
+            with anyio.fail_after(2.0):
+                while data["object"] is not None:  # (a context's RESET sends it again)
+                    data = await stream.until_event("object")
+            assert data["gone"] == await upstream_403(
+                prod, alice, "/api/v1/namespaces/web/pods/web-0"
+            )
+
+
+async def test_without_user_tokens_nothing_changes(prod: FakeCluster, tmp_path: Path) -> None:
+    path = write_kubeconfig(tmp_path / "config", {"prod": prod})
+    app = make_app(path)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            assert names(await client.get("/api/contexts/prod/pods")) == [
+                "db-0",
+                "o-0",
+                "web-0",
+                "web-1",
+            ]
+            assert (await client.get("/login")).status_code == 404
+            assert (await client.get("/api/session")).json() == {"user": None}
+            assert (await client.post("/logout")).status_code == 404
