@@ -412,3 +412,36 @@ async def test_without_user_tokens_nothing_changes(prod: FakeCluster, tmp_path: 
             assert (await client.get("/login")).status_code == 404
             assert (await client.get("/api/session")).json() == {"user": None}
             assert (await client.post("/logout")).status_code == 404
+
+
+async def test_in_chromium_log_in_see_the_table_log_out(prod: FakeCluster, tmp_path: Path) -> None:
+    """A real browser: the login form (Chromium posts it with ``Origin: null`` under the
+    page's ``no-referrer`` policy: ``Sec-Fetch-Site`` decides), the user's table, who is
+    logged in, and the Log out button."""
+    from playwright.async_api import expect
+
+    from test_dashboard_browser import PageWatch, browser, rows  # skips without Chromium
+
+    path = write_kubeconfig(tmp_path / "config", {"prod": prod})
+    alice = prod.add_user("alice")
+    async with serving(make_app(path, user_tokens=True)) as url, browser() as chromium:
+        page = await chromium.new_page()
+        watch = PageWatch(page)
+        await page.goto(url)
+        await expect(page).to_have_url(url + "login")
+        await page.fill("#token", alice)
+        await page.click("#login")
+        await expect(page).to_have_url(url)
+        await expect(rows(page)).to_have_count(2)
+        await expect(rows(page, "prod").first).to_contain_text("web-")
+        await expect(page.locator("#who")).to_have_text("alice")
+        await expect(page.locator("#logout")).to_be_visible()
+        cookies = await page.context.cookies()
+        assert [c["httpOnly"] and c["sameSite"] for c in cookies] == ["Strict"]
+        assert alice not in await page.content()
+        await page.click("#logout")
+        await expect(page).to_have_url(url + "login")
+        assert await page.context.cookies() == []
+        await page.goto(url)  # the session is gone: back to the login page
+        await expect(page).to_have_url(url + "login")
+        watch.check()
