@@ -7,8 +7,13 @@ reaching an open stream within 2 s; a context refusing the token beside one that
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import functools
+import io
 import logging
+import ssl
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,11 +21,17 @@ from typing import Any
 import aiohttp
 import anyio
 import httpx
+import orjson
 import pytest
+import trustme
 
+from kubemux._authz.user import User
+from kubemux.cli import run
+from kubemux.dashboard._sessions import Sessions, cross_site, read_cookie, session_cookie
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from kubemux.testing._state.state import RBAC_RESOURCES
 from support import TIMEOUT, wait_until
+from test_cli import Output
 from test_dashboard import EventStream, make_app, serving
 
 RBAC = "rbac.authorization.k8s.io"
@@ -445,3 +456,127 @@ async def test_in_chromium_log_in_see_the_table_log_out(prod: FakeCluster, tmp_p
         await page.goto(url)  # the session is gone: back to the login page
         await expect(page).to_have_url(url + "login")
         watch.check()
+
+
+# ---------------------------------------------------------------------- sessions, no I/O
+def test_sessions_are_bounded_and_expire() -> None:
+    now = [1000.0]
+    sessions = Sessions(max_sessions=3, max_per_user=2, ttl=60.0, clock=lambda: now[0])
+    alice, bob = User("alice"), User("bob")
+    first = sessions.add("t1", {"prod": alice}, {}, set())
+    second = sessions.add("t2", {"prod": alice}, {}, set())
+    assert first is not None and second is not None
+    third = sessions.add("t3", {"prod": alice}, {}, set())  # alice's oldest goes
+    assert third is not None and sessions.get(first[0]) is None and len(sessions) == 2
+    assert first[1].ended
+    assert sessions.add("t4", {"prod": bob}, {}, set()) is not None
+    assert sessions.add("t5", {"dev": User("carol")}, {}, set()) is None  # full: refused
+    assert sessions.get(second[0]) is second[1]
+    now[0] += 61  # past the ttl: gone, and room again
+    assert sessions.get(second[0]) is None
+    assert sessions.add("t5", {"dev": User("carol")}, {}, set()) is not None
+    for bad in (None, "", "x" * 300, "forged"):
+        assert sessions.get(bad) is None
+    assert "t5" not in repr(sessions) + repr(sessions._items)  # never the token
+    # a JWT's exp bounds the session
+    exp = int(time.time()) + 10
+    payload = base64.urlsafe_b64encode(orjson.dumps({"exp": exp})).decode().rstrip("=")
+    added = sessions.add(f"e30.{payload}.sig", {"prod": bob}, {}, set())
+    assert added is not None and 8 < sessions.seconds_left(added[1]) <= 10
+    with pytest.raises(ValueError, match="must be positive"):
+        Sessions(max_sessions=0)
+
+
+@pytest.mark.parametrize(
+    ("headers", "refused"),
+    [
+        ({}, False),  # no browser: curl, a script
+        ({"origin": "http://dash.example:8000"}, False),
+        ({"origin": "https://dash.example:8000"}, False),  # behind a TLS proxy
+        ({"origin": "null", "sec-fetch-site": "same-origin"}, False),
+        ({"sec-fetch-site": "none"}, False),  # typed or bookmarked
+        ({"origin": "http://evil.example"}, True),
+        ({"origin": "http://dash.example:8001"}, True),
+        ({"origin": "http://dash.example:8000/path"}, True),
+        ({"origin": "javascript:alert(1)"}, True),
+        ({"origin": "http://dash.example:8000\r\nx: y"}, True),
+        ({"origin": "null"}, True),
+        ({"origin": ""}, True),
+        ({"sec-fetch-site": "same-site"}, True),
+        ({"sec-fetch-site": "cross-site", "origin": "http://dash.example:8000"}, True),
+        ({"sec-fetch-site": "x" * 10_000}, True),
+    ],
+)
+def test_cross_site_rules(headers: dict[str, str], refused: bool) -> None:
+    assert (cross_site(headers, "dash.example:8000") is not None) is refused
+
+
+def test_cookies_from_hostile_headers() -> None:
+    assert read_cookie("kubemux_session=abc") == "abc"
+    assert read_cookie("a=b; __Host-kubemux_session=xyz") == "xyz"
+    for bad in ("", "kubemux_session", '"; kubemux_session', "x" * 20_000, "=;=;="):
+        assert read_cookie(bad) is None
+    assert session_cookie("id", 0.2, secure=False).startswith(
+        "kubemux_session=id; Path=/; Max-Age=1"
+    )
+
+
+async def test_a_session_ends_with_its_token(prod: FakeCluster, tmp_path: Path) -> None:
+    """A token that expires (a JWT's ``exp``) ends the session and its open stream."""
+    path = write_kubeconfig(tmp_path / "config", {"prod": prod})
+    brief = prod.add_user("alice", ttl=2)
+    async with (
+        serving(make_app(path, user_tokens=True)) as url,
+        httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client,
+    ):
+        answer = await client.post("/login", data={"token": brief}, headers={"Origin": url[:-1]})
+        assert answer.status_code == 303
+        async with client.stream("GET", "/api/stream?resource=pods") as response:
+            stream = EventStream(response)
+            await stream.until(lambda: stream.names() == {"web-0", "web-1"})
+            with anyio.fail_after(TIMEOUT), pytest.raises((EOFError, httpx.ReadError)):
+                await read_to_the_end(stream)
+        assert (await client.get("/api/session")).status_code == 401
+
+
+async def test_cli_user_tokens_over_tls(prod: FakeCluster, tmp_path: Path) -> None:
+    """``kubemux dashboard --user-tokens --tls-cert-file ... --tls-private-key-file ...``."""
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    path = write_kubeconfig(tmp_path / "config", {"prod": prod})
+    alice = prod.add_user("alice")
+    out = Output()
+    argv = [
+        "dashboard",
+        "--kubeconfig",
+        str(path),
+        "--port",
+        "0",
+        "--user-tokens",
+        "--tls-cert-file",
+        str(cert),
+        "--tls-private-key-file",
+        str(key),
+    ]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(functools.partial(run, argv, stdout=out))
+        url = (await out.wait_for(r"open (https://127\.0\.0\.1:\d+/)")).group(1)
+        ssl_context = ssl.create_default_context()
+        ca.configure_trust(ssl_context)
+        async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT, verify=ssl_context) as client:
+            assert (await client.get("/api/contexts")).status_code == 401
+            answer = await client.post(
+                "/login", data={"token": alice}, headers={"Origin": url[:-1]}
+            )
+            cookie = answer.headers["set-cookie"]
+            assert cookie.startswith("__Host-kubemux_session=") and "; Secure" in cookie
+            assert names(await client.get("/api/contexts/prod/pods")) == ["web-0", "web-1"]
+        tg.cancel_scope.cancel()
+    assert "each user logs in with their own token" in out.getvalue()
+    assert alice not in out.getvalue()
+    errors = io.StringIO()  # a certificate without its key
+    assert await run([*argv[:-2]], stdout=Output(), stderr=errors) != 0
+    assert "--tls-cert-file and --tls-private-key-file go together" in errors.getvalue()

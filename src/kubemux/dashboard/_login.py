@@ -4,7 +4,8 @@
     A page with one form: the bearer token, posted once.
 ``POST /login``
     Same-origin only (:func:`~._sessions.cross_site`). The token is checked by a
-    TokenReview in every context at once (:func:`~._viewer.authenticate_all`); if at least
+    TokenReview in every context at once (:func:`~._viewer.authenticate_all`; at most
+    ``MAX_LOGINS`` logins at once, an invalid token's answer kept 10 s); if at least
     one context accepts it, a session is opened (:mod:`._sessions`) and the answer is a
     303 to the dashboard with the session cookie. Otherwise the login page again, 401,
     saying that no context accepted the token (never the token itself).
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 
 MAX_FORM = 256 * 1024  # bytes of a login form read at most (a token is at most 64 KiB)
 OPEN_PATHS = ("/login", "/logout")
+MAX_LOGINS = 16  # logins being checked at once, at most (more: 503 at once)
 
 _PAGE = """<!doctype html>
 <html lang="en">
@@ -126,7 +128,14 @@ async def login(request: Request) -> Response:
     if not token:
         return _page(dashboard, "Paste a token first.", 400)
     registry = dashboard.registry
-    users, refused, retry = await authenticate_all(registry, token, dashboard.authorizers)
+    sessions = dashboard.sessions
+    if sessions.logins >= MAX_LOGINS:  # each login is a TokenReview per context
+        return _page(dashboard, "Too many logins at once; try again.", 503)
+    sessions.logins += 1
+    try:
+        users, refused, retry = await authenticate_all(registry, token, dashboard.authorizers)
+    finally:
+        sessions.logins -= 1
     if not users:
         if retry and len(retry) == len(refused):
             return _page(dashboard, "No context could check the token now; try again.", 503)

@@ -115,6 +115,7 @@ class Sessions:
         self.ttl = ttl
         self._clock = clock
         self._items: dict[bytes, Session] = {}
+        self.logins = 0  # logins being checked now (see ._login.MAX_LOGINS)
 
     def __len__(self) -> int:
         return len(self._items)
