@@ -25,6 +25,7 @@ import orjson
 import pytest
 import trustme
 
+from kubemux._authz.authorizer import AuthorizerSettings
 from kubemux._authz.user import User
 from kubemux.cli import run
 from kubemux.dashboard._sessions import Sessions, cross_site, read_cookie, session_cookie
@@ -580,3 +581,48 @@ async def test_cli_user_tokens_over_tls(prod: FakeCluster, tmp_path: Path) -> No
     errors = io.StringIO()  # a certificate without its key
     assert await run([*argv[:-2]], stdout=Output(), stderr=errors) != 0
     assert "--tls-cert-file and --tls-private-key-file go together" in errors.getvalue()
+
+
+async def test_a_token_the_cluster_stops_accepting_ends_the_session(
+    prod: FakeCluster, tmp_path: Path
+) -> None:
+    """When its cached TokenReview answer expires, a revoked token is reviewed again: the
+    session ends, and its open stream with it."""
+    path = write_kubeconfig(tmp_path / "config", {"prod": prod})
+    alice = prod.add_user("alice")
+    app = make_app(path, user_tokens=True, authorizer_settings=AuthorizerSettings(token_ttl=0.3))
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client:
+        await client.post("/login", data={"token": alice}, headers={"Origin": url[:-1]})
+        async with client.stream("GET", "/api/stream?resource=pods") as response:
+            stream = EventStream(response)
+            await stream.until(lambda: stream.names() == {"web-0", "web-1"})
+            assert prod.revoke_token(alice)
+            with anyio.fail_after(TIMEOUT), pytest.raises((EOFError, httpx.ReadError)):
+                await read_to_the_end(stream)
+        assert (await client.get("/api/session")).status_code == 401
+        assert len(app.state.dashboard.sessions) == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "kind", "status"),
+    [
+        (b"token=%ff%fe", "application/x-www-form-urlencoded", 400),  # not UTF-8
+        (b"token=a&token=b", "application/x-www-form-urlencoded", 400),
+        (b"&".join(b"f%d=1" % i for i in range(20)), "application/x-www-form-urlencoded", 400),
+        ("token=é".encode(), "application/x-www-form-urlencoded", 400),
+        (b"token=a%0Ab%1b", "application/x-www-form-urlencoded", 401),  # no review sent
+        (b"token=" + b"t" * 70_000, "application/x-www-form-urlencoded", 401),  # over 64 KiB
+        (b"token=abc", "text/plain", 415),
+        (b"token=abc", "", 415),
+    ],
+)
+async def test_hostile_login_forms(
+    prod: FakeCluster, tmp_path: Path, body: bytes, kind: str, status: int
+) -> None:
+    path = write_kubeconfig(tmp_path / "config", {"prod": prod})
+    async with app_client(path) as client:
+        headers = {**SAME, "Content-Type": kind} if kind else SAME
+        answer = await client.post("/login", content=body, headers=headers)
+        assert answer.status_code == status
+        assert "set-cookie" not in answer.headers
+        assert "<script" not in answer.text

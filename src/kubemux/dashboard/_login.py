@@ -133,7 +133,9 @@ async def login(request: Request) -> Response:
         return _page(dashboard, "Too many logins at once; try again.", 503)
     sessions.logins += 1
     try:
-        users, refused, retry = await authenticate_all(registry, token, dashboard.authorizers)
+        users, refused, retry = await authenticate_all(
+            registry, token, dashboard.authorizers, dashboard.authorizer_settings
+        )
     finally:
         sessions.logins -= 1
     if not users:

@@ -27,7 +27,7 @@ from kubemux import (
     parse_resource,
 )
 
-from .._authz.authorizer import Authorizer
+from .._authz.authorizer import Authorizer, AuthorizerSettings
 from ._broadcast import Hub
 from ._context import StreamContext
 from ._encoding import Encodings
@@ -79,6 +79,10 @@ class Dashboard:
             everything the kubeconfig's credentials read.
         max_sessions: Logged-in sessions at once, at most (``user_tokens``).
         session_ttl: Seconds a session lasts at most; never past its token's expiry.
+        authorizer_settings: The contexts' authorizers' settings (``user_tokens``; the first
+            settings a context's authorizer gets stay): ``local_allows=False`` for a
+            cluster whose authorizer chain may deny before RBAC, ``token_ttl`` for how long
+            a token the cluster stopped accepting keeps working.
     """
 
     def __init__(
@@ -96,6 +100,7 @@ class Dashboard:
         user_tokens: bool = False,
         max_sessions: int = 1000,
         session_ttl: float = 8 * 3600.0,
+        authorizer_settings: AuthorizerSettings | None = None,
     ) -> None:
         if registry is not None and not isinstance(registry, WatcherRegistry):
             raise TypeError(
@@ -150,6 +155,7 @@ class Dashboard:
         self._unchain: Callable[[], None] | None = None  # see chain_exit_signals
         self.user_tokens = user_tokens
         self.sessions = Sessions(max_sessions=max_sessions, ttl=session_ttl)
+        self.authorizer_settings = authorizer_settings
         self.authorizers: dict[str, Authorizer] = {}  # context -> its authorizer, once asked
 
     @property

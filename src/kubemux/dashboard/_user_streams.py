@@ -110,7 +110,9 @@ class UserStream(Stream):
             await self._apply(context, resource, namespace)
         while True:
             authz = self.viewer.known.get(context)
-            with anyio.move_on_after(RECHECK_PERIOD if authz is not None else 2.0):
+            # again when the token's cached TokenReview answer expires (or every 30 s)
+            period = min(RECHECK_PERIOD, authz.settings.token_ttl) if authz is not None else 2.0
+            with anyio.move_on_after(period):
                 if authz is not None:
                     await authz.wait_changed(authz.version)
                 else:  # not asked yet (refused, unreachable): ask again now and then

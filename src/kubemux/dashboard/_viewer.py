@@ -22,10 +22,10 @@ from starlette.requests import Request
 
 from kubemux import KubemuxError, Resource, Unauthorized, WatcherRegistry
 
-from .._authz.authorizer import Authorizer
+from .._authz.authorizer import Authorizer, AuthorizerSettings
 from .._authz.user import User
 from ._responses import Problem
-from ._sessions import SESSION_KEY, Session
+from ._sessions import SESSION_KEY, Session, Sessions
 from ._state import dashboard_of
 
 __all__ = [
@@ -57,12 +57,16 @@ Scope = frozenset[str] | Denied | None
 
 
 async def _authenticate(
-    registry: WatcherRegistry, context: str, token: str, known: dict[str, Authorizer]
+    registry: WatcherRegistry,
+    context: str,
+    token: str,
+    known: dict[str, Authorizer],
+    settings: AuthorizerSettings | None,
 ) -> tuple[User | None, str | None, bool]:
     """``(user, error, retry)`` for one context: retry when it could not be asked."""
     try:
         with anyio.fail_after(AUTH_TIMEOUT):
-            authz = await registry.authorizer(context)
+            authz = await registry.authorizer(context, settings=settings)
             known[context] = authz
             return await authz.authenticate(token), None, False
     except Unauthorized:
@@ -74,7 +78,10 @@ async def _authenticate(
 
 
 async def authenticate_all(
-    registry: WatcherRegistry, token: str, known: dict[str, Authorizer]
+    registry: WatcherRegistry,
+    token: str,
+    known: dict[str, Authorizer],
+    settings: AuthorizerSettings | None = None,
 ) -> tuple[dict[str, User], dict[str, str], set[str]]:
     """The token's TokenReview in every context at once: ``(users, refused, retry)``."""
     users: dict[str, User] = {}
@@ -82,7 +89,7 @@ async def authenticate_all(
     retry: set[str] = set()
 
     async def one(context: str) -> None:
-        user, error, again = await _authenticate(registry, context, token, known)
+        user, error, again = await _authenticate(registry, context, token, known, settings)
         if user is not None:
             users[context] = user
         elif error is not None:
@@ -105,11 +112,19 @@ class Viewer:
     """A session's view of a registry: its user and authorizer per context."""
 
     def __init__(
-        self, registry: WatcherRegistry, session: Session, known: dict[str, Authorizer]
+        self,
+        registry: WatcherRegistry,
+        session: Session,
+        known: dict[str, Authorizer],
+        *,
+        settings: AuthorizerSettings | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         self.registry = registry
         self.session = session
         self.known = known  # the dashboard's: context -> its authorizer, once asked
+        self.settings = settings
+        self.sessions = sessions  # the session ends there once no context takes its token
 
     def __repr__(self) -> str:
         return f"<Viewer {self.session!r}>"
@@ -129,7 +144,7 @@ class Viewer:
             return Denied(session.refused[context], 401)
         if user is None:
             found, error, again = await _authenticate(
-                self.registry, context, session.token, self.known
+                self.registry, context, session.token, self.known, self.settings
             )
             if found is None:
                 session.refused[context] = error or REFUSED
@@ -141,12 +156,15 @@ class Viewer:
             session.retry.discard(context)
         try:
             with anyio.fail_after(AUTH_TIMEOUT):
-                authz = await self.registry.authorizer(context)
+                authz = await self.registry.authorizer(context, settings=self.settings)
                 self.known[context] = authz
                 again_user = await authz.authenticate(session.token)  # cached; re-reviewed
-        except Unauthorized:
+        except Unauthorized:  # the cluster stopped accepting the token
             session.users.pop(context, None)
             session.refused[context] = REFUSED
+            if not session.users and not session.retry and self.sessions is not None:
+                log.info("%r ends: no context accepts its token any more", session)
+                self.sessions.drop(session)
             return Denied(REFUSED, 401)
         except (KubemuxError, TimeoutError) as exc:
             return Denied(f"the context could not check the token: {exc}", 503)
@@ -240,4 +258,10 @@ def viewer_of(request: Request) -> Viewer | None:
     dashboard = dashboard_of(request)
     if not dashboard.user_tokens:
         return None
-    return Viewer(dashboard.registry, session_of(request), dashboard.authorizers)
+    return Viewer(
+        dashboard.registry,
+        session_of(request),
+        dashboard.authorizers,
+        settings=dashboard.authorizer_settings,
+        sessions=dashboard.sessions,
+    )

@@ -63,6 +63,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kubemux import WatcherRegistry
 
+from .._authz.authorizer import AuthorizerSettings
 from ._api import (
     STATIC,
     api_all_resources,
@@ -115,6 +116,7 @@ def create_app(
     user_tokens: bool = False,
     max_sessions: int = 1000,
     session_ttl: float = 8 * 3600.0,
+    authorizer_settings: AuthorizerSettings | None = None,
 ) -> Starlette:
     """The dashboard as an ASGI app; ``app.state.dashboard`` is its :class:`Dashboard`.
 
@@ -131,8 +133,9 @@ def create_app(
             an authenticating proxy, or with ``user_tokens``).
         user_tokens: Each user logs in with their own bearer token and sees only what it
             may list (see :mod:`._login`, :mod:`._viewer` and ``docs/many-users.md``);
-            ``max_sessions`` and ``session_ttl`` bound the sessions. ``/metrics`` then
-            needs a session too.
+            ``max_sessions`` and ``session_ttl`` bound the sessions, and
+            ``authorizer_settings`` are the contexts' authorizers' (see
+            :class:`Dashboard`). ``/metrics`` then needs a session too.
 
     Raises:
         TypeError: ``registry`` is not a :class:`~kubemux.WatcherRegistry`.
@@ -151,6 +154,7 @@ def create_app(
         user_tokens=user_tokens,
         max_sessions=max_sessions,
         session_ttl=session_ttl,
+        authorizer_settings=authorizer_settings,
     )
     routes: list[BaseRoute] = []
     if user_tokens:
