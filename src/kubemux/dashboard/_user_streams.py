@@ -218,8 +218,7 @@ class UserStream(Stream):
                     authz, user = await self.viewer.check(
                         context, "get", resource, namespace=ns or None, name=name
                     )
-                except Problem as exc:
-                    self._errors[context] = exc.message
+                except Problem as exc:  # the banner and the object's place say it
                     await self.emit("problem", {"message": exc.message, "fatal": False})
                     await self.emit("object", {"object": None, "gone": exc.message})
                     with anyio.move_on_after(RECHECK_PERIOD if known else 2.0):
@@ -228,7 +227,6 @@ class UserStream(Stream):
                         else:
                             await anyio.sleep_forever()
                     continue
-                self._errors.pop(context, None)
                 attrs = authz.attributes("get", resource, namespace=ns or None, name=name)
                 if await self._object_while(authz, user, attrs, (context, resource, ns, name)):
                     break
