@@ -317,21 +317,33 @@ async def test_streams_show_each_user_their_objects_and_follow_revocation(
         assert carol.names() >= {"web-0", "web-1", "web-2", "db-0", "db-1", "o-0"}
 
 
-async def test_a_context_that_refuses_the_token_leaves_the_others(
+async def test_contexts_that_refuse_the_token_or_deny_leave_the_others(
     prod: FakeCluster, tmp_path: Path
 ) -> None:
-    async with FakeCluster(tokens={"admin-dev"}, rbac=True, name="dev") as dev:
+    """Three contexts: ``prod`` lets alice list pods in ``web``; ``staging`` accepts her
+    token (an OIDC token a fleet's clusters all accept) but grants her nothing; ``dev``
+    does not know the token. prod's rows stream on, each other card says why."""
+    async with (
+        FakeCluster(tokens={"admin-dev"}, rbac=True, name="dev") as dev,
+        FakeCluster(tokens={"admin-staging"}, rbac=True, name="staging") as staging,
+    ):
         dev.create("pods", make_pod("dev-0", "web"))
-        path = write_kubeconfig(tmp_path / "config", {"prod": prod, "dev": dev})
-        alice = prod.add_user("alice")  # dev's API server does not know this token
+        staging.create("pods", make_pod("stage-0", "web"))
+        contexts = {"prod": prod, "staging": staging, "dev": dev}
+        path = write_kubeconfig(tmp_path / "config", contexts)
+        alice = prod.add_user("alice")
+        staging.add_user("alice", token=alice)  # dev's API server does not know it
+        denial = await upstream_403(staging, alice, "/api/v1/pods")
         async with app_client(path) as client:
             assert (await log_in(client, alice)).status_code == 303
             who = (await client.get("/api/session")).json()
-            assert who["contexts"] == {"prod": "alice"}
+            assert who["contexts"] == {"prod": "alice", "staging": "alice"}
             assert "401" in who["refused"]["dev"]
             assert names(await client.get("/api/contexts/prod/pods")) == ["web-0", "web-1"]
             refused = await client.get("/api/contexts/dev/pods")
             assert refused.status_code == 401
+            denied = await client.get("/api/contexts/staging/pods")
+            assert denied.status_code == 403 and denied.json()["error"] == denial
             status = (await client.get("/api/contexts")).json()
             by_name = {c["name"]: c for c in status["contexts"]}
             assert "401" in by_name["dev"]["last_error"] and by_name["dev"]["objects"] == {}
@@ -345,13 +357,25 @@ async def test_a_context_that_refuses_the_token_leaves_the_others(
                 await stream.until(
                     lambda: (
                         stream.names() == {"web-0", "web-1"}
-                        and bool(stream.contexts.get("dev", {}).get("last_error"))
+                        and all(
+                            stream.contexts.get(c, {}).get("last_error") for c in ("dev", "staging")
+                        )
                     )
                 )
                 assert "401" in stream.contexts["dev"]["last_error"]
+                assert stream.contexts["staging"]["last_error"] == denial
                 assert not stream.contexts["prod"]["last_error"]
                 prod.create("pods", make_pod("web-9", "web"))  # prod stays live
+                staging.create("pods", make_pod("stage-1", "web"))
                 await stream.until(lambda: "web-9" in stream.names())
+                # a grant in staging brings its rows, the others as they were
+                staging.create(
+                    RBAC_RESOURCES["clusterrolebindings"],
+                    binding("", "al", "ClusterRole", "view", "alice"),
+                )
+                with anyio.fail_after(2.0):
+                    await stream.until(lambda: stream.names("staging") == {"stage-0", "stage-1"})
+                assert stream.names("prod") == {"web-0", "web-1", "web-9"}
                 assert stream.names("dev") == set()
 
 
