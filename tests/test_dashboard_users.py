@@ -28,6 +28,7 @@ import trustme
 from kubemux._authz.authorizer import AuthorizerSettings
 from kubemux._authz.user import User
 from kubemux.cli import run
+from kubemux.dashboard import _sessions
 from kubemux.dashboard._sessions import Sessions, cross_site, read_cookie, session_cookie
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from kubemux.testing._state.state import RBAC_RESOURCES
@@ -650,3 +651,31 @@ async def test_hostile_login_forms(
         assert answer.status_code == status
         assert "set-cookie" not in answer.headers
         assert "<script" not in answer.text
+
+
+async def test_streams_per_session_are_capped(
+    prod: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_sessions, "STREAMS_PER_SESSION", 2)
+    path = write_kubeconfig(tmp_path / "config", {"prod": prod})
+    carol, alice = prod.add_user("carol"), prod.add_user("alice")  # carol may read logs
+    async with (
+        serving(make_app(path, user_tokens=True)) as url,
+        httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as a,
+        httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as c,
+    ):
+        for client, token in ((a, carol), (c, alice)):
+            await client.post("/login", data={"token": token}, headers={"Origin": url[:-1]})
+        async with a.stream("GET", "/api/stream"), a.stream("GET", "/api/stream"):
+            third = await a.get("/api/stream")
+            assert third.status_code == 503 and "one session" in third.json()["error"]
+            logs = await a.get("/api/contexts/prod/pods/web/web-0/log")
+            assert logs.status_code == 503
+            async with c.stream("GET", "/api/stream") as other:  # another session: its own
+                assert other.status_code == 200
+
+        async def room_again() -> bool:  # once the server has seen the two streams end
+            async with a.stream("GET", "/api/stream") as again:
+                return again.status_code == 200
+
+        await wait_until(room_again, poll=0.05)

@@ -112,6 +112,8 @@ class _LogStream(Response):
         self._path = path
         self._token = token  # a logged-in user's (never logged, never shown)
         self._session = session  # logging out ends the stream
+        if session is not None:
+            session.admit_stream()  # 503 past the session's share
         dashboard.streams += 1  # counted from now: the handler may not reach __call__
         self._counted = True
 
@@ -138,6 +140,8 @@ class _LogStream(Response):
             if self._counted:
                 self._counted = False
                 dashboard.streams -= 1
+                if self._session is not None:
+                    self._session.streams -= 1
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, started: list[bool]) -> None:
         dashboard = self._dashboard

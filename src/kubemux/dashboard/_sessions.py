@@ -9,7 +9,8 @@ sends it), ``Path=/``, and ``Secure`` with the ``__Host-`` prefix when the dashb
 served over TLS (bound to the dashboard's origin).
 
 Sessions are bounded: at most ``max_sessions`` at once (one more login: 503), at most
-``max_per_user`` per user name (the oldest goes), and each ends at the first of its
+``max_per_user`` per user name (the oldest goes), ``STREAMS_PER_SESSION`` streams each (of
+the dashboard's ``max_streams``), and each ends at the first of its
 ``ttl`` and its token's own expiry (a JWT's ``exp``: a ServiceAccount token's). Logging
 out ends the session server-side, with the streams it has open.
 
@@ -34,11 +35,13 @@ import anyio
 
 from .._authz.caches import token_expiry
 from .._authz.user import User
+from ._responses import Problem
 
 __all__ = [
     "COOKIE",
     "SECURE_COOKIE",
     "SESSION_KEY",
+    "STREAMS_PER_SESSION",
     "Session",
     "Sessions",
     "clear_cookie",
@@ -47,6 +50,7 @@ __all__ = [
     "session_cookie",
 ]
 
+STREAMS_PER_SESSION = 20  # a session's event and log streams at once (one user, many tabs)
 SESSION_KEY = "kubemux.session"  # where the gate puts a request's Session in its ASGI scope
 COOKIE = "kubemux_session"
 SECURE_COOKIE = "__Host-kubemux_session"  # over TLS: Secure, Path=/, no Domain, by the browser
@@ -80,6 +84,7 @@ class Session:
     key: bytes = dataclasses.field(repr=False)
     scopes: set[anyio.CancelScope] = dataclasses.field(default_factory=set, repr=False)
     ended: bool = False
+    streams: int = 0  # event and log streams open (at most STREAMS_PER_SESSION)
 
     @property
     def name(self) -> str:
@@ -89,6 +94,20 @@ class Session:
 
     def __repr__(self) -> str:  # no token, no id
         return f"<Session {self.name!r} contexts={len(self.users)} refused={len(self.refused)}>"
+
+    def admit_stream(self) -> None:
+        """Count one more stream of this session.
+
+        Raises:
+            Problem: 503, the session has ``STREAMS_PER_SESSION`` open.
+        """
+        if self.streams >= STREAMS_PER_SESSION:
+            raise Problem(
+                503,
+                f"too many streams for one session (at most {STREAMS_PER_SESSION})",
+                retry_after=5,
+            )
+        self.streams += 1
 
     def end(self) -> None:
         """End the session's open streams; the session itself is gone from its table."""

@@ -157,6 +157,8 @@ class _EventStream(Response):
     def __init__(self, dashboard: Dashboard, run: Run, viewer: Viewer | None = None) -> None:
         super().__init__()
         self._viewer = viewer
+        if viewer is not None:
+            viewer.session.admit_stream()  # 503 past the session's share
         self.raw_headers = [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-store"),
@@ -171,6 +173,8 @@ class _EventStream(Response):
         if self._counted:
             self._counted = False
             self._dashboard.streams -= 1
+            if self._viewer is not None:
+                self._viewer.session.streams -= 1
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         dashboard = self._dashboard
