@@ -106,34 +106,37 @@ class UserStream(Stream):
     async def _follow_context(
         self, context: str, resource: Resource, namespace: str | None
     ) -> None:
-        if context not in self.scopes:
-            await self._apply(context, resource, namespace)
+        version = await self._apply(context, resource, namespace)
         while True:
             authz = self.viewer.known.get(context)
             # again when the token's cached TokenReview answer expires (or every 30 s)
             period = min(RECHECK_PERIOD, authz.settings.token_ttl) if authz is not None else 2.0
             with anyio.move_on_after(period):
-                if authz is not None:
-                    await authz.wait_changed(authz.version)
+                if authz is not None:  # a change since the scope was computed wakes it
+                    await authz.wait_changed(version)
                 else:  # not asked yet (refused, unreachable): ask again now and then
                     await anyio.sleep_forever()
-            await self._apply(context, resource, namespace)
+            version = await self._apply(context, resource, namespace)
 
-    async def _apply(self, context: str, resource: Resource, namespace: str | None) -> None:
+    async def _apply(self, context: str, resource: Resource, namespace: str | None) -> int:
         """The context's scope again; if it changed, the page forgets the context's rows
-        and gets what the new scope shows, in one step under the lock."""
+        and gets what the new scope shows, in one step under the lock. Returns the RBAC
+        version the scope was computed at (-1: unknown, compute again)."""
+        known = self.viewer.known.get(context)
+        version = known.version if known is not None else -1
         scope = await self.viewer.scope(context, resource, namespace)
         async with self._lock:
             before = self.scopes.get(context, _UNKNOWN)
             self._set_scope(context, scope)
             if scope == before:
-                return
+                return version
             self.sent.pop(context, None)
             reset = [{"type": "RESET", "context": context, "resource": resource.name}]
             await self.write(encode_event("changes", reset))
             store = self.table_store(context, resource)
             if store is not None and not isinstance(scope, Denied):
                 await self.replay(context, resource, namespace, store, self.sent)
+        return version
 
     async def replay_table(
         self, resource: Resource, namespace: str | None, defined: Any = None
