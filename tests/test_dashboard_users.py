@@ -679,3 +679,25 @@ async def test_streams_per_session_are_capped(
                 return again.status_code == 200
 
         await wait_until(room_again, poll=0.05)
+
+
+async def test_no_path_slips_past_the_login(prod: FakeCluster, tmp_path: Path) -> None:
+    path = write_kubeconfig(tmp_path / "config", {"prod": prod})
+    async with app_client(path) as client:
+        for url in (
+            "/static/../api/contexts/prod/pods",
+            "/static/%2e%2e/api/contexts/prod/pods",
+            "/static%2F..%2Fapi/contexts/prod/pods",
+            "/login/../api/contexts/prod/pods",
+            "//api/contexts/prod/pods",
+            "/api/contexts/prod/pods/",
+            "/API/contexts/prod/pods",
+            "/metrics",
+            "/object?context=prod&resource=pods&namespace=web&name=web-0",
+        ):
+            answer = await client.get(url)
+            assert answer.status_code in (303, 401, 404), url
+            assert "web-0" not in answer.text and "resourceVersion" not in answer.text, url
+        for key, value in (("kubemux_session", "a" * 300), ("__Host-kubemux_session", "x")):
+            client.cookies.set(key, value)
+            assert (await client.get("/api/contexts")).status_code == 401
