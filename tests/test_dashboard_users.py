@@ -67,6 +67,7 @@ async def prod() -> AsyncIterator[FakeCluster]:
             binding("", "carol", "ClusterRole", "view", "carol"),
         )
         for ns, names in (("web", ("web-0", "web-1")), ("db", ("db-0",)), ("other", ("o-0",))):
+            c.create("namespaces", {"metadata": {"name": ns}})
             for name in names:
                 c.create("pods", make_pod(name, ns))
         yield c
@@ -98,6 +99,18 @@ async def upstream_403(cluster: FakeCluster, token: str, path: str) -> str:
         assert resp.status == 403
         message: str = (await resp.json())["message"]
         return message
+
+
+async def namespaces(client: httpx.AsyncClient) -> Any:
+    """``/api/namespaces`` once every context answered (the picker asks again likewise)."""
+    answer: list[Any] = []
+
+    async def answered() -> bool:
+        answer[:] = [(await client.get("/api/namespaces")).json()]
+        return not answer[0]["pending"]
+
+    await wait_until(answered, poll=0.05)
+    return answer[0]
 
 
 async def read_to_the_end(stream: EventStream) -> None:
@@ -150,11 +163,16 @@ async def test_each_user_lists_exactly_what_rbac_allows(prod: FakeCluster, tmp_p
         assert events.status_code == 403
         who = (await client.get("/api/session")).json()
         assert who["user"] == "alice" and who["contexts"] == {"prod": "alice"}
+        # the namespace picker: she may not list namespaces, so those she may list pods in
+        found = await namespaces(client)
+        assert [n["name"] for n in found["namespaces"]] == ["web"]
         status = (await client.get("/api/contexts")).json()
         assert "secrets" not in str(status["contexts"][0]["objects"])
 
     async with app_client(path) as client:
         await log_in(client, carol)
+        found = await namespaces(client)
+        assert {"web", "db", "other"} <= {n["name"] for n in found["namespaces"]}
         assert names(await client.get("/api/contexts/prod/pods")) == [
             "db-0",
             "o-0",
