@@ -12,6 +12,7 @@ import contextlib
 import functools
 import io
 import logging
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -28,9 +29,9 @@ import trustme
 from kubemux._authz.authorizer import AuthorizerSettings
 from kubemux._authz.user import User
 from kubemux.cli import run
-from kubemux.dashboard import _sessions
+from kubemux.dashboard import _sessions, _viewer
 from kubemux.dashboard._sessions import Sessions, cross_site, read_cookie, session_cookie
-from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 from kubemux.testing._state.state import RBAC_RESOURCES
 from support import TIMEOUT, wait_until
 from test_cli import Output
@@ -719,3 +720,28 @@ async def test_no_path_slips_past_the_login(prod: FakeCluster, tmp_path: Path) -
         for key, value in (("kubemux_session", "a" * 300), ("__Host-kubemux_session", "x")):
             client.cookies.set(key, value)
             assert (await client.get("/api/contexts")).status_code == 401
+
+
+async def test_a_context_that_does_not_answer_holds_no_login(
+    prod: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster that accepts connections and never answers: the login waits
+    ``LOGIN_WAIT`` at most, and the other contexts serve the user meanwhile."""
+    monkeypatch.setattr(_viewer, "LOGIN_WAIT", 0.5)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # connections wait in the backlog, never answered
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        contexts = {"prod": prod, "stuck": FakeContext(cluster=url, token="x")}
+        path = write_kubeconfig(tmp_path / "config", contexts)
+        alice = prod.add_user("alice")
+        async with app_client(path) as client:
+
+            async def logged_in() -> bool:  # a 503 while prod's RBAC informers sync
+                return (await log_in(client, alice)).status_code == 303
+
+            await wait_until(logged_in)
+            who = (await client.get("/api/session")).json()
+            assert who["contexts"] == {"prod": "alice"}
+            assert "could not check the token" in who["refused"]["stuck"]
+            assert names(await client.get("/api/contexts/prod/pods")) == ["web-0", "web-1"]

@@ -41,6 +41,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 AUTH_TIMEOUT = 10.0  # seconds a context's authorizer may take to sync (and review a token)
+LOGIN_WAIT = 5.0  # seconds a login waits for the contexts; the others are asked on use
 REFUSED = "the context did not accept the token (401 Unauthorized)"
 
 
@@ -83,7 +84,8 @@ async def authenticate_all(
     known: dict[str, Authorizer],
     settings: AuthorizerSettings | None = None,
 ) -> tuple[dict[str, User], dict[str, str], set[str]]:
-    """The token's TokenReview in every context at once: ``(users, refused, retry)``."""
+    """The token's TokenReview in every context at once: ``(users, refused, retry)``;
+    a context that has not answered within ``LOGIN_WAIT`` is in ``retry``."""
     users: dict[str, User] = {}
     refused: dict[str, str] = {}
     retry: set[str] = set()
@@ -97,10 +99,15 @@ async def authenticate_all(
             if again:
                 retry.add(context)
 
-    async with anyio.create_task_group() as tg:
-        for context in list(registry.contexts):
-            tg.start_soon(one, context)
     order = list(registry.contexts)
+    with anyio.move_on_after(LOGIN_WAIT):  # the slower ones are asked again on use
+        async with anyio.create_task_group() as tg:
+            for context in order:
+                tg.start_soon(one, context)
+    for context in order:
+        if context not in users and context not in refused:
+            refused[context] = f"the context could not check the token within {LOGIN_WAIT:.0f}s"
+            retry.add(context)
     return (
         {c: users[c] for c in order if c in users},
         {c: refused[c] for c in order if c in refused},
