@@ -540,6 +540,8 @@ def test_sessions_are_bounded_and_expire() -> None:
         ({"origin": "https://dash.example:8000"}, False),  # behind a TLS proxy
         ({"origin": "null", "sec-fetch-site": "same-origin"}, False),
         ({"sec-fetch-site": "none"}, False),  # typed or bookmarked
+        # Host rewritten by a reverse proxy: the browser's Sec-Fetch-Site still says it
+        ({"origin": "https://dash.corp.example", "sec-fetch-site": "same-origin"}, False),
         ({"origin": "http://evil.example"}, True),
         ({"origin": "http://dash.example:8001"}, True),
         ({"origin": "http://dash.example:8000/path"}, True),

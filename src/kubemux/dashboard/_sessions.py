@@ -15,11 +15,12 @@ the dashboard's ``max_streams``), and each ends at the first of its
 out ends the session server-side, with the streams it has open.
 
 Cross-site requests (:func:`cross_site`): a state-changing request (the login and logout
-forms) is accepted only from the dashboard's own origin. ``Origin`` decides when it names
-an origin; a browser sends ``Origin: null`` on some same-origin form posts (after a
-redirect, from a sandboxed page, under some referrer policies), and then
-``Sec-Fetch-Site`` decides; a request with neither comes from no browser (curl, a script)
-and is accepted, as Go's ``net/http.CrossOriginProtection`` accepts it.
+forms) is accepted only from the dashboard's own origin. ``Sec-Fetch-Site`` decides when
+the browser sends it, as Go's ``net/http.CrossOriginProtection`` does: a browser sends
+``Origin: null`` on some same-origin form posts (Chromium on this dashboard's, whose pages
+say ``Referrer-Policy: no-referrer``), so ``Origin`` alone would refuse real logins. Without
+it, ``Origin`` must name this host; a request with neither comes from no browser (curl, a
+script) and is accepted.
 """
 
 from __future__ import annotations
@@ -259,17 +260,22 @@ def _origin_host(origin: str) -> str | None:
 def cross_site(headers: Mapping[str, str], host: str) -> str | None:
     """Why a state-changing request is refused as cross-site, or None to accept it.
 
-    ``headers``: the request's (lower-case names); ``host``: its ``Host`` header. See the
-    module docstring for the rules.
+    ``headers``: the request's (lower-case names); ``host``: its ``Host`` header. Go's
+    ``net/http.CrossOriginProtection``: ``Sec-Fetch-Site`` decides when a browser sends it
+    (every current one does; no page can forge it), so a reverse proxy that rewrites
+    ``Host`` does not break logins; else ``Origin`` must name this host (``null``, an
+    opaque origin, is refused); a request with neither comes from no browser.
     """
-    origin = headers.get("origin")
     fetch_site = headers.get("sec-fetch-site")
-    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
-        return f"a {fetch_site} request (Sec-Fetch-Site) is not accepted here"
-    if origin is not None and origin != "null":
-        if _origin_host(origin) != host.lower():
-            return "a request from another origin is not accepted here"
+    if fetch_site is not None:
+        if fetch_site in ("same-origin", "none"):
+            return None
+        return f"a {fetch_site[:40]} request (Sec-Fetch-Site) is not accepted here"
+    origin = headers.get("origin")
+    if origin is None:
         return None
-    if origin == "null" and fetch_site is None:
+    if origin == "null":
         return "a request from an opaque origin (Origin: null) is not accepted here"
+    if _origin_host(origin) != host.lower():
+        return "a request from another origin is not accepted here"
     return None
