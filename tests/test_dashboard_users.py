@@ -217,6 +217,11 @@ async def test_the_session_cookie_holds_no_token(
         cookie = (await log_in(client, alice)).headers["set-cookie"]
         assert cookie.startswith("__Host-kubemux_session=") and "; Secure" in cookie
         assert (await client.get("/api/session")).status_code == 200
+        first = client.cookies["__Host-kubemux_session"]
+        await log_in(client, alice)  # again: a new id, the old session gone
+        assert client.cookies["__Host-kubemux_session"] != first
+        client.cookies.set("__Host-kubemux_session", first)
+        assert (await client.get("/api/session")).status_code == 401
     # a refused token gets the login page again, 401, and never sees itself
     async with app_client(path) as client:
         answer = await log_in(client, "not-a-token-" + "x" * 20)

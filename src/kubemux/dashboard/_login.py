@@ -142,13 +142,16 @@ async def login(request: Request) -> Response:
         if retry and len(retry) == len(refused):
             return _page(dashboard, "No context could check the token now; try again.", 503)
         return _page(dashboard, "No context accepted this token (401 Unauthorized).", 401)
-    added = dashboard.sessions.add(token, users, refused, retry)
+    previous = sessions.get(read_cookie(request.headers.get("cookie", "")))
+    if previous is not None:  # logging in again replaces the browser's session
+        sessions.drop(previous)
+    added = sessions.add(token, users, refused, retry)
     if added is None:
         return _page(dashboard, "Too many sessions are open; try again later.", 503)
     session_id, session = added
     log.info("%r logged in", session)
     response = RedirectResponse("./", status_code=303)
-    max_age = dashboard.sessions.seconds_left(session)
+    max_age = sessions.seconds_left(session)
     response.headers["set-cookie"] = session_cookie(session_id, max_age, secure=_secure(request))
     response.headers["cache-control"] = "no-store"
     return response
