@@ -23,7 +23,7 @@ The work per stream is bounded, whatever the number of streams and however they 
   (:class:`SnapshotCache`);
 - a live change is summarised and encoded once, whichever streams send it (:meth:`Encodings.encoded`),
   by the same row encoder as the snapshots' (:mod:`._rows`);
-- the contexts panel is built once per state for every stream (:meth:`Stream._contexts`);
+- the contexts panel is built once per state for every stream (:meth:`Stream.contexts_panel`);
 - a connection holds at most ``_broadcast.PENDING_BYTES`` of queued (shared) events; the
   app admits new streams at a bounded rate (a burst of connections is spread out), closes
   a stream whose client has taken nothing for ``stream_send_timeout`` and answers 503
