@@ -22,8 +22,9 @@ it holds), or says it cannot (False, nothing sent) and the request goes upstream
   (``includeObject=Object``, a field selector on fields other than the name and
   namespace) joins each row with the objects view's object of the same version, and goes
   upstream when the two views disagree (and always for a watch).
-- **Read your writes** (:mod:`.marks`): a read after a write through the proxy waits,
-  bounded, until the store has reached the write's resourceVersion, else goes upstream.
+- **Monotonic and consistent reads** (:mod:`.freshness`): a read waits, bounded, until
+  the store has reached what the proxy has shown (a write's version included), and with
+  ``consistent_reads`` the server's version for resourceVersion unset; else upstream.
 
 Every answer carries ``X-Kubemux-Cache: hit`` and ``X-Kubemux-Cache-Lag`` (see
 :mod:`.served`).
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 from collections.abc import Iterator
 from operator import itemgetter
 from typing import Any
@@ -49,7 +49,7 @@ from ..._resources import Resource
 from ..._wire.codec import raw_resource_version
 from ..._wire.types import View
 from .._api.lists import iter_list, iter_table, join_table, split_table_row
-from .._api.responses import StatusError, status_for_error
+from .._api.responses import status_for_error
 from .._api.statuses import ProxyStatusError, too_many_requests
 from .._api.tokens import (
     LATEST,
@@ -72,6 +72,8 @@ from .._query.options import (
 from .._query.selectors import ObjectFilter
 from .._watch.flow import Flow
 from .._watch.watch import ObjectWatchFormat, TableWatchFormat, WatchFormat, WatchLimits
+from .callers import as_status_error, credential_key
+from .freshness import Freshness, GoUpstream
 from .marks import WriteMarks
 from .reads import ReadRequest, send_chunks, stream_watch
 from .scans import Scans
@@ -90,28 +92,13 @@ class CachedSettings:
     store_timeout: float = 95.0
     wait_timeout: float = 3.0
     read_your_writes_timeout: float = 3.0
+    consistent_reads: bool = False
+    consistent_wait_timeout: float = 0.1
     max_watches_per_credential: int = 1024
     watch_write_timeout: float = 30.0
     max_concurrent_scans: int = 2
     scan_slice: float = 0.001
     watch: WatchLimits = dataclasses.field(default_factory=WatchLimits)
-
-
-def as_status_error(exc: ProxyStatusError) -> StatusError:
-    """The answer of a :class:`ProxyStatusError`: its Status body exactly."""
-    return StatusError(
-        exc.code, exc.message, reason=exc.reason or None, headers=exc.headers, raw=exc.body
-    )
-
-
-def credential_key(scope: Scope) -> str:
-    """Who a request comes from, for per-credential caps: a digest of its
-    ``Authorization`` header (the proxy's bearer token), else its client address."""
-    for name, value in scope.get("headers") or ():
-        if name == b"authorization":
-            return "auth:" + hashlib.sha256(value).hexdigest()[:32]
-    client = scope.get("client")
-    return f"client:{client[0]}" if client else "anonymous"
 
 
 class CachedReads:
@@ -129,6 +116,13 @@ class CachedReads:
         self.pins: SnapshotPins[PinnedSnapshot] = SnapshotPins()
         self.tokens = ContinueTokens()
         self.marks = WriteMarks()
+        self.freshness = Freshness(
+            registry,
+            self.marks,
+            floor_timeout=self.settings.read_your_writes_timeout,
+            consistent=self.settings.consistent_reads,
+            consistent_timeout=self.settings.consistent_wait_timeout,
+        )
         self.scans = Scans(self.settings.max_concurrent_scans, self.settings.scan_slice)
         self._watches: dict[tuple[str, str], int] = {}  # (credential, context) -> open
 
@@ -219,30 +213,6 @@ class CachedReads:
             heard=lambda: self._heard(context, resource, view),
         )
 
-    async def _caught_up(self, context: str, resource: Resource, stores: list[ServedStore]) -> bool:
-        """Read your writes: wait until every store has reached the resource's write mark."""
-        mark = self.marks.get(context, resource.group, resource.plural)
-        if mark is None:
-            return True
-        timeout = self.settings.read_your_writes_timeout
-        for served in stores:
-            if mark.resource_version > served.current_rv():
-                try:
-                    await served.wait_for(mark.resource_version, timeout)
-                except ProxyStatusError:
-                    return False
-            if mark.gone:
-                gone = set(mark.gone)
-                get_raw = served.store.get_raw
-
-                def absent(gone: set[Key] = gone, get_raw: Any = get_raw) -> bool:
-                    return all(get_raw(ns or None, name) is None for ns, name in gone)
-
-                if not await served.wait_until(absent, timeout):
-                    return False
-                self.marks.satisfied(context, resource.group, resource.plural, gone)
-        return True
-
     # ------------------------------------------------------------------ entry point
     async def serve(
         self,
@@ -253,12 +223,36 @@ class CachedReads:
         receive: Receive,
         send: Send,
     ) -> bool:
-        """Answer ``read`` from the cache; False (nothing sent) when it must go upstream.
+        """Answer ``read`` from the cache; False (nothing sent) when it must go upstream
+        (why: ``scope["kubemux.upstream"]``, counted in :meth:`statistics`).
 
         Raises:
             StatusError: the API server's error for this request (bad options, a version
                 the cache did not reach in time, a context that cannot start).
         """
+        counters = self.freshness.counters
+        try:
+            answered = await self._serve(context, resource, read, scope, receive, send)
+        except GoUpstream as why:
+            scope["kubemux.upstream"] = why.reason
+            counters.upstream(context, resource.name, why.reason)
+            return False
+        if answered and read.verb != "watch":  # a watch is counted as it starts
+            counters.cached(context, resource.name)
+        elif not answered:
+            scope["kubemux.upstream"] = "unsupported"
+            counters.upstream(context, resource.name, "unsupported")
+        return answered
+
+    async def _serve(
+        self,
+        context: str,
+        resource: Resource,
+        read: ReadRequest,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> bool:
         if read.namespace is not None and not resource.namespaced:
             return False  # the API server's 404
         custom = resource.group not in BUILTIN_GROUPS
@@ -294,10 +288,13 @@ class CachedReads:
             if objects is None:
                 return False
             stores.append(objects)
-        if not await self._caught_up(context, resource, stores):
-            return False
+        unset = read.params.get("resourceVersion", "") == "" and "continue" not in read.params
+        reason = await self.freshness.check(context, resource, stores, unset=unset)
+        if reason is not None:
+            raise GoUpstream(reason)
         for one in stores:
             one.touch()
+            one.shown = max(one.shown, one.current_rv())  # never answer older after this
         try:
             if read.verb == "get":
                 return await self._get(served, objects, resource, read, send)
@@ -306,6 +303,7 @@ class CachedReads:
                 return await self._list(
                     context, served, objects, resource, read, options, send, custom=custom
                 )
+            self.freshness.counters.cached(context, resource.name)
             return await self._watch(served, resource, read, options, receive, send)
         except ProxyStatusError as exc:
             raise as_status_error(exc) from None

@@ -85,6 +85,7 @@ class ServedStore:
         "last_heard",
         "namespace",
         "pins",
+        "shown",
         "store",
         "view",
     )
@@ -109,6 +110,7 @@ class ServedStore:
         self.last_heard = heard if heard is not None else time.time()
         self.closed = False
         self.pins = PinSource()  # what continue tokens pin, sharing structure
+        self.shown = 0  # the highest version answered from it: it must never go back
         self._on_reset = on_reset
         self._remove = self.history.add_listener(self._on_event)
 
