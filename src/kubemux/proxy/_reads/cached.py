@@ -75,6 +75,7 @@ from .._watch.watch import ObjectWatchFormat, TableWatchFormat, WatchFormat, Wat
 from .callers import as_status_error, credential_key
 from .freshness import Freshness, GoUpstream
 from .marks import WriteMarks
+from .pins import view_at
 from .reads import ReadRequest, send_chunks, stream_watch
 from .scans import Scans
 from .served import ServedStatus, ServedStore, ServedStores
@@ -372,8 +373,6 @@ class CachedReads:
         if plan.source is Source.WAIT:
             now = await served.wait_for(plan.resource_version, self.settings.wait_timeout)
             plan = plan.after_wait(now)
-        if plan.source is Source.UPSTREAM:
-            return False
         scope_name = self._scope_name(resource, read)
         after: Key | None = None
         offset = 0
@@ -387,6 +386,11 @@ class CachedReads:
             if position.snapshot_id != LATEST:
                 pinned = self.pins.get(position.snapshot_id)
                 snapshot = pinned.snapshot if pinned is not None else None
+        if plan.source is Source.UPSTREAM:  # an exact version the cache has passed
+            snapshot = view_at(served.snapshot(), served.history, plan.resource_version)
+            if snapshot is None:
+                return False  # further back than its history: upstream knows
+            pinned = PinnedSnapshot(snapshot)
         if pinned is None:  # a first page, or the 410's token: the latest snapshot
             # read now; what a token pins is the same state as a view sharing structure
             # with the other pins (taken in this same step), not this snapshot

@@ -50,6 +50,7 @@ from .._upstream.raw_upgrade import bridge as bridge_raw
 from .._upstream.raw_upgrade import is_streaming, raw_connection
 from .._upstream.upgrade import RefusedUpgrades, bridge, deny, spdy_refusal
 from .health import HEALTH_PATHS, health
+from .metrics_page import metrics_routes
 from .settings import ProxySettings, ProxyStatistics
 
 __all__ = ["Proxy", "ProxySettings", "ProxyStatistics", "create_app"]
@@ -404,7 +405,8 @@ def create_app(registry: WatcherRegistry, *, settings: ProxySettings | None = No
     server with the context's credentials. Mount it in your own Starlette or FastAPI app,
     behind your own authentication (``Mount("/k8s", create_app(registry))``): it checks
     nothing itself, and its clients act with the kubeconfig's credentials. It also answers
-    ``/livez``, ``/readyz``, ``/healthz`` (and ``.../ping``) as kube-apiserver does. It needs no
+    ``/livez``, ``/readyz``, ``/healthz`` (and ``.../ping``) as kube-apiserver does, and
+    ``/metrics`` (with prometheus-client: the registry's and the reads'). It needs no
     lifespan; the registry is yours to open and close. ``app.state.proxy`` is its
     :class:`Proxy`.
 
@@ -413,7 +415,8 @@ def create_app(registry: WatcherRegistry, *, settings: ProxySettings | None = No
     """
     proxy = Proxy(registry, settings)
     health_routes = [Route(path, health, methods=["GET", "HEAD"]) for path in HEALTH_PATHS]
-    app = Starlette(routes=[Mount("/clusters", app=proxy), *health_routes])
+    routes = [Mount("/clusters", app=proxy), *health_routes, *metrics_routes(proxy)]
+    app = Starlette(routes=routes)
     app.router.default = _not_found
     app.state.proxy = proxy
     return app
