@@ -288,10 +288,12 @@ class Proxy:
         if read and answer.body is not None and answer.status == 200:
             # monotonic reads: later reads never show older than this answer
             shown = read_version(answer.body, complete=not answer.truncated)
-            floor_missed = scope.get("kubemux.upstream") == "floor"
+            # not when it went upstream for freshness: a quiet resource would chase the
+            # server for ever (its answer is fresher than the cache can prove to be)
+            chased = scope.get("kubemux.upstream") in ("floor", "probe")
             if path.is_object:
                 self.cached.marks.record(context, path.group, path.plural, shown)
-            elif not floor_missed:  # (else a quiet resource would chase the server for ever)
+            elif not chased:
                 self.cached.marks.record(context, path.group, path.plural, None, listed=shown)
         if write and accepted and (path.group, path.plural) in _API_DEFINITIONS:
             self.discovery.invalidate(context)  # an API appeared or went: discovery again
