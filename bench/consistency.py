@@ -81,6 +81,7 @@ class Reader:
         self.session = session
         self.cluster = cluster
         self.direct_ssl = cluster.client_ssl_context()
+        self.contexts: dict[int, Any] = {}
 
     async def via(self, server: ProxyServer, resource: tuple[str, str]) -> tuple[float, Any]:
         plural, namespace = resource
@@ -88,7 +89,9 @@ class Reader:
             f"{server.url}/clusters/{encode_context('prod')}/api/v1/namespaces/{namespace}/{plural}"
         )
         headers = {"Authorization": f"Bearer {server.token}"}
-        ssl = server.certificates.client_context()
+        ssl = self.contexts.get(id(server))
+        if ssl is None:  # one per server, kept: a new one per read is a new connection
+            ssl = self.contexts[id(server)] = server.certificates.client_context()
         started = time.perf_counter()
         async with self.session.get(url, headers=headers, ssl=ssl) as resp:
             body = await resp.read()  # read as the direct reads are: parsed only for stale

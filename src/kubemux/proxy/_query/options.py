@@ -27,7 +27,8 @@ without ``limit``)            (:data:`DEFAULT_WAIT`, the watch cache's 3 s), the
                               ``Timeout: Too large resource version: N, current: C`` with
                               ``Retry-After: 1``
 ``N``, Exact (or unset with   the cache when it is at ``N``; wait (bounded) when ``N`` is
-``limit``)                    ahead of it; upstream when ``N`` is older
+``limit``)                    ahead of it; older: its history taken back to ``N``, else
+                              upstream (UPSTREAM: the caller tries the history first)
 ``continue``                  the snapshot the token pins (see ``_continue``)
 ============================  ==========================================================
 
@@ -308,7 +309,8 @@ class Source(enum.Enum):
     WAIT = "wait"
     """The cache, once it has reached :attr:`ReadPlan.resource_version` (bounded wait)."""
     UPSTREAM = "upstream"
-    """The API server: an exact version older than the cache holds."""
+    """An exact version older than the cache: its event history taken back to it, else the
+    API server."""
     CONTINUE = "continue"
     """The snapshot a continue token pins."""
 

@@ -12,7 +12,8 @@ it holds), or says it cannot (False, nothing sent) and the request goes upstream
 - **resourceVersion** (:func:`~._rv.plan_list`, :func:`~._rv.plan_get`): unset, ``""``
   and ``"0"`` read the cache as it is (as fresh as the watch, not a quorum read); a newer
   version waits for the cache, bounded, then 504 ``Too large resource version`` with
-  ``Retry-After``; an exact older one goes upstream. Every LIST answers the snapshot's
+  ``Retry-After``; an exact older one comes from the store's event history taken back
+  to it (:func:`~.pins.view_at`), else upstream. Every LIST answers the snapshot's
   resourceVersion, the API server's own.
 - **Pages** (``limit``/``continue``) read one pinned snapshot (:class:`~._continue.
   SnapshotPins`), so every page together is exactly the set at the first page's version.
@@ -117,6 +118,7 @@ class CachedReads:
         self.pins: SnapshotPins[PinnedSnapshot] = SnapshotPins()
         self.tokens = ContinueTokens()
         self.marks = WriteMarks()
+        self.stores.on_cleared = lambda served: self.marks.forget(served.context)
         self.freshness = Freshness(
             registry,
             self.marks,
