@@ -378,3 +378,64 @@ async def test_a_floor_is_forgotten_after_its_time(cluster: FakeCluster, tmp_pat
             assert status == 200
             assert cluster.request_count("list", "pods") == 0
     assert reads_of(server).floor == 0
+
+
+async def test_the_consistency_detectors_exact_lists_come_from_the_history(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """kubectl 1.33's WatchList reflector checks its store with an Exact LIST at the
+    version it synced to; pods keep changing meanwhile, so the cache has passed it."""
+    kubectl = kubectl_version("1.33")
+    if kubectl is None:
+        pytest.skip("kubectl 1.33 not installed")
+    source = write_kubeconfig(tmp_path / "direct" / "config", {"prod": cluster})
+    out = tmp_path / "proxied" / "config"
+    env = {"KUBE_FEATURE_WatchListClient": "true", **DETECTORS}
+    stop = anyio.Event()
+
+    async def churn() -> None:
+        i = 0
+        while not stop.is_set():
+            cluster.create("pods", make_pod(f"churn-{i}", "churn"))
+            i += 1
+            await anyio.sleep(0.005)
+
+    async with running_proxy(source) as (server, client):
+        server.write_kubeconfig(out)
+        with anyio.fail_after(60):
+            await client.get_json("prod", "/api/v1/pods")
+            cluster.clear_requests()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(churn)
+                args = ("wait", "--for=condition=Ready", "pod/web-1", "--timeout=20s")
+                proxied = await run_kubectl(kubectl, out, *args, env=env, run_timeout=40)
+                stop.set()
+    assert proxied[:2] == (0, "pod/web-1 condition met\n"), proxied
+    exact = [r for r in cluster.requests if r.query.get("resourceVersionMatch") == "Exact"]
+    assert exact == []  # answered by the proxy, from its history
+    assert reads_of(server).upstream_unsupported == 0
+
+
+@pytest.mark.parametrize("version", ["1.33", "1.27"])
+async def test_kubectl_get_with_consistent_reads_shows_a_write_made_around_the_proxy(
+    cluster: FakeCluster, tmp_path: Path, version: str
+) -> None:
+    kubectl = kubectl_version(version)
+    if kubectl is None:
+        pytest.skip(f"kubectl {version} not installed")
+    source = write_kubeconfig(tmp_path / "direct" / "config", {"prod": cluster})
+    out = tmp_path / "proxied" / "config"
+    settings = ProxySettings(consistent_reads=True, consistent_wait_timeout=1.0)
+    async with running_proxy(source, settings=settings) as (server, client):
+        server.write_kubeconfig(out)
+        with anyio.fail_after(60):
+            await client.get_json("prod", "/api/v1/pods")
+            cluster.delay_watches(0.3)
+            cluster.create("pods", make_pod("around"))
+            args = ("get", "pods", "-o", "name")
+            proxied = await run_kubectl(kubectl, out, *args, run_timeout=30)
+            straight = await run_kubectl(kubectl, source, *args, run_timeout=30)
+    assert straight[:2] == (0, "pod/around\npod/web-1\n"), straight
+    assert proxied[:2] == straight[:2], proxied
+    reads = reads_of(server)
+    assert reads.probes >= 2 and reads.waited >= 1
