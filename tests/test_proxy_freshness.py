@@ -9,6 +9,7 @@ against FakeCluster, whose watch delivery lags behind its writes
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import urllib.parse
@@ -439,3 +440,35 @@ async def test_kubectl_get_with_consistent_reads_shows_a_write_made_around_the_p
     assert proxied[:2] == straight[:2], proxied
     reads = reads_of(server)
     assert reads.probes >= 2 and reads.waited >= 1
+
+
+async def test_pages_and_resumed_watches_do_not_wait_for_a_floor(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A continue token reads what its first page pinned (upstream could not read the
+    proxy's token), and a watch resumed from N sends what followed N: neither waits."""
+    cluster.create("pods", make_pod("web-2"))
+    source = write_kubeconfig(tmp_path / "config", {"prod": cluster})
+    settings = ProxySettings(read_your_writes_timeout=5.0)
+    async with running_proxy(source, settings=settings) as (_, client):
+        with anyio.fail_after(30):
+            status, first = await client.get_json("prod", "/api/v1/pods?limit=1")
+            assert status == 200 and first["metadata"]["continue"]
+            rv = first["metadata"]["resourceVersion"]
+            cluster.delay_watches(10.0)
+            body = json.dumps({"metadata": {"name": "late"}, "spec": {"containers": []}})
+            status, _, _ = await client.request(
+                "POST", "prod", "/api/v1/namespaces/default/pods", data=body.encode()
+            )
+            assert status == 201  # the floor is now past the cache, for 10 s
+            started = anyio.current_time()
+            token = urllib.parse.quote(first["metadata"]["continue"])
+            status, second = await client.get_json("prod", f"/api/v1/pods?limit=1&continue={token}")
+            assert status == 200 and second["metadata"]["resourceVersion"] == rv
+            status, headers, _ = await client.request(
+                "GET", "prod", f"/api/v1/pods?watch=true&resourceVersion={rv}&timeoutSeconds=1"
+            )
+            assert status == 200 and headers.get("X-Kubemux-Cache") == "hit"
+            assert anyio.current_time() - started < 3.0
+            cluster.delay_watches(0)
+    assert [i["metadata"]["name"] for i in first["items"] + second["items"]] == ["web-1", "web-2"]

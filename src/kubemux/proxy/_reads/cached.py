@@ -74,7 +74,7 @@ from .._query.selectors import ObjectFilter
 from .._watch.flow import Flow
 from .._watch.watch import ObjectWatchFormat, TableWatchFormat, WatchFormat, WatchLimits
 from .callers import as_status_error, credential_key
-from .freshness import Freshness, GoUpstream
+from .freshness import Freshness, GoUpstream, shows_state
 from .marks import WriteMarks
 from .pins import view_at
 from .reads import ReadRequest, send_chunks, stream_watch
@@ -291,10 +291,11 @@ class CachedReads:
             if objects is None:
                 return False
             stores.append(objects)
-        unset = read.params.get("resourceVersion", "") == "" and "continue" not in read.params
-        reason = await self.freshness.check(context, resource, stores, unset=unset)
-        if reason is not None:
-            raise GoUpstream(reason)
+        if shows_state(read.verb, read.params, options):
+            unset = read.params.get("resourceVersion", "") == ""
+            reason = await self.freshness.check(context, resource, stores, unset=unset)
+            if reason is not None:
+                raise GoUpstream(reason)
         for one in stores:
             one.touch()
             one.shown = max(one.shown, one.current_rv())  # never answer older after this

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Awaitable, Callable, Hashable
-from typing import Final
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from typing import Any, Final
 
 import aiohttp
 import anyio
@@ -55,6 +55,7 @@ __all__ = [
     "ReadCounters",
     "ReadStatistics",
     "read_version",
+    "shows_state",
 ]
 
 REASONS: Final = ("floor", "probe", "unsupported")
@@ -266,6 +267,17 @@ class Probes:
 
 
 # ------------------------------------------------------------------ the check
+def shows_state(verb: str, params: Mapping[str, str], options: Any) -> bool:
+    """Whether a read shows a state, and so waits for the floors: not a page (it reads what
+    its first page pinned) nor a watch resumed from N without its initial events (it sends
+    what followed N). ``options``: the :class:`~.._query.options.ListOptions` (None: GET)."""
+    if "continue" in params:
+        return False
+    if verb != "watch" or params.get("resourceVersion", "") in ("", "0"):
+        return True
+    return bool(options is not None and options.send_initial_events)
+
+
 class GoUpstream(Exception):
     """The cache is not fresh enough for this read: it goes upstream (``reason``)."""
 
