@@ -24,7 +24,7 @@ import pytest
 from kubectl_support import run_kubectl
 from kubemux.proxy import ProxySettings
 from kubemux.proxy._reads.freshness import Probes, read_version
-from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
+from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 from proxy_support import running_proxy
 
 TOKEN = "fresh-token"
@@ -472,3 +472,35 @@ async def test_pages_and_resumed_watches_do_not_wait_for_a_floor(
             assert anyio.current_time() - started < 3.0
             cluster.delay_watches(0)
     assert [i["metadata"]["name"] for i in first["items"] + second["items"]] == ["web-1", "web-2"]
+
+
+async def test_a_limited_users_namespaces_wait_only_for_their_own_floors(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A limited user's stores watch one namespace each: a version shown in one is never
+    brought by another's watch, so only that namespace's reads wait for it."""
+    cluster.restrict("jane-token", user="jane", namespaces=["default", "data"])
+    cluster.create("pods", make_pod("db-1", "data"))
+    config = write_kubeconfig(
+        tmp_path / "jane",
+        {"jane": FakeContext(cluster=cluster, token="jane-token", namespace="default")},
+    )
+    settings = ProxySettings(read_your_writes_timeout=0.5)
+    async with running_proxy(config, settings=settings) as (server, client):
+        with anyio.fail_after(30):
+            for namespace in ("default", "data"):
+                status, _ = await client.get_json("jane", f"/api/v1/namespaces/{namespace}/pods")
+                assert status == 200
+            cluster.delay_watches(10.0)
+            cluster.create("pods", make_pod("late"))
+            status, _ = await client.get_json("jane", "/api/v1/namespaces/default/pods/late")
+            assert status == 200  # upstream: the cache has not got it yet
+            started = anyio.current_time()
+            status, doc = await client.get_json("jane", "/api/v1/namespaces/data/pods")
+            assert status == 200 and names(doc) == ["db-1"]
+            assert anyio.current_time() - started < 0.4  # no wait for default's pod
+            status, doc = await client.get_json("jane", "/api/v1/namespaces/default/pods")
+            assert status == 200 and names(doc) == ["late", "web-1"]  # waited, then upstream
+            cluster.delay_watches(0)
+    reads = reads_of(server)
+    assert reads.upstream_floor == 1

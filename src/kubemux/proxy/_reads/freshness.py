@@ -364,7 +364,7 @@ class Freshness:
         try:
             mark = self.marks.get(context, resource.group, resource.plural)
             for served in stores:
-                floor = max(served.shown, mark.resource_version if mark is not None else 0)
+                floor = max(served.shown, mark.in_namespace(served.namespace) if mark else 0)
                 if floor > served.current_rv():
                     started = started or anyio.current_time()
                     if not await _reach(served, floor, self.floor_timeout):

@@ -75,6 +75,8 @@ class WriteMark:
             version the resource's own watch will bring (a write's, an object's).
         gone: Objects deleted without a version in the answer: the store must lack them.
         expires: Monotonic time after which the mark is forgotten.
+        namespaces: ``resource_version`` per namespace it came from (``""``: none
+            known, or cluster-scoped), at most :attr:`WriteMarks.max_namespaces`.
         listed: A List's resourceVersion shown (passed through): the store must have
             reached it too, though the resource's watch may bring it late (a quiet
             resource hears the server's later versions only in bookmarks).
@@ -84,6 +86,14 @@ class WriteMark:
     gone: set[Key] = dataclasses.field(default_factory=set)
     expires: float = 0.0
     listed: int = 0
+    namespaces: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def in_namespace(self, namespace: str | None) -> int:
+        """The version a store of ``namespace`` alone must reach (None: a cluster-wide
+        store, all of them): a namespace's watch never brings another's versions."""
+        if namespace is None:
+            return self.resource_version
+        return max(self.namespaces.get(namespace, 0), self.namespaces.get("", 0))
 
 
 class WriteMarks:
@@ -107,6 +117,7 @@ class WriteMarks:
         self.ttl = ttl
         self.max_marks = max_marks
         self.max_gone = max_gone
+        self.max_namespaces = 256
         self._clock = clock
         self._marks: OrderedDict[MarkKey, WriteMark] = OrderedDict()
 
@@ -125,6 +136,7 @@ class WriteMarks:
         gone: Key | None = None,
         *,
         listed: int | None = None,
+        namespace: str | None = None,
     ) -> None:
         """An answer shown: later reads wait for ``resource_version`` (and for ``gone``
         to be absent, when a write's answer had no version; and for ``listed``, a List's
@@ -135,6 +147,12 @@ class WriteMarks:
         mark = self._marks.pop(key, None) or WriteMark()
         if resource_version:
             mark.resource_version = max(mark.resource_version, resource_version)
+            within = mark.namespaces
+            ns = namespace or ""
+            if ns in within or len(within) < self.max_namespaces:
+                within[ns] = max(within.get(ns, 0), resource_version)
+            else:  # too many: every namespace's store waits for it
+                within[""] = max(within.get("", 0), resource_version)
         elif gone is not None and len(mark.gone) < self.max_gone:
             mark.gone.add(gone)
         if listed:

@@ -291,10 +291,11 @@ class Proxy:
             # not when it went upstream for freshness: a quiet resource would chase the
             # server for ever (its answer is fresher than the cache can prove to be)
             chased = scope.get("kubemux.upstream") in ("floor", "probe")
+            marks = self.cached.marks
             if path.is_object:
-                self.cached.marks.record(context, path.group, path.plural, shown)
+                marks.record(context, path.group, path.plural, shown, namespace=path.namespace)
             elif not chased:
-                self.cached.marks.record(context, path.group, path.plural, None, listed=shown)
+                marks.record(context, path.group, path.plural, None, listed=shown)
         if write and accepted and (path.group, path.plural) in _API_DEFINITIONS:
             self.discovery.invalidate(context)  # an API appeared or went: discovery again
 
@@ -305,7 +306,9 @@ class Proxy:
         if version is None and method == "DELETE" and path.is_object:
             assert path.name is not None
             gone = (path.namespace or "", path.name)
-        self.cached.marks.record(context, path.group, path.plural, version, gone)
+        self.cached.marks.record(
+            context, path.group, path.plural, version, gone, namespace=path.namespace
+        )
 
     async def _websocket(
         self, context: str, target: str, scope: Scope, receive: Receive, send: Send
