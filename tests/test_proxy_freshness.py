@@ -495,9 +495,14 @@ async def _limited_user_reads(cluster: FakeCluster, tmp_path: Path) -> None:
     settings = ProxySettings(read_your_writes_timeout=0.5)
     async with running_proxy(config, settings=settings) as (server, client):
         with anyio.fail_after(30):
-            for namespace in ("default", "data"):
-                status, _ = await client.get_json("jane", f"/api/v1/namespaces/{namespace}/pods")
-                assert status == 200
+            for namespace in ("default", "data"):  # until both are served from the cache
+                while True:
+                    path = f"/api/v1/namespaces/{namespace}/pods"
+                    status, headers, _ = await client.request("GET", "jane", path)
+                    assert status == 200
+                    if headers.get("X-Kubemux-Cache") == "hit":
+                        break
+                    await anyio.sleep(0.05)
             cluster.delay_watches(10.0)
             cluster.create("pods", make_pod("late"))
             status, _ = await client.get_json("jane", "/api/v1/namespaces/default/pods/late")
