@@ -506,7 +506,7 @@ async def _limited_user_reads(cluster: FakeCluster, tmp_path: Path) -> None:
             status, _ = await client.get_json("jane", "/api/v1/namespaces/data/pods/late")
             assert status == 200  # upstream: data is not cached for jane
             started = anyio.current_time()
-            status, headers, body = await client.request("GET", "jane", mine)
+            status, headers, _ = await client.request("GET", "jane", mine)
             assert status == 200 and headers.get("X-Kubemux-Cache") == "hit"
             assert anyio.current_time() - started < 0.4  # no wait for data's pod
             cluster.create("pods", make_pod("late"))
