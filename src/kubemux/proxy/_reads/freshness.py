@@ -380,9 +380,10 @@ class Freshness:
                         return "floor"
                 if mark is not None and mark.gone:
                     started = started or anyio.current_time()
-                    if not await _absent(served, set(mark.gone), self.floor_timeout):
+                    gone = set(mark.gone)  # (more may be added while this read waits)
+                    if not await _absent(served, gone, self.floor_timeout):
                         return "floor"
-                    self.marks.satisfied(context, resource.group, resource.plural, mark.gone)
+                    self.marks.satisfied(context, resource.group, resource.plural, gone)
             if not (self.consistent and unset):
                 return None
             namespace = stores[0].namespace
