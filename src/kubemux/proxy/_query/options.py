@@ -18,9 +18,10 @@ with the watch cache's behaviour where the proxy's cache stands in for it:
 ============================  ==========================================================
 GET / LIST                    served from
 ============================  ==========================================================
-``resourceVersion`` unset     the cache: **as fresh as the watch, not a quorum read** (the
-                              API server can ask etcd for its current revision; a client
-                              cannot). The lag shows in the proxy's status and headers.
+``resourceVersion`` unset     the cache: **as fresh as the watch, not a quorum read**, and
+                              never older than what the proxy has shown (the floors of
+                              ``_reads.freshness``, checked before the plan; consistent
+                              reads there too). The lag shows in status and headers.
 ``"0"``                       the cache (Any)
 ``N``, NotOlderThan (default  the cache once it has reached ``N``: wait, bounded
 without ``limit``)            (:data:`DEFAULT_WAIT`, the watch cache's 3 s), then 504

@@ -10,7 +10,7 @@ it holds), or says it cannot (False, nothing sent) and the request goes upstream
   A custom resource's field selector the proxy does not know goes upstream (its CRD may
   declare ``selectableFields``).
 - **resourceVersion** (:func:`~._rv.plan_list`, :func:`~._rv.plan_get`): unset, ``""``
-  and ``"0"`` read the cache as it is (as fresh as the watch, not a quorum read); a newer
+  and ``"0"`` read the cache (as fresh as the watch, past the floors below); a newer
   version waits for the cache, bounded, then 504 ``Too large resource version`` with
   ``Retry-After``; an exact older one comes from the store's event history taken back
   to it (:func:`~.pins.view_at`), else upstream. Every LIST answers the snapshot's
