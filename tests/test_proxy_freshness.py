@@ -516,3 +516,18 @@ async def _limited_user_reads(cluster: FakeCluster, tmp_path: Path) -> None:
             assert status == 200 and names(doc) == ["late", "web-1"]  # waited, then upstream
             cluster.delay_watches(0)
     assert reads_of(server).upstream_floor == 1
+
+
+async def test_a_failed_probe_sends_the_read_upstream(cluster: FakeCluster, tmp_path: Path) -> None:
+    source = write_kubeconfig(tmp_path / "config", {"prod": cluster})
+    settings = ProxySettings(consistent_reads=True, consistent_wait_timeout=1.0)
+    async with running_proxy(source, settings=settings) as (server, client):
+        with anyio.fail_after(30):
+            await client.get_json("prod", "/api/v1/pods")
+            before = reads_of(server)
+            cluster.fail_next(1, 500, query_has=("limit",))  # the probe, not the read
+            status, doc = await client.get_json("prod", "/api/v1/pods")
+    assert status == 200 and names(doc) == ["web-1"]
+    after = reads_of(server)
+    assert after.upstream_probe == before.upstream_probe + 1
+    assert after.probes == before.probes + 1
