@@ -182,9 +182,9 @@ async def test_consistent_reads_see_what_was_written_straight_to_the_server(
         async with running_proxy(source, settings=settings) as (server, client):
             with anyio.fail_after(30):
                 await client.get_json("prod", path)
-                cluster.delay_watches(0.03)
+                cluster.delay_watches(0.25)  # longer than a read takes, even under load
                 stale = 0
-                for i in range(10):
+                for i in range(5):
                     name = f"cm-{consistent}-{i}"
                     cluster.create("configmaps", {"metadata": {"name": name}})
                     status, doc = await client.get_json("prod", path)
@@ -194,7 +194,7 @@ async def test_consistent_reads_see_what_was_written_straight_to_the_server(
         if consistent:
             assert stale == 0
             reads = reads_of(server, "configmaps")
-            assert reads.probes >= 10 and reads.from_cache + reads.upstream_probe >= 10
+            assert reads.probes >= 5 and reads.from_cache + reads.upstream_probe >= 5
         else:
             assert stale > 0  # as fresh as the watch only: the documented difference
 
