@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 import anyio
+import anyio.from_thread
 import anyio.to_thread
 import pytest
 
@@ -86,7 +87,7 @@ async def test_kubectl_wait_for_a_pod_the_watch_has_not_brought_yet(
         server.write_kubeconfig(out)
         with anyio.fail_after(60):
             await client.get_json("prod", "/api/v1/pods")  # the informer runs
-            cluster.delay_watches(1.0)  # the server's watch lags behind its writes
+            cluster.delay_watches(2.0)  # the server's watch lags behind its writes (kubectl starts)
             cluster.create("pods", make_pod("late"))
             args = ("wait", "--for=condition=Ready", "pod/late", "--timeout=20s")
             proxied = await run_kubectl(kubectl, out, *args, env=env, run_timeout=40)
@@ -112,7 +113,7 @@ async def test_kubectl_wait_goes_upstream_when_the_cache_does_not_catch_up(
         server.write_kubeconfig(out)
         with anyio.fail_after(60):
             await client.get_json("prod", "/api/v1/pods")
-            cluster.delay_watches(1.5)
+            cluster.delay_watches(3.0)
             cluster.create("pods", make_pod("late"))
             args = ("wait", "--for=condition=Ready", "pod/late", "--timeout=20s")
             proxied = await run_kubectl(kubectl, out, *args, env=env, run_timeout=40)
@@ -127,10 +128,12 @@ async def test_the_python_client_never_reads_older_than_it_was_shown(
     source = write_kubeconfig(tmp_path / "direct" / "config", {"prod": cluster})
     out = tmp_path / "proxied" / "config"
 
-    def read(config: Path) -> tuple[str, list[str]]:
+    def read(config: Path, create: bool) -> tuple[str, list[str]]:
         api_client = kubernetes.config.new_client_from_config(config_file=str(config))
         try:
             core = kubernetes.client.CoreV1Api(api_client)
+            if create:  # once the client is ready: its start takes no time from the delay
+                anyio.from_thread.run_sync(cluster.create, "pods", make_pod("late"))
             pod = core.read_namespaced_pod("late", "default")
             listed = core.list_namespaced_pod("default")
             return pod.metadata.name, sorted(p.metadata.name for p in listed.items)
@@ -142,10 +145,9 @@ async def test_the_python_client_never_reads_older_than_it_was_shown(
         server.write_kubeconfig(out)
         with anyio.fail_after(60):
             await client.get_json("prod", "/api/v1/pods")
-            cluster.delay_watches(2.0)  # the client takes a while to start
-            cluster.create("pods", make_pod("late"))
-            proxied = await anyio.to_thread.run_sync(read, out)
-            straight = await anyio.to_thread.run_sync(read, source)
+            cluster.delay_watches(1.5)
+            proxied = await anyio.to_thread.run_sync(read, out, True)
+            straight = await anyio.to_thread.run_sync(read, source, False)
     assert proxied == straight == ("late", ["late", "web-1"])
     reads = reads_of(server)
     assert reads.upstream_unsupported == 1  # the GET: not in the cache yet
