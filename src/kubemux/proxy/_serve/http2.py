@@ -203,9 +203,19 @@ class Http2Protocol(asyncio.Protocol):
         except h2.exceptions.ProtocolError:  # a GOAWAY is queued: send it, then close
             self._end()
             return
+        try:
+            self._events(events)
+        except h2.exceptions.ProtocolError:  # a call the library refused: end cleanly
+            log.warning("ending an HTTP/2 connection after a protocol error", exc_info=True)
+            self.goaway(h2.errors.ErrorCodes.INTERNAL_ERROR)
+
+    def _events(self, events: list[h2.events.Event]) -> None:
         now = self.loop.time()
         calm = self.calm
+        transport = self.transport
         for event in events:
+            if transport is None or transport.is_closing():
+                return
             if isinstance(event, h2.events.RequestReceived):
                 self._request(event)
             elif isinstance(event, h2.events.DataReceived):
@@ -288,8 +298,16 @@ class Http2Protocol(asyncio.Protocol):
         hub = self.hub
         if not hub.accepting or len(self.streams) >= hub.max_streams:
             # the streams reset by the client whose tasks still run count (rapid reset)
-            conn.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+            try:
+                conn.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+            except h2.exceptions.ProtocolError:  # the client reset it in the same read
+                pass
             if hub.accepting and not self.calm.spend(self.loop.time()):
+                self._calm_down()
+            return
+        state = conn.streams.get(sid)
+        if state is None or state.closed:  # reset in the same read: no work for it
+            if not self.calm.spend(self.loop.time()):
                 self._calm_down()
             return
         if self.timer is not None:
