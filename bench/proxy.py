@@ -501,7 +501,7 @@ async def watches(
         if "watches" in args.parts:
             rv = up.counts()["rv"]
             watches_before = up.counts()["watch_requests"]
-            rss_before = rss_kib()
+            rss_before = trimmed_rss_kib()
             url = f"{base}?watch=1&resourceVersion={rv}&timeoutSeconds={int(seconds) + 30}"
             # the watchers: curl (C; --parallel runs up to 300 transfers in one process, so
             # 1,000 watches are 4 processes, not 1,000 a 2-core machine would spend its time
@@ -540,7 +540,7 @@ async def watches(
             with anyio.fail_after(120):
                 while sum(s.watches for s in proxy_state.status()) < count:  # noqa: ASYNC110
                     await anyio.sleep(0.05)
-            rss_after = rss_kib()
+            rss_after = trimmed_rss_kib()
             cpu_before = cpu_seconds(os.getpid())
             children_before = children_cpu()
             spy = profiler(args.profile)
@@ -577,6 +577,7 @@ async def watches(
                  f"proxy CPU {cpu * 1e6:.1f} us per event delivered, the clients' "
                  f"{clients_cpu * 1e6:.1f} us; {line_bytes:.0f} bytes per event")]
             )  # fmt: skip
+            print(rows[-1], file=sys.stderr, flush=True)
         if "kubectl" in args.parts:
             # repeated kubectl reads through the proxy's kubeconfig
             out = home / "proxy.yaml"
@@ -639,10 +640,13 @@ async def h2_watches(
         await curl(base, token=server.token, ca=ca)
         proxy_state = server.app.state.proxy
 
-        async def held(n: int) -> None:
-            with anyio.fail_after(300):
+        async def held(n: int) -> int:
+            """Watches open once ``n`` are (or 120 s passed: a loaded machine's informer
+            may restart, ending some, which these clients do not open again)."""
+            with anyio.move_on_after(120):
                 while sum(s.watches for s in proxy_state.status()) < n:  # noqa: ASYNC110
                     await anyio.sleep(0.05)
+            return sum(s.watches for s in proxy_state.status())
 
         rv = up.counts()["rv"]
         watches_before = up.counts()["watch_requests"]
@@ -670,12 +674,13 @@ async def h2_watches(
                   f"{(rss1 - rss0) / count:.2f} KiB RSS/watch; proxy CPU {cpu * 1e6:.2f} us per "
                   f"event delivered; {hub.counts['h2']} h2 connections")]
             )  # fmt: skip
+            print(rows[-1], file=sys.stderr, flush=True)
             if big > count:
                 began = time.perf_counter()
                 more = big - count
                 now = f"{base}?watch=1&resourceVersion={up.counts()['rv']}"  # no replay
                 await clients.add(now, ca, server.token, more // 250, 250, 4)
-                await held(big)
+                holding = await held(big)
                 opened = time.perf_counter() - began
                 rss2 = trimmed_rss_kib()
                 cpu0 = cpu_seconds(me)
@@ -690,8 +695,9 @@ async def h2_watches(
                      (f"{(rss2 - rss1) / more:.2f} KiB RSS per added stream; {more} opened in "
                       f"{opened:.1f} s; {result['lost']} events lost ({result['complete']}/{big} "
                       f"complete); proxy CPU {cpu * 1e6:.2f} us per event delivered; "
-                      f"{up.counts()['open_watches']} upstream watch open")]
+                      f"{up.counts()['open_watches']} upstream watch open; {holding} held")]
                 )  # fmt: skip
+                print(rows[-1], file=sys.stderr, flush=True)
     return rows
 
 
