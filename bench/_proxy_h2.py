@@ -64,6 +64,7 @@ class Conn(asyncio.Protocol):
         self.consumed = 0  # connection-level bytes not yet given back
         self.transport: asyncio.Transport | None = None
         self.resets = 0
+        self.ended = 0  # streams the proxy ended (END_STREAM: a watcher cut for its budget)
         self.goaway = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -104,6 +105,8 @@ class Conn(asyncio.Protocol):
                 stream = self.streams.get(sid)
                 if stream is not None and payload:
                     self._lines(stream, payload, now)
+                if flags & 1:
+                    self.ended += 1
                 self.consumed += length
                 if self.consumed >= CONNECTION_WINDOW // 2:
                     out.append(_frame(8, 0, 0, self.consumed.to_bytes(4, "big")))
@@ -192,6 +195,7 @@ async def client(url: str, ca: str, token: str, conns: int, streams: int) -> Non
                 "p99": delays[int(len(delays) * 0.99)] if delays else None,
                 "max": delays[-1] if delays else None,
                 "resets": sum(c.resets for c in made),
+                "ended": sum(c.ended for c in made),
                 "ok": sum(1 for s in every if s.status == 200),
             }
             for s in every:
@@ -250,7 +254,7 @@ class Clients:
             assert proc.stdout is not None
             results.append(json.loads(await asyncio.wait_for(proc.stdout.readline(), 120)))
         merged: dict[str, Any] = {
-            k: sum(r[k] for r in results) for k in ("complete", "lost", "resets", "ok")
+            k: sum(r[k] for r in results) for k in ("complete", "lost", "resets", "ended", "ok")
         }
         for k in ("p50", "p99", "max"):  # the worst client's (a bound, not a merge)
             values = [r[k] for r in results if r[k] is not None]

@@ -670,7 +670,8 @@ async def h2_watches(
                   f"{(result['p50'] or 0) * 1000:.0f}, max {(result['max'] or 0) * 1000:.0f})"), "-",
                  (f"{counts['open_watches']} upstream watch open, "
                   f"{counts['watch_requests'] - watches_before} new; {result['lost']} events lost "
-                  f"({result['complete']}/{count} complete, {churned}); "
+                  f"({result['complete']}/{count} complete, {churned}; streams ended by the "
+                  f"proxy {result['ended']}, reset {result['resets']}); "
                   f"{(rss1 - rss0) / count:.2f} KiB RSS/watch; proxy CPU {cpu * 1e6:.2f} us per "
                   f"event delivered; {hub.counts['h2']} h2 connections")]
             )  # fmt: skip

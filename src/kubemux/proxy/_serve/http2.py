@@ -61,6 +61,9 @@ WRITE_NOW = 256 * 1024  # queued DATA written at once past this (the transport m
 MIN_FRAME = 1024  # the least DATA sent in a frame but for the end of the data
 STREAM_WINDOW = 1024 * 1024  # a request body the app has not read yet, per stream
 CONNECTION_WINDOW = 4 * 1024 * 1024  # ... and per connection
+# what a connection's transport may hold before its streams wait (asyncio's default is 64
+# KiB: sized for one response, where an h2 connection carries up to 250 watches' rounds)
+TRANSPORT_HIGH = 1024 * 1024
 _SETTINGS = h2.settings.SettingCodes
 
 
@@ -104,6 +107,7 @@ class Http2Protocol(asyncio.Protocol):
             return
         hub.counts["h2"] += 1
         self.transport = transport
+        transport.set_write_buffer_limits(high=TRANSPORT_HIGH)
         hub.connections.add(self)
         config = h2.config.H2Configuration(client_side=False, header_encoding=None)
         conn = self.conn = h2.connection.H2Connection(config)
