@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import asyncio.sslproto
 import json
 import os
 import socket
@@ -133,6 +134,10 @@ async def client(kind: str, port: int, ca: str, contexts: int, resources: int) -
     if kind == "aiohttp":
         import aiohttp
 
+        # what `kubemux proxy` sets for every TLS connection of its process (upstream ones
+        # too): asyncio's default read buffer is 256 KiB per connection
+        asyncio.sslproto.SSLProtocol.max_size = 16 * 1024  # type: ignore[attr-defined]
+
         async def watch_aiohttp(session: aiohttp.ClientSession) -> None:
             timeout = aiohttp.ClientTimeout(total=None)
             async with session.get(url, timeout=timeout) as resp:
@@ -191,7 +196,7 @@ class Proc:
     def stop(self) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
-        try:
+        try:  # (aiohttp warns of the sessions left open: the process ends with them)
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
@@ -255,7 +260,9 @@ def main() -> None:
                 raise RuntimeError("the server did not start")
             h1_port, h2_port = int(words[1]), int(words[2])
             h1 = measure("aiohttp", h1_port, str(ca_pem), args)
+            print("aiohttp", h1, file=sys.stderr, flush=True)
             h2 = measure("httpx", h2_port, str(ca_pem), args)
+            print("httpx", h2, file=sys.stderr, flush=True)
         finally:
             server.stop()
     watches = args.contexts * args.resources
