@@ -47,7 +47,7 @@ import h2.exceptions
 import h2.settings
 
 from .http2_hub import Calm, Http2Hub
-from .http2_stream import Stream, data_frames
+from .http2_stream import Stream, data_frames, peer_address
 
 __all__ = ["Http2Protocol"]
 
@@ -126,8 +126,8 @@ class Http2Protocol(asyncio.Protocol):
             "asgi": {"version": "3.0", "spec_version": "2.3"},
             "http_version": "2",
             "scheme": "https",
-            "server": _address(transport.get_extra_info("sockname")),
-            "client": _address(transport.get_extra_info("peername")),
+            "server": peer_address(transport.get_extra_info("sockname")),
+            "client": peer_address(transport.get_extra_info("peername")),
             "root_path": "",
         }
         self.timer = self.loop.call_later(hub.header_timeout, self._too_slow)
@@ -493,9 +493,3 @@ class Http2Protocol(asyncio.Protocol):
                 return
             self._pull()
             self.flush()
-
-
-def _address(value: Any) -> tuple[str, int] | None:
-    if isinstance(value, tuple) and len(value) >= 2:
-        return (str(value[0]), int(value[1]))
-    return None

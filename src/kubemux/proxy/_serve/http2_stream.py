@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-__all__ = ["Owner", "Stream", "data_frames"]
+__all__ = ["Owner", "Stream", "data_frames", "peer_address"]
 
 
 class Owner(Protocol):
@@ -94,3 +94,10 @@ class Stream:
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(None)
+
+
+def peer_address(value: Any) -> tuple[str, int] | None:
+    """A socket address as ASGI's ``(host, port)``."""
+    if isinstance(value, tuple) and len(value) >= 2:
+        return (str(value[0]), int(value[1]))
+    return None
