@@ -48,6 +48,8 @@ import h2.settings
 
 from .http2_hub import Calm, Http2Hub
 from .http2_stream import Stream, data_frames, peer_address
+from .sni import SNI_EXTENSION
+from .tls import server_name_of
 
 __all__ = ["Http2Protocol"]
 
@@ -130,6 +132,8 @@ class Http2Protocol(asyncio.Protocol):
             "client": peer_address(transport.get_extra_info("peername")),
             "root_path": "",
         }
+        if (sni := server_name_of(ssl_object)) is not None:  # which context (.sni)
+            self.scope_base["extensions"] = {SNI_EXTENSION: sni}
         self.timer = self.loop.call_later(hub.header_timeout, self._too_slow)
         self._pull()
         self.flush_now()
