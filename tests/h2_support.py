@@ -162,7 +162,11 @@ class H2Client:
 
 @contextlib.asynccontextmanager
 async def h2_client(
-    server: ProxyServer, *, settings: dict[int, int] | None = None, alpn: tuple[str, ...] = ("h2",)
+    server: ProxyServer,
+    *,
+    settings: dict[int, int] | None = None,
+    alpn: tuple[str, ...] = ("h2",),
+    sni: str | None = None,
 ) -> AsyncIterator[H2Client]:
     """An HTTP/2 connection (its reader running) for the block."""
     assert server.url is not None
@@ -170,7 +174,7 @@ async def h2_client(
     context = server.certificates.client_context()
     context.set_alpn_protocols(list(alpn))
     reader, writer = await asyncio.open_connection(
-        host.strip("[]"), int(port), ssl=context, server_hostname=host.strip("[]")
+        host.strip("[]"), int(port), ssl=context, server_hostname=sni or host.strip("[]")
     )
     conn = h2.connection.H2Connection(
         h2.config.H2Configuration(client_side=True, header_encoding=None)

@@ -28,6 +28,7 @@ import pytest
 from h2_support import h2_client
 from kubectl_support import run_kubectl
 from kubemux.proxy import ProxyServer, ProxySettings
+from kubemux.proxy._serve.sni import server_name
 from kubemux.proxy._watch.views import WatchLimits
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 from proxy_support import (
@@ -169,6 +170,18 @@ async def test_alpn_serves_h2_or_hands_the_connection_to_http1(kubeconfig: Path)
             assert (await client.get("/version")).http_version == "HTTP/1.1"
         assert proxy.http2 is not None
         assert proxy.http2.counts["h2"] >= 1 and proxy.http2.counts["http/1.1"] >= 1
+
+
+async def test_the_sni_names_the_context_over_h2(kubeconfig: Path) -> None:
+    """kubectl before 1.34 drops the server URL's path for ``get --raw`` (.sni): over h2 the
+    connection's SNI names the context as over HTTP/1.1."""
+    async with capped(kubeconfig) as proxy, h2_client(proxy, sni=server_name("prod")) as client:
+        with anyio.fail_after(20):
+            reply = await client.reply(client.request("GET", "/api/v1/namespaces/default/pods"))
+            assert reply.status == 200
+            assert len(json.loads(reply.data)["items"]) == 2
+            wrong = await client.reply(client.request("GET", "/clusters/other/api/v1/pods"))
+            assert wrong.status == 421
 
 
 async def test_a_stalled_stream_stalls_no_other_stream_and_is_cut_alone(
