@@ -28,6 +28,7 @@ import pytest
 from h2_support import h2_client
 from kubectl_support import run_kubectl
 from kubemux.proxy import ProxyServer, ProxySettings
+from kubemux.proxy._serve.http2 import TRANSPORT_HIGH, WRITE_NOW
 from kubemux.proxy._serve.sni import server_name
 from kubemux.proxy._watch.views import WatchLimits
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
@@ -213,6 +214,38 @@ async def test_a_stalled_stream_stalls_no_other_stream_and_is_cut_alone(
                 sid = client.request("GET", "/clusters/prod/api/v1/namespaces/default/pods/after")
                 assert (await client.reply(sid)).status == 200
                 assert client.goaway is None
+
+
+async def test_a_connection_that_reads_nothing_holds_what_its_watchers_may(
+    cluster: FakeCluster, kubeconfig: Path
+) -> None:
+    """A client with wide-open windows that stops reading the connection altogether: the
+    proxy's transport holds at most its high-water mark and one write, the streams wait
+    (their events stay in the watchers' budgets) and the idle rule cuts every one."""
+    settings = ProxySettings(watch=WatchLimits(idle_timeout=1.0))
+    wide = {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**31 - 1}
+    async with (
+        running_proxy(kubeconfig, settings=settings) as (server, _),
+        h2_client(server, settings=wide) as client,
+    ):
+        with anyio.fail_after(30):
+            client.conn.increment_flow_control_window(2**30)
+            path = "/clusters/prod/api/v1/namespaces/default/pods?watch=1&resourceVersion=0"
+            streams = [client.request("GET", path) for _ in range(2)]
+            await client.until(lambda: all(client.replies[s].status == 200 for s in streams))
+            client.writer.transport.pause_reading()  # nothing is read again
+            proxy = server.app.state.proxy
+            assert proxy.statistics().watches == 2
+            for n in range(700):  # ~8 KB each, ~11 MB for two: more than the sockets hold
+                cluster.create("pods", make_pod(f"big-{n}", size=8000))
+            assert server.http2 is not None
+            (connection,) = server.http2.connections
+            most = 0
+            while proxy.statistics().watches:
+                transport = connection.transport  # type: ignore[attr-defined]
+                most = max(most, transport.get_write_buffer_size())
+                await anyio.sleep(0.05)
+            assert 0 < most <= TRANSPORT_HIGH + WRITE_NOW + 256 * 1024
 
 
 async def test_a_clean_stop_ends_each_watch_stream_then_goaway(
