@@ -173,6 +173,15 @@ async def test_alpn_serves_h2_or_hands_the_connection_to_http1(kubeconfig: Path)
         assert proxy.http2.counts["h2"] >= 1 and proxy.http2.counts["http/1.1"] >= 1
 
 
+async def test_http2_can_be_switched_off(kubeconfig: Path) -> None:
+    async with running_proxy(kubeconfig, settings=ProxySettings(http2=False)) as (server, _):
+        assert server.http2 is None
+        async with await _client(server, True) as client:
+            with anyio.fail_after(20):
+                got = await client.get("/api/v1/namespaces/default/pods/web-1")
+                assert got.status_code == 200 and got.http_version == "HTTP/1.1"
+
+
 async def test_the_sni_names_the_context_over_h2(kubeconfig: Path) -> None:
     """kubectl before 1.34 drops the server URL's path for ``get --raw`` (.sni): over h2 the
     connection's SNI names the context as over HTTP/1.1."""
