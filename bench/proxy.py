@@ -653,7 +653,8 @@ async def h2_watches(
         url = f"{base}?watch=1&resourceVersion={rv}"
         rss0 = trimmed_rss_kib()
         async with h2_clients() as clients:
-            await clients.add(url, ca, server.token, count // 250 or 1, min(count, 250), 2)
+            conns = count // 250 or 1  # a process per connection, as kubectl would be
+            await clients.add(url, ca, server.token, conns, min(count, 250), conns)
             await held(count)
             rss1 = trimmed_rss_kib()
             cpu0 = cpu_seconds(me)
