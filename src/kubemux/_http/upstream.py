@@ -91,6 +91,7 @@ class Upstream:
         headers: Headers = (),
         body: bytes | None = None,
         timeouts: aiohttp.ClientTimeout | None = None,
+        bearer_token: str | None = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """Send one request; yield the response with its body unread (stream it).
 
@@ -102,6 +103,11 @@ class Upstream:
                 credential is added here).
             body: The whole request body (buffered, so it can be sent again after a 401).
             timeouts: aiohttp's timeouts; default: 10 s to connect, none in total.
+            bearer_token: Send this token (a user's, who must be the one the API server
+                authorizes and audits) instead of the context's credential; a 401 is then
+                the answer, never retried. A context whose credential is a client
+                certificate still presents it on the TLS connection (kube-apiserver then
+                authenticates the certificate): check the user's right first.
 
         A 401 refreshes a refreshing credential and sends the request once more, as the
         informers' requests do. The response is released when the ``async with`` ends.
@@ -118,7 +124,10 @@ class Upstream:
         what = f"{method} {url.path[:200]}"
         client = self._client
         extra = client.connection_options()
-        credential_headers, credential = await client.credential_headers()
+        if bearer_token is not None:
+            credential_headers, credential = {"Authorization": f"Bearer {bearer_token}"}, None
+        else:
+            credential_headers, credential = await client.credential_headers()
         retried = False
         while True:
             sent = [(k, v) for k, v in headers if k.lower() != "authorization"]
