@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from h2_support import h2_client
-from kubectl_support import run_kubectl
+from kubectl_support import kubectl_process, run_kubectl
 from kubemux.proxy import ProxyServer, ProxySettings
 from kubemux.proxy._serve.http2 import TRANSPORT_HIGH, WRITE_NOW
 from kubemux.proxy._serve.sni import server_name
@@ -35,6 +35,7 @@ from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 from proxy_support import (
     TABLE,
     TinyUpstream,
+    informer_watching,
     running_proxy,
     upstream_cluster,  # noqa: F401
     upstream_kubeconfig,  # noqa: F401
@@ -277,6 +278,31 @@ _found = shutil.which("kubectl")
 if _found:
     _pinned = os.path.join(os.path.dirname(os.path.realpath(_found)), "kubectl.1.33")
     KUBECTL_133 = _pinned if os.access(_pinned, os.X_OK) else None
+
+
+@pytest.mark.skipif(KUBECTL_133 is None, reason="kubectl 1.33 not installed")
+async def test_kubectl_133_watches_over_h2(
+    cluster: FakeCluster, kubeconfig: Path, tmp_path: Path
+) -> None:
+    assert KUBECTL_133 is not None
+    out = tmp_path / "proxy.yaml"
+    async with running_proxy(kubeconfig) as (server, _):
+        server.write_kubeconfig(out)
+        assert server.http2 is not None
+        with anyio.fail_after(30):
+            async with kubectl_process(KUBECTL_133, out, "get", "pods", "-w") as proc:
+                assert proc.stdout is not None
+                seen = b""
+                while b"web-2" not in seen:  # the first list, then the watch
+                    seen += await proc.stdout.readline()
+                await informer_watching(cluster)
+                cluster.create("pods", make_pod("watched"))
+                while b"watched" not in seen:
+                    seen += await proc.stdout.readline()
+            proxy = server.app.state.proxy
+            assert server.http2.counts["h2"] >= 1 and server.http2.counts["http/1.1"] == 0
+            while proxy.statistics().watches:  # noqa: ASYNC110 - kubectl's watch ends with it
+                await anyio.sleep(0.01)
 
 
 @pytest.mark.skipif(KUBECTL_133 is None, reason="kubectl 1.33 not installed")
