@@ -70,6 +70,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="answer nothing from the caches: forward every request (like kubectl proxy)",
     )
+    p.add_argument(
+        "--consistent-reads",
+        action="store_true",
+        help="reads with resourceVersion unset are at least as fresh as the API server when "
+        "they arrive (a limit=1 LIST learns its version; the cache is waited for, else the "
+        "read goes upstream). Default: monotonic, as fresh as the watch, never going back",
+    )
     p.add_argument("--duration", type=float, default=None, help=argparse.SUPPRESS)
 
 
@@ -109,7 +116,7 @@ async def proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # the proxy answers what the API server answers: keep managedFields (kubemux drops
     # them by default to save memory)
     registry = WatcherRegistry.from_kubeconfig(paths, transform=None, share=share)
-    settings = ProxySettings(cache_reads=not args.no_cache)
+    settings = ProxySettings(cache_reads=not args.no_cache, consistent_reads=args.consistent_reads)
     async with registry, anyio.create_task_group() as tg:
         server = ProxyServer(
             registry,
