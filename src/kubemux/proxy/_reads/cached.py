@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from operator import itemgetter
 from typing import Any
 
@@ -71,7 +71,7 @@ from .._query.options import (
     watch_timeout,
 )
 from .._query.selectors import ObjectFilter
-from .._watch.flow import Flow
+from .._watch.flow import ON_DISCONNECT, Flow
 from .._watch.watch import ObjectWatchFormat, TableWatchFormat, WatchFormat, WatchLimits
 from .callers import as_status_error, credential_key
 from .freshness import Freshness, GoUpstream, shows_state
@@ -308,7 +308,9 @@ class CachedReads:
                     context, served, objects, resource, read, options, send, custom=custom
                 )
             self.freshness.counters.cached(context, resource.name)
-            return await self._watch(served, resource, read, options, receive, send)
+            return await self._watch(
+                served, resource, read, options, receive, send, scope.get(ON_DISCONNECT)
+            )
         except ProxyStatusError as exc:
             raise as_status_error(exc) from None
         except Inconsistent:
@@ -468,6 +470,7 @@ class CachedReads:
         options: ListOptions,
         receive: Receive,
         send: Send,
+        disconnect_hook: Callable[[Callable[[], object] | None], None] | None = None,
     ) -> bool:
         plan = plan_watch(options)
         fmt: WatchFormat
@@ -492,5 +495,6 @@ class CachedReads:
             lag=served.lag,
             flow=flow,
             touch=served.touch,
+            disconnect_hook=disconnect_hook,
         )
         return True

@@ -212,6 +212,7 @@ async def stream_watch(
     lag: float,
     flow: Flow,
     touch: Callable[[], None],
+    disconnect_hook: Callable[[Callable[[], object] | None], None] | None = None,
 ) -> None:
     """One watch answered from the cache: the headers, then what ``serve`` writes through
     the ``write`` it is given, then the last chunk.
@@ -221,7 +222,9 @@ async def stream_watch(
     ``idle_timeout`` is cut and its connection closed (a client that stopped reading): a
     watchdog asks the flow every quarter of that, since arming a timeout per write (a
     ``fail_after`` or a moved deadline) was a tenth of what a write cost. ``touch`` counts
-    each write as a use of the store.
+    each write as a use of the store. ``disconnect_hook`` (a server's
+    :data:`~.._watch.flow.ON_DISCONNECT`) tells of the client's going instead of a task
+    blocked on ``receive()``.
     """
     await send({"type": "http.response.start", "status": 200, "headers": watch_headers(lag)})
     stuck = anyio.CancelScope()
@@ -243,6 +246,21 @@ async def stream_watch(
             watchdog = loop.call_later(period, look)
 
     completed = False
+    if disconnect_hook is not None:  # the server says when the client goes: no task for it
+        gone = anyio.CancelScope()
+        disconnect_hook(gone.cancel)
+        watchdog = loop.call_later(period, look)
+        try:
+            with gone, stuck:
+                await serve(write)
+                completed = True
+        finally:
+            disconnect_hook(None)
+            watchdog.cancel()
+        if completed:
+            with anyio.move_on_after(flow.idle_timeout):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return
     async with anyio.create_task_group() as tg:
 
         async def wait_disconnect() -> None:

@@ -46,6 +46,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
+from .._watch.flow import ON_DISCONNECT
 from .http2_hub import Calm, Http2Hub
 from .http2_stream import Stream, data_frames, peer_address
 from .sni import SNI_EXTENSION
@@ -148,8 +149,7 @@ class Http2Protocol(asyncio.Protocol):
             self.flush_soon = None
         self.out.clear()
         for stream in self.streams.values():
-            stream.gone = True
-            stream.wake()
+            stream.lose()
         self.blocked.clear()
         self._drained()
 
@@ -236,9 +236,8 @@ class Http2Protocol(asyncio.Protocol):
             elif isinstance(event, h2.events.StreamReset):
                 stream = self.streams.get(event.stream_id)
                 if stream is not None:
-                    stream.gone = True
                     self.blocked.discard(stream)
-                    stream.wake()
+                    stream.lose()
                     if not stream.ended and event.remote_reset and not calm.spend(now):
                         self._calm_down()
                         return
@@ -351,6 +350,7 @@ class Http2Protocol(asyncio.Protocol):
         )
         hub.counts["streams"] += 1
         stream = self.streams[sid] = Stream(self, sid, head=method == b"HEAD")
+        scope[ON_DISCONNECT] = stream.when_gone
         stream.task = self.loop.create_task(self._run(stream, scope))
 
     def _trust(self, authorization: bytes) -> None:
@@ -468,7 +468,7 @@ class Http2Protocol(asyncio.Protocol):
                 return False
             state = conn.streams.get(sid)
             if state is None or state.closed:
-                stream.gone = True
+                stream.lose()
                 return False
             window = min(conn.outbound_flow_control_window, state.outbound_flow_control_window)
             if window < min(len(data), MIN_FRAME):  # its client is not reading: it waits

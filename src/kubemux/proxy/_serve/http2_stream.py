@@ -7,6 +7,7 @@ while its task waits), since 10,000 watch streams may be open in one process.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Protocol
 
 __all__ = ["Owner", "Stream", "data_frames", "peer_address"]
@@ -43,6 +44,7 @@ class Stream:
         "gone",
         "head",
         "headers_sent",
+        "on_gone",
         "proto",
         "read",
         "sid",
@@ -66,6 +68,7 @@ class Stream:
         # window) may wait at once: a watch waits for its client's disconnect meanwhile
         self.waiters: list[asyncio.Future[None]] = []
         self.task: asyncio.Task[None] | None = None
+        self.on_gone: Callable[[], object] | None = None  # the app's, when it asked
 
     def __repr__(self) -> str:
         return f"<Stream {self.sid} ended={self.ended} gone={self.gone}>"
@@ -87,7 +90,23 @@ class Stream:
             if waiter in self.waiters:
                 self.waiters.remove(waiter)
 
+    def when_gone(self, callback: Callable[[], object] | None) -> None:
+        """Call ``callback`` once when the stream is reset or its connection lost (None:
+        no more); offered to the app as :data:`~.._watch.flow.ON_DISCONNECT`, so a watch
+        needs no task blocked on ``receive()``."""
+        self.on_gone = callback
+        if callback is not None and self.gone:
+            self.wake()
+
+    def lose(self) -> None:
+        """The client reset the stream, or the connection is lost."""
+        self.gone = True
+        self.wake()
+
     def wake(self) -> None:
+        if self.gone and self.on_gone is not None:
+            callback, self.on_gone = self.on_gone, None
+            callback()
         waiters = self.waiters
         if waiters:
             self.waiters = []

@@ -17,7 +17,12 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["Flow"]
+__all__ = ["ON_DISCONNECT", "Flow"]
+
+ON_DISCONNECT = "kubemux.on_disconnect"
+"""A scope key a server may offer (the proxy's HTTP/2 side does): a callable taking a
+callback (or None to forget it) to call once when the client goes away, so a watch learns
+it without a task blocked on ``receive()`` for its whole life."""
 
 
 class Flow:

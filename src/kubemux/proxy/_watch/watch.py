@@ -280,7 +280,6 @@ class WatchBroadcaster:
         if last_bookmark <= now:
             last_bookmark = float("inf")
         buffer = watcher.buffer
-        wake = watcher.wake
         loop = asyncio.get_running_loop()
         # one timer for the next bookmark or the deadline, moved only when that changes
         # (a cancel scope per wait would arm and disarm one per event)
@@ -289,7 +288,7 @@ class WatchBroadcaster:
         def ring() -> None:
             nonlocal alarm
             alarm = None
-            wake.set()
+            watcher.wake()
 
         try:
             while True:
@@ -318,10 +317,7 @@ class WatchBroadcaster:
                     if alarm is not None:
                         alarm.cancel()
                     alarm = loop.call_at(when, ring)
-                wake.clear()
-                if buffer or watcher.ended is not None:
-                    continue
-                await wake.wait()
+                await watcher.wait()
         finally:
             if alarm is not None:
                 alarm.cancel()
