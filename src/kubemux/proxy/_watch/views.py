@@ -20,12 +20,20 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable
+from typing import Protocol
 
 from ..._wire.codec import decode_raw, raw_resource_version
 from .._api.statuses import encode_json
 from .._query.selectors import ObjectFilter
 from .flow import Flow
 from .formats import EventHistoryLike, HistoryEventLike, WatchFormat
+
+
+class Pumped(Protocol):
+    """What writes a detached watcher (:class:`~.pump.Pump`)."""
+
+    def step(self) -> None: ...
+
 
 __all__ = [
     "Item",
@@ -92,6 +100,9 @@ class WatchEnd(enum.Enum):
     """The store was cleared (its context stopped or reloaded)."""
     CLOSED = "closed"
     """The broadcaster was closed."""
+    DETACHED = "detached"
+    """Its starting point was written and the rest is written without its task (a
+    :class:`~.pump.Pump`): its end is the pump's."""
 
 
 # ------------------------------------------------------------------------------ the watcher
@@ -139,7 +150,7 @@ Item = ViewItem
 
 
 class Watcher:
-    __slots__ = ("buffer", "ended", "flow", "min_rv", "started", "waiter")
+    __slots__ = ("buffer", "ended", "flow", "min_rv", "pump", "started", "waiter")
 
     def __init__(self, min_rv: int, flow: Flow):
         self.buffer: deque[Item] = deque()
@@ -152,10 +163,14 @@ class Watcher:
         # tenth of an h2 watch's memory; an anyio Event plus a cancel scope per wait was a
         # sixth of what delivering an event cost
         self.waiter: asyncio.Future[None] | None = None
+        self.pump: Pumped | None = None  # a detached watch's writer (.pump)
 
     def wake(self) -> None:
         """Wake the watch loop if it waits (if not, it looks at the buffer and its end
-        before it waits again)."""
+        before it waits again); a detached watch's pump writes now."""
+        if self.pump is not None:
+            self.pump.step()
+            return
         waiter = self.waiter
         if waiter is not None:
             self.waiter = None
