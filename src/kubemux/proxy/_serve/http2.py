@@ -9,11 +9,10 @@ client-go use HTTP/1.1 for those too).
 
 Per stream: one task runs the ASGI app; ``receive`` gives the body (acknowledged as the
 app reads it: an unread body costs at most the stream's window), then waits for the
-stream's end (``http.disconnect``; a watch asks for a callback instead, and may detach
-from its task: :meth:`.Stream.detach`). ``send`` frames DATA itself (the windows kept in
-the ``h2`` connection's counters), not through ``H2Connection.send_data``, whose state
-machine cost ~8 us a frame; HEADERS, END_STREAM, RST_STREAM and every received frame go
-through the library. A stream whose client stops reading blocks its own
+stream's end (``http.disconnect``; a watch asks for a callback, and detaches from its
+task: :meth:`.Stream.detach`). ``send`` frames DATA itself (windows in the ``h2``
+connection's counters), not with ``H2Connection.send_data`` (~8 us a frame); HEADERS,
+END_STREAM, RST_STREAM and every received frame go through the library. A stream whose client stops reading blocks its own
 ``send`` at a zero window (the app sees a ``send`` that does not return, as with a full
 socket in HTTP/1.1: the watch's idle cut ends it, with RST_STREAM CANCEL, the connection
 stays); a full transport (the client reads nothing at all) blocks every stream of the
@@ -390,6 +389,7 @@ class Http2Protocol(asyncio.Protocol):
         finally:
             self._acknowledge(stream.unread, stream.sid)  # an unread body frees its window
             stream.unread = 0
+            stream.task = None  # a detached stream's lives on without it
             if not stream.detached:  # returned mid-response: RST_STREAM CANCEL, if not ended
                 self.forget(stream)
                 stream.abort()

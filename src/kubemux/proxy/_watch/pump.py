@@ -3,7 +3,7 @@ watch on a server that offers :data:`~.flow.DETACH` (the proxy's HTTP/2 side) ha
 watcher to a pump and its task returns. The view's round writes into the pump's
 :class:`~.flow.Sink` from the listener's own call (:meth:`Watcher.wake
 <.views.Watcher.wake>`), one timer per watch brings its bookmarks and its deadline, and a
-watchdog its idle cut. A waiting watch then costs its watcher, its pump and its stream:
+watchdog, armed only while a chunk waits for the client, its idle cut. A waiting watch then costs its watcher, its pump and its stream:
 no task, no coroutine frames, no cancel scopes (24 KiB per h2 watch before, issue 32).
 
 It behaves as the task's loop (:meth:`~.watch.WatchBroadcaster.serve`) does: what is
@@ -78,7 +78,7 @@ class Pump:
         self.alarm: asyncio.TimerHandle | None = None
         self.blocked = False  # a chunk waits for the client's window
         self.done = False
-        self.watchdog = loop.call_later(self.flow.idle_timeout / 4, self.look)
+        self.watchdog: asyncio.TimerHandle | None = None  # armed while a chunk waits
         watcher.pump = self
         sink.on_drain = self.drained
         sink.when_gone(self.gone)
@@ -128,12 +128,16 @@ class Pump:
             return True
         self.blocked = True
         self.flow.writing(self.loop.time())
+        self.watchdog = self.loop.call_later(self.flow.idle_timeout, self.look)
         return False
 
     def drained(self) -> None:
         """The sink's callback: the chunk that waited has gone."""
         self.blocked = False
         self.flow.wrote()
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
         self.step()
 
     def ring(self) -> None:
@@ -141,13 +145,16 @@ class Pump:
         self.step()
 
     def look(self) -> None:
+        self.watchdog = None
         if self.done:
             return
-        if self.flow.is_stalled(self.loop.time()):  # a client that does not read: cut
+        now = self.loop.time()
+        if self.flow.is_stalled(now):  # a client that does not read: cut
             self.close(None)
             self.sink.abort()
-        else:
-            self.watchdog = self.loop.call_later(self.flow.idle_timeout / 4, self.look)
+        elif self.blocked:  # a clock a hair early
+            when = self.flow.writing_since + self.flow.idle_timeout
+            self.watchdog = self.loop.call_at(max(when, now), self.look)
 
     def gone(self) -> None:
         """The client went away."""
@@ -163,7 +170,9 @@ class Pump:
         self.done = True
         self.watcher.pump = None
         self.sink.when_gone(None)
-        self.watchdog.cancel()
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
         if self.alarm is not None:
             self.alarm.cancel()
             self.alarm = None
