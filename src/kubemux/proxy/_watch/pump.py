@@ -43,6 +43,7 @@ class Pump:
         "period",
         "sink",
         "touch",
+        "touched",
         "view",
         "watchdog",
         "watcher",
@@ -65,6 +66,7 @@ class Pump:
         self.sink = sink
         self.flow: Flow = watcher.flow
         self.touch = touch
+        self.touched = -math.inf
         self.on_end = on_end
         self.loop = loop = asyncio.get_running_loop()
         self.deadline = deadline
@@ -90,6 +92,9 @@ class Pump:
             return
         watcher = self.watcher
         buffer = watcher.buffer
+        # a round's one event: its line as it is, no list, no join
+        if len(buffer) == 1 and not self.write(line_for(watcher.take(), watcher)):
+            return
         limit = self.view.settings.chunk_bytes
         while buffer:
             chunk: list[bytes] = []
@@ -123,12 +128,15 @@ class Pump:
             self.alarm = self.loop.call_at(when, self.ring)
 
     def write(self, data: bytes) -> bool:
-        self.touch()
+        now = self.loop.time()
+        if now - self.touched >= 1.0:  # a use of the store, counted once a second at most
+            self.touched = now
+            self.touch()
         if not data or self.sink.push(data):
             return True
         self.blocked = True
-        self.flow.writing(self.loop.time())
-        self.watchdog = self.loop.call_later(self.flow.idle_timeout, self.look)
+        self.flow.writing(now)
+        self.watchdog = self.loop.call_at(now + self.flow.idle_timeout, self.look)
         return False
 
     def drained(self) -> None:
