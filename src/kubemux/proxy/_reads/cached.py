@@ -72,7 +72,7 @@ from .._query.options import (
 from .._query.selectors import ObjectFilter
 from .._watch.flow import Flow
 from .._watch.watch import ObjectWatchFormat, TableWatchFormat, WatchFormat, WatchLimits
-from .marks import WriteMarks
+from .marks import WriteMarks, bound_context
 from .reads import ReadRequest, send_chunks, stream_watch
 from .scans import Scans
 from .served import ServedStatus, ServedStore, ServedStores
@@ -252,8 +252,10 @@ class CachedReads:
         scope: Scope,
         receive: Receive,
         send: Send,
+        who: str = "",
     ) -> bool:
         """Answer ``read`` from the cache; False (nothing sent) when it must go upstream.
+        ``who`` (a user's key, with ``--user-tokens``) binds continue tokens and write marks.
 
         Raises:
             StatusError: the API server's error for this request (bad options, a version
@@ -294,7 +296,8 @@ class CachedReads:
             if objects is None:
                 return False
             stores.append(objects)
-        if not await self._caught_up(context, resource, stores):
+        bound = bound_context(context, who)
+        if not await self._caught_up(bound, resource, stores):
             return False
         for one in stores:
             one.touch()
@@ -304,7 +307,7 @@ class CachedReads:
             assert options is not None
             if read.verb == "list":
                 return await self._list(
-                    context, served, objects, resource, read, options, send, custom=custom
+                    bound, served, objects, resource, read, options, send, custom=custom
                 )
             return await self._watch(served, resource, read, options, receive, send)
         except ProxyStatusError as exc:

@@ -27,7 +27,7 @@ import msgspec
 from ..._cache.snapshot import Key
 from ..._wire.versions import rv_int
 
-__all__ = ["WriteMark", "WriteMarks", "written_version"]
+__all__ = ["WriteMark", "WriteMarks", "bound_context", "written_version"]
 
 MarkKey = tuple[str, str, str]  # context, group, plural
 
@@ -47,6 +47,13 @@ class _Answer(msgspec.Struct, gc=False):
 
 
 _decoder = msgspec.json.Decoder(_Answer)
+
+
+def bound_context(context: str, who: str) -> str:
+    """What continue tokens and write marks are bound to: the context, and with
+    ``--user-tokens`` the user (``who``, a key of their identity), so neither carries one
+    user's reads or writes to another."""
+    return f"{context}\x00{who}" if who else context
 
 
 def written_version(body: bytes) -> int | None:

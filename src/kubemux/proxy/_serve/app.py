@@ -23,25 +23,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncIterator, Iterator
 
 import anyio
-import orjson
 from starlette.applications import Starlette
 from starlette.routing import Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from ..._errors import KubemuxError
 from ..._http.upstream import Upstream
-from ..._informer.discovery import parse_resource_list
 from ..._registry.registry import WatcherRegistry
-from ..._resources import BUILTIN_RESOURCES, Resource
+from ..._resources import Resource
 from .._api.paths import ApiPath, decode_context, parse_api_path, split_raw_path
 from .._api.responses import StatusError, send_error, status_for_error
 from .._query.params import Query, parse_query
 from .._reads.cached import CachedReads, CachedSettings, credential_key
-from .._reads.marks import written_version
+from .._reads.marks import bound_context, written_version
 from .._reads.reads import ReadRequest, classify
 from .._reads.served import ServedStatus
 from .._upstream.discovery_cache import DiscoveryCache
@@ -49,8 +48,11 @@ from .._upstream.passthrough import forward, read_body, request_headers
 from .._upstream.raw_upgrade import bridge as bridge_raw
 from .._upstream.raw_upgrade import is_streaming, raw_connection
 from .._upstream.upgrade import RefusedUpgrades, bridge, deny, spdy_refusal
+from .._users.gate import Caller
+from .._users.mode import UserMode
 from .._watch.watch import WatchLimits
-from .health import HEALTH_PATHS, health
+from .health import HEALTH_PATHS, health, not_found
+from .resources import ResourceTable
 
 __all__ = ["Proxy", "ProxySettings", "ProxyStatistics", "create_app"]
 
@@ -64,8 +66,6 @@ _API_DEFINITIONS = frozenset(
         ("apiregistration.k8s.io", "apiservices"),
     }
 )
-_BUILTINS = {(r.group, r.version, r.plural): r for r in BUILTIN_RESOURCES}
-_RESOURCE_VERBS = frozenset({"list", "watch", "get"})
 _CAPTURE = 4 * 1024 * 1024  # a write's answer kept for its resourceVersion, at most
 
 
@@ -113,6 +113,10 @@ class ProxySettings:
             to finish its TLS handshake (asyncio's default is 60).
         watch: Downstream watches: what a watcher may hold (events and bytes), the idle
             time after which a watcher that does not read is cut, bookmarks, pacing.
+        user_tokens: Every client sends its own bearer token for the context's cluster;
+            reads from the cache are authorized per user as the API server would, the
+            rest goes upstream with the user's token (``docs/many-users.md``).
+        audit_log: With ``user_tokens``, a file to append a JSON line to per request.
     """
 
     max_body_size: int = 3 * 1024 * 1024
@@ -132,6 +136,8 @@ class ProxySettings:
     max_connections: int = 4096
     handshake_timeout: float = 10.0
     watch: WatchLimits = dataclasses.field(default_factory=WatchLimits)
+    user_tokens: bool = False
+    audit_log: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -164,10 +170,15 @@ class Proxy:
         self.settings = settings or ProxySettings()
         self.discovery = DiscoveryCache(ttl=self.settings.discovery_ttl)
         self.refused = RefusedUpgrades()
-        self._resources: dict[tuple[str, int, str, str, str], Resource | None] = {}
+        self.resources = ResourceTable(self.discovery, self.settings.response_timeout)
         self._streams: dict[str, int] = {}  # context -> upstream streams open
         self.ending = anyio.Event()  # set by close(): streams passed through end
         s = self.settings
+        self.users = (
+            UserMode(registry, start_timeout=s.start_timeout, audit_log=s.audit_log)
+            if s.user_tokens
+            else None
+        )
         self.cached = CachedReads(
             registry,
             CachedSettings(
@@ -205,14 +216,13 @@ class Proxy:
         self.ending.set()
         self.cached.close()
 
-    @property
-    def _start_timeout(self) -> float:
-        return self.settings.start_timeout
-
     # ------------------------------------------------------------------ entry point
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind not in ("http", "websocket"):
+            return
+        if self.users is not None:
+            await self.users.serve(scope, receive, send, self._handle)
             return
         try:
             await self._handle(scope, receive, send)
@@ -241,6 +251,24 @@ class Proxy:
         path = parse_api_path(api_raw)
         if path is None:
             raise StatusError(404, "the server could not find the requested resource")
+        caller = await self.users.admit(context, path, scope) if self.users else None
+        if caller is not None and self.users is not None and self.users.watches(caller, scope):
+            run = functools.partial(self._route, context, path, api_raw, scope, receive, send)
+            await self.users.until_revoked(caller, run, send)
+            return
+        await self._route(context, path, api_raw, scope, receive, send)
+
+    async def _route(
+        self,
+        context: str,
+        path: ApiPath,
+        api_raw: bytes,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        caller = _caller(self.users)
+        who = caller.key if caller is not None else ""
         query = scope.get("query_string", b"")
         target = api_raw.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
         if scope["type"] == "websocket":
@@ -264,7 +292,7 @@ class Proxy:
             raise self.refused.recall(context, target) or spdy_refusal()
         impersonating = any(name.startswith("impersonate-") for name in headers)
         if method == "GET" and path.kind == "discovery" and not impersonating:
-            async with self._upstream(context) as up:
+            async with self._upstream(context, own=True) as up:
                 await self.discovery.serve(
                     up,
                     send,
@@ -272,37 +300,43 @@ class Proxy:
                     request_headers(scope),
                     response_timeout=self.settings.response_timeout,
                 )
+            if self.users is not None:
+                self.users.answered_from_cache()
             return
         # read once, as the API server reads it: the caps, the timeouts and the cache agree
         params = parse_query(query)
         watching = method == "GET" and params.is_watch
-        with self.cached.watch_slot(credential_key(scope), context) if watching else _no_slot():
+        slot = who or credential_key(scope)  # per user with --user-tokens
+        with self.cached.watch_slot(slot, context) if watching else _no_slot():
             if method == "GET" and self.settings.cache_reads:
                 read = classify(path, params, headers)
                 if read is not None and await self._serve_read(
-                    context, path, read, scope, receive, send
+                    context, path, read, scope, receive, send, who
                 ):
+                    if self.users is not None:
+                        self.users.answered_from_cache()
                     return
             await self._forward(context, path, target, params, scope, receive, send)
 
     # ------------------------------------------------------------------ upstream
     @contextlib.asynccontextmanager
-    async def _upstream(self, context: str) -> AsyncIterator[Upstream]:
-        """The context's upstream, or a StatusError (404 unknown, 503 cannot start)."""
+    async def _upstream(self, context: str, *, own: bool = False) -> AsyncIterator[Upstream]:
+        """The context's upstream, or a StatusError (404 unknown, 503 cannot start); with
+        ``--user-tokens`` the user's (their token), unless ``own`` (the proxy's cache)."""
         async with contextlib.AsyncExitStack() as stack:
             try:
-                with anyio.fail_after(self._start_timeout):
+                with anyio.fail_after(self.settings.start_timeout):
                     up = await stack.enter_async_context(self.registry.upstream(context))
             except TimeoutError:
                 raise StatusError(
                     503,
                     f"kubemux proxy: context {context!r} did not start within "
-                    f"{self._start_timeout:g}s",
+                    f"{self.settings.start_timeout:g}s",
                     headers={"Retry-After": "5"},
                 ) from None
             except KubemuxError as exc:
                 raise status_for_error(exc, context) from None
-            yield up
+            yield up if own or self.users is None else self.users.upstream(up)
 
     @contextlib.contextmanager
     def _stream_slot(self, context: str) -> Iterator[None]:
@@ -362,7 +396,8 @@ class Proxy:
         accepted = answer.status is not None and 200 <= answer.status < 300
         accepted = accepted and "dryRun" not in query
         if write and answer.body is not None and accepted:
-            self._mark_write(context, path, method, answer.body)
+            who = caller.key if (caller := _caller(self.users)) else ""
+            self._mark_write(bound_context(context, who), path, method, answer.body)
         if write and accepted and (path.group, path.plural) in _API_DEFINITIONS:
             self.discovery.invalidate(context)  # an API appeared or went: discovery again
 
@@ -398,35 +433,11 @@ class Proxy:
         """The resource a path names, from the built-in table or the group version's
         discovery document (cached); None if the cluster does not serve it (or not for
         list and watch)."""
-        builtin = _BUILTINS.get((path.group, path.version, path.plural))
+        builtin = self.resources.builtin(path)
         if builtin is not None:
             return builtin
-        gv = f"/apis/{path.group}/{path.version}" if path.group else f"/api/{path.version}"
-        async with self._upstream(context) as up:
-            key = (context, up.generation, path.group, path.version, path.plural)
-            if key in self._resources:
-                return self._resources[key]
-            try:
-                body = await self.discovery.document(
-                    up, gv, request_timeout=self.settings.response_timeout
-                )
-            except KubemuxError:
-                return None
-        found: Resource | None = None
-        if body is not None:
-            try:
-                doc = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                doc = None
-            if isinstance(doc, dict):
-                for res in parse_resource_list(doc):
-                    if res.plural == path.plural and set(res.verbs) >= _RESOURCE_VERBS:
-                        found = res
-                        break
-        if len(self._resources) > 4096:
-            self._resources.clear()
-        self._resources[key] = found
-        return found
+        async with self._upstream(context, own=True) as up:
+            return await self.resources.find(up, path)
 
     async def _serve_read(
         self,
@@ -436,12 +447,13 @@ class Proxy:
         scope: Scope,
         receive: Receive,
         send: Send,
+        who: str = "",
     ) -> bool:
         """Answer a read from the cache; False if it must go upstream after all."""
         resource = await self.resource_for(context, path)
         if resource is None:
             return False
-        return await self.cached.serve(context, resource, read, scope, receive, send)
+        return await self.cached.serve(context, resource, read, scope, receive, send, who)
 
 
 @contextlib.contextmanager
@@ -449,20 +461,15 @@ def _no_slot() -> Iterator[None]:
     yield
 
 
+def _caller(users: UserMode | None) -> Caller | None:
+    return users.caller() if users is not None else None
+
+
 def _upgrade_header(scope: Scope) -> bool:
     for name, value in scope.get("headers") or ():
         if name == b"upgrade" and value.lower().startswith(b"spdy/"):
             return True
     return False
-
-
-async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
-    error = StatusError(404, "the server could not find the requested resource")
-    if scope["type"] == "websocket":
-        await receive()
-        await deny(scope, send, error)
-    elif scope["type"] == "http":
-        await send_error(send, error)
 
 
 def create_app(registry: WatcherRegistry, *, settings: ProxySettings | None = None) -> Starlette:
@@ -485,6 +492,6 @@ def create_app(registry: WatcherRegistry, *, settings: ProxySettings | None = No
     proxy = Proxy(registry, settings)
     health_routes = [Route(path, health, methods=["GET", "HEAD"]) for path in HEALTH_PATHS]
     app = Starlette(routes=[Mount("/clusters", app=proxy), *health_routes])
-    app.router.default = _not_found
+    app.router.default = not_found
     app.state.proxy = proxy
     return app
