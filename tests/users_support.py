@@ -125,9 +125,7 @@ async def user_proxy(
         registry = await stack.enter_async_context(
             WatcherRegistry.from_kubeconfig(str(kubeconfig), transform=None)
         )
-        server = ProxyServer(
-            registry, port=0, settings=ProxySettings(user_tokens=True, **settings)
-        )
+        server = ProxyServer(registry, port=0, settings=ProxySettings(user_tokens=True, **settings))
         session = await stack.enter_async_context(aiohttp.ClientSession())
         async with anyio.create_task_group() as tg:
             with anyio.fail_after(TIMEOUT):

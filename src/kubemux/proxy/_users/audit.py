@@ -14,6 +14,7 @@ and counted (``dropped``), and the next line written says how many were.
 
 from __future__ import annotations
 
+import collections
 import datetime
 import logging
 import math
@@ -23,7 +24,6 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import orjson
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from starlette.types import Message, Send
 
 from .gate import Caller
@@ -46,12 +46,13 @@ class AuditLog:
 
     def __init__(self, path: str | os.PathLike[str], *, max_queued: int = MAX_QUEUED) -> None:
         self.path = os.fspath(path)
+        self.max_queued = max_queued
         self.dropped = 0
         self.written = 0
         self._dropped_reported = 0
-        self._send: MemoryObjectSendStream[bytes]
-        self._receive: MemoryObjectReceiveStream[bytes]
-        self._send, self._receive = anyio.create_memory_object_stream[bytes](max_queued)
+        self._queue: collections.deque[bytes] = collections.deque()
+        self._queued = anyio.Event()
+        self._wrote = anyio.Event()
 
     def __repr__(self) -> str:
         return f"<AuditLog written={self.written} dropped={self.dropped}>"
@@ -65,12 +66,11 @@ class AuditLog:
                 "groups": list(caller.user.groups),
                 **fields,
             }
-        try:
-            self._send.send_nowait(orjson.dumps(fields) + b"\n")
-        except anyio.WouldBlock:
+        if len(self._queue) >= self.max_queued:
             self.dropped += 1
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self.dropped += 1
+            return
+        self._queue.append(orjson.dumps(fields) + b"\n")
+        self._queued.set()
 
     def _write(self, lines: list[bytes]) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -81,41 +81,47 @@ class AuditLog:
         finally:
             os.close(fd)
 
+    async def wait_written(self, count: int) -> None:
+        """Return once ``count`` lines have been written (or dropped). Cancellation just
+        stops the wait."""
+        while self.written + self.dropped < count:
+            await self._wrote.wait()
+
+    def _take(self) -> list[bytes]:
+        lines = list(self._queue)
+        self._queue.clear()
+        if self.dropped != self._dropped_reported:
+            note = {"dropped": self.dropped - self._dropped_reported}
+            lines.append(orjson.dumps(note) + b"\n")
+            self._dropped_reported = self.dropped
+        return lines
+
+    async def _flush(self) -> None:
+        lines = self._take()
+        if not lines:
+            return
+        try:
+            await anyio.to_thread.run_sync(self._write, lines)
+        except OSError as exc:
+            log.warning("audit log %s: cannot write: %s", self.path, exc.strerror)
+            self.dropped += len(lines)
+            self._dropped_reported += len(lines)
+        else:
+            self.written += len(lines)
+        self._wrote.set()
+        self._wrote = anyio.Event()
+
     async def run(self) -> None:
         """Write queued lines until cancelled (the server's task group); what is queued
         then is written, bounded by 5 s."""
         try:
-            async for line in self._receive:
-                lines = [line]
-                while len(lines) < 1000:
-                    try:
-                        lines.append(self._receive.receive_nowait())
-                    except anyio.WouldBlock:
-                        break
-                if self.dropped != self._dropped_reported:
-                    note = {"dropped": self.dropped - self._dropped_reported}
-                    lines.append(orjson.dumps(note) + b"\n")
-                    self._dropped_reported = self.dropped
-                try:
-                    await anyio.to_thread.run_sync(self._write, lines)
-                except OSError as exc:
-                    log.warning("audit log %s: cannot write: %s", self.path, exc.strerror)
-                    self.dropped += len(lines)
-                else:
-                    self.written += len(lines)
+            while True:
+                await self._queued.wait()
+                self._queued = anyio.Event()
+                await self._flush()
         finally:
             with anyio.move_on_after(5, shield=True):
-                rest: list[bytes] = []
-                while True:
-                    try:
-                        rest.append(self._receive.receive_nowait())
-                    except (anyio.WouldBlock, anyio.EndOfStream):
-                        break
-                if rest:
-                    try:
-                        await anyio.to_thread.run_sync(self._write, rest)
-                    except OSError:
-                        pass
+                await self._flush()
 
 
 class Recorder:
