@@ -14,6 +14,7 @@ import anyio
 import pytest
 import yaml
 
+from kubectl_support import kubectl_binary, kubectl_process, run_kubectl
 from kubemux.testing import FakeCluster
 from kubemux.testing._state.state import RBAC_RESOURCES
 from support import TIMEOUT
@@ -301,3 +302,29 @@ async def test_the_audit_log_says_who_did_what_and_never_a_token(
         (None, "get", "unauthenticated", 401),
     ]
     assert lines[0]["by"] == "Role/web/reader" and lines[0]["bytes"] > 100
+
+
+async def test_kubectl_get_watch_ends_when_the_right_is_revoked(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    kubectl = kubectl_binary()
+    if kubectl is None:
+        pytest.skip("kubectl is not installed")
+    alice = cluster.add_user("alice")
+    async with user_proxy(cluster, tmp_path) as (server, _, _):
+        config = server.kubeconfig()
+        config["users"][0]["user"] = {"token": alice}  # the user adds their own token
+        path = tmp_path / "alice.yaml"
+        path.write_text(yaml.safe_dump(config))
+        async with kubectl_process(kubectl, path, "get", "pods", "-n", "web", "-w") as proc:
+            assert proc.stdout is not None
+            with anyio.fail_after(TIMEOUT):
+                seen = b""
+                while b"web-2" not in seen:
+                    seen += await proc.stdout.readline()
+            cluster.delete(RBAC_RESOURCES["rolebindings"], "web", "alice")
+            with anyio.fail_after(2):
+                await proc.wait()
+        code, _, err = await run_kubectl(kubectl, path, "get", "pods", "-n", "web")
+        assert code == 1
+        assert 'User "alice" cannot list resource "pods"' in err
