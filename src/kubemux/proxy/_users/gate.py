@@ -112,6 +112,8 @@ class UserGate:
         self.registry = registry
         self.start_timeout = start_timeout
         self._known: OrderedDict[bytes, None] = OrderedDict()
+        self._synced: dict[str, Authorizer] = {}  # by context: the fast path
+        self._keys: dict[User, str] = {}
 
     def __repr__(self) -> str:
         return f"<UserGate known-tokens={len(self._known)}>"
@@ -133,9 +135,13 @@ class UserGate:
             self._known.popitem(last=False)
 
     async def _authorizer(self, context: str) -> Authorizer:
+        found = self._synced.get(context)
+        if found is not None and found.has_synced and context in self.registry.contexts:
+            return found
         try:
             with anyio.fail_after(self.start_timeout):
-                return await self.registry.authorizer(context)
+                found = self._synced[context] = await self.registry.authorizer(context)
+                return found
         except (TimeoutError, NotSynced):
             raise StatusError(
                 503,
@@ -177,17 +183,23 @@ class UserGate:
                 headers={"Retry-After": "5"},
             ) from None
         self._remember(token)
-        return Caller(context, user, user_key(user), authz, token)
+        key = self._keys.get(user)
+        if key is None:
+            if len(self._keys) >= _KNOWN_MAX:
+                self._keys.clear()
+            key = self._keys[user] = user_key(user)
+        return Caller(context, user, key, authz, token)
 
     # ------------------------------------------------------------------ authorization
     @staticmethod
     def attributes(method: str, path: ApiPath, query: bytes) -> Attributes | None:
         """The request's attributes as the API server reads them; None when it cannot
         (the API server's own answer is then the one to give)."""
-        decoded = urllib.parse.unquote(path.raw)
+        decoded = urllib.parse.unquote(path.raw) if "%" in path.raw else path.raw
         if path.kind != "resource":
             return Attributes.non_resource(method.lower(), decoded)
-        pairs = urllib.parse.parse_qsl(query.decode("latin-1"), keep_blank_values=True)
+        text = query.decode("latin-1")
+        pairs = urllib.parse.parse_qsl(text, keep_blank_values=True) if text else ()
         try:
             return request_attributes(method, decoded, pairs)
         except ValueError:
