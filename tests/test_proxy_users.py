@@ -328,3 +328,18 @@ async def test_kubectl_get_watch_ends_when_the_right_is_revoked(
         code, _, err = await run_kubectl(kubectl, path, "get", "pods", "-n", "web")
         assert code == 1
         assert 'User "alice" cannot list resource "pods"' in err
+
+
+async def test_nothing_is_served_as_a_user_before_the_rbac_informers_have_synced(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    alice = cluster.add_user("alice")
+    cluster.fail_next(10_000, 500, path_prefix="/apis/rbac.authorization.k8s.io/v1/rolebindings")
+    async with user_proxy(cluster, tmp_path, start_timeout=1.0) as (_, proxied, _):
+        for token in (alice, ADMIN):
+            status, headers, body = await proxied.with_token(token).request(
+                "GET", "/api/v1/namespaces/web/pods"
+            )
+            assert status == 503, body
+            assert headers["Retry-After"] == "5"
+            assert b"RBAC" in body and b"web-0" not in body
