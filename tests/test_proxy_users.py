@@ -4,6 +4,7 @@ token, revocation reaching open watches, and no answer carried from one user to 
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 from collections.abc import AsyncIterator
@@ -15,7 +16,7 @@ import pytest
 import yaml
 
 from kubectl_support import kubectl_binary, kubectl_process, run_kubectl
-from kubemux.testing import FakeCluster
+from kubemux.testing import FakeCluster, kubeconfig_dict
 from kubemux.testing._state.state import RBAC_RESOURCES
 from support import TIMEOUT
 from users_support import ADMIN, binding, populate, role, user_proxy, who
@@ -343,3 +344,34 @@ async def test_nothing_is_served_as_a_user_before_the_rbac_informers_have_synced
             assert status == 503, body
             assert headers["Retry-After"] == "5"
             assert b"RBAC" in body and b"web-0" not in body
+
+
+async def test_a_users_request_never_presents_the_kubeconfigs_client_certificate(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """kube-apiserver takes a client certificate over a bearer token: with a kubeconfig
+    that authenticates by certificate, a user's request must connect without it."""
+    cert, key = cluster.issue_client_cert("kubeconfig-admin")
+    config = kubeconfig_dict({"prod": cluster})
+    config["users"][0]["user"] = {
+        "client-certificate-data": base64.b64encode(cert).decode(),
+        "client-key-data": base64.b64encode(key).decode(),
+    }
+    deployer = cluster.service_account_token("web", "deployer")
+    alice = cluster.add_user("alice")
+    cm = json.dumps({"metadata": {"name": "by-deployer"}}).encode()
+    async with user_proxy(cluster, tmp_path, kubeconfig=config) as (_, proxied, _):
+        status, _, _ = await proxied.with_token(deployer).request(
+            "POST", "/api/v1/namespaces/web/configmaps", data=cm
+        )
+        assert status == 201
+        status, _, _ = await proxied.with_token(alice).request(
+            "DELETE", "/api/v1/namespaces/web/configmaps/by-deployer"
+        )
+        assert status == 403  # as alice, not as the certificate's system:masters user
+        users = [r for r in cluster.requests if r.token in (deployer, alice)]
+        assert users and all(r.client_cert is None for r in users)
+        informers = [
+            r for r in cluster.requests if r.resource == "rolebindings.rbac.authorization.k8s.io"
+        ]
+        assert informers and all(r.client_cert == "kubeconfig-admin" for r in informers)

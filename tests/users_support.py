@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import anyio
+import yaml
 
 from kubemux import WatcherRegistry
 from kubemux.proxy import ProxyServer, ProxySettings, encode_context
@@ -116,14 +117,23 @@ class Client:
 
 @contextlib.asynccontextmanager
 async def user_proxy(
-    cluster: FakeCluster, tmp_path: Path, **settings: Any
+    cluster: FakeCluster,
+    tmp_path: Path,
+    *,
+    kubeconfig: dict[str, Any] | None = None,
+    **settings: Any,
 ) -> AsyncIterator[tuple[ProxyServer, Client, Client]]:
-    """The proxy in ``--user-tokens`` mode for ``cluster`` (context ``prod``), and a client
-    of the proxy and one of the cluster, both without a token yet."""
-    kubeconfig = write_kubeconfig(tmp_path / "config", {"prod": cluster})
+    """The proxy in ``--user-tokens`` mode for ``cluster`` (context ``prod``; or the
+    ``kubeconfig`` given), and a client of the proxy and one of the cluster, both without a
+    token yet."""
+    path = tmp_path / "config"
+    if kubeconfig is None:
+        write_kubeconfig(path, {"prod": cluster})
+    else:
+        path.write_text(yaml.safe_dump(kubeconfig))
     async with contextlib.AsyncExitStack() as stack:
         registry = await stack.enter_async_context(
-            WatcherRegistry.from_kubeconfig(str(kubeconfig), transform=None)
+            WatcherRegistry.from_kubeconfig(str(path), transform=None)
         )
         server = ProxyServer(registry, port=0, settings=ProxySettings(user_tokens=True, **settings))
         session = await stack.enter_async_context(aiohttp.ClientSession())
