@@ -375,3 +375,21 @@ async def test_a_users_request_never_presents_the_kubeconfigs_client_certificate
             r for r in cluster.requests if r.resource == "rolebindings.rbac.authorization.k8s.io"
         ]
         assert informers and all(r.client_cert == "kubeconfig-admin" for r in informers)
+
+
+async def test_upstream_streams_are_capped_per_user(cluster: FakeCluster, tmp_path: Path) -> None:
+    """With 4 streams per context, one user holds at most one: another user still gets
+    theirs."""
+    deployer = cluster.service_account_token("web", "deployer")
+    log = "/api/v1/namespaces/web/pods/web-0/log?follow=true"
+    async with user_proxy(cluster, tmp_path, max_upstream_streams=4) as (server, proxied, _):
+        first = proxied.with_token(deployer)
+        headers = {"Authorization": f"Bearer {deployer}"}
+        async with proxied.session.get(proxied.base + log, headers=headers, ssl=proxied.ssl) as r:
+            assert r.status == 200
+            status, resp_headers, _ = await first.request("GET", log)
+            assert status == 429 and resp_headers["Retry-After"] == "1"
+            admin = {"Authorization": f"Bearer {ADMIN}"}
+            async with proxied.session.get(proxied.base + log, headers=admin, ssl=proxied.ssl) as a:
+                assert a.status == 200
+                assert server.proxy.statistics().upstream_streams == 2

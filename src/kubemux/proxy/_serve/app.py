@@ -53,6 +53,7 @@ from .._users.mode import UserMode
 from .._watch.watch import WatchLimits
 from .health import HEALTH_PATHS, health, not_found
 from .resources import ResourceTable
+from .slots import StreamSlots
 
 __all__ = ["Proxy", "ProxySettings", "ProxyStatistics", "create_app"]
 
@@ -88,7 +89,8 @@ class ProxySettings:
         max_upstream_streams: Streams (``watch=true``, ``follow=true``, WebSockets) one
             context may have open upstream at once; more get a 429 with ``Retry-After``.
             A context's connections are shared with its informers (kubernetes-asyncio's
-            pool holds 100), so clients holding streams must not take them all.
+            pool holds 100), so clients holding streams must not take them all. With
+            ``user_tokens``, one user may hold a quarter of them (at least one).
         wait_timeout: Seconds a read of a resourceVersion newer than the cache waits for
             it (the watch cache's 3 s), then 504 ``Too large resource version``.
         read_your_writes_timeout: Seconds a read after a write through the proxy waits for
@@ -171,7 +173,7 @@ class Proxy:
         self.discovery = DiscoveryCache(ttl=self.settings.discovery_ttl)
         self.refused = RefusedUpgrades()
         self.resources = ResourceTable(self.discovery, self.settings.response_timeout)
-        self._streams: dict[str, int] = {}  # context -> upstream streams open
+        self.streams = StreamSlots(self.settings.max_upstream_streams)
         self.ending = anyio.Event()  # set by close(): streams passed through end
         s = self.settings
         self.users = (
@@ -203,7 +205,7 @@ class Proxy:
         cached = self.cached
         return ProxyStatistics(
             watches=cached.watching,
-            upstream_streams=sum(self._streams.values()),
+            upstream_streams=self.streams.total,
             scans_running=cached.scans.running,
             scans_waiting=cached.scans.waiting,
             pins=len(cached.pins),
@@ -340,21 +342,10 @@ class Proxy:
 
     @contextlib.contextmanager
     def _stream_slot(self, context: str) -> Iterator[None]:
-        """Count one upstream stream of ``context``; a 429 past the limit."""
-        open_now = self._streams.get(context, 0)
-        if open_now >= self.settings.max_upstream_streams:
-            raise StatusError(
-                429, "Too many requests, please try again later.", headers={"Retry-After": "1"}
-            )
-        self._streams[context] = open_now + 1
-        try:
+        """Count one upstream stream of ``context`` (and of the user); a 429 past a cap."""
+        caller = _caller(self.users)
+        with self.streams.slot(context, caller.key if caller is not None else ""):
             yield
-        finally:
-            left = self._streams[context] - 1
-            if left:
-                self._streams[context] = left
-            else:
-                del self._streams[context]
 
     async def _forward(
         self,
