@@ -329,6 +329,17 @@ async def test_kubectl_get_watch_ends_when_the_right_is_revoked(
         code, _, err = await run_kubectl(kubectl, path, "get", "pods", "-n", "web")
         assert code == 1
         assert 'User "alice" cannot list resource "pods"' in err
+        # kubectl auth can-i: a SelfSubjectAccessReview, upstream as alice
+        code, out, _ = await run_kubectl(
+            kubectl, path, "auth", "can-i", "list", "pods", "-n", "web"
+        )
+        assert (code, out.strip()) == (1, "no")
+        rb = binding("web", "alice", "Role", "reader", who("User", "alice"))
+        cluster.create(RBAC_RESOURCES["rolebindings"], rb)
+        code, out, _ = await run_kubectl(
+            kubectl, path, "auth", "can-i", "list", "pods", "-n", "web"
+        )
+        assert (code, out.strip()) == (0, "yes")
 
 
 async def test_nothing_is_served_as_a_user_before_the_rbac_informers_have_synced(

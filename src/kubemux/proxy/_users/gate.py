@@ -169,9 +169,9 @@ class UserGate:
                 synced, or when the kubeconfig's user may not review tokens.
         """
         token = bearer_token(scope)
-        authz = await self._authorizer(context)
         if token is None:
             raise StatusError(401, "Unauthorized")
+        authz = await self._authorizer(context)
         try:
             user = await authz.authenticate(token)
         except Unauthorized:
