@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from kubectl_support import kubectl_binary, kubectl_process, run_kubectl
+from kubemux.proxy._users.audit import AuditLog
 from kubemux.testing import FakeCluster, kubeconfig_dict
 from kubemux.testing._state.state import RBAC_RESOURCES
 from support import TIMEOUT
@@ -404,3 +405,20 @@ async def test_upstream_streams_are_capped_per_user(cluster: FakeCluster, tmp_pa
             async with proxied.session.get(proxied.base + log, headers=admin, ssl=proxied.ssl) as a:
                 assert a.status == 200
                 assert server.proxy.statistics().upstream_streams == 2
+
+
+async def test_the_audit_log_drops_and_counts_what_it_cannot_queue(tmp_path: Path) -> None:
+    """Recording never waits: past the queue's bound a line is dropped and counted, and the
+    next write says how many were."""
+    log = AuditLog(tmp_path / "audit.jsonl", max_queued=2)
+    for i in range(5):
+        log.record(None, {"n": i})
+    assert log.dropped == 3
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(log.run)
+        with anyio.fail_after(TIMEOUT):
+            await log.wait_written(3 + 3)  # two lines and the note, and the three dropped
+        tg.cancel_scope.cancel()
+    lines = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert lines == [{"n": 0}, {"n": 1}, {"dropped": 3}]
+    assert (tmp_path / "audit.jsonl").stat().st_mode & 0o777 == 0o600
