@@ -11,7 +11,7 @@ import pytest
 
 from kubemux import WatcherRegistry
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
-from support import TIMEOUT
+from support import TIMEOUT, wait_until
 
 
 @pytest.fixture
@@ -116,6 +116,7 @@ async def test_a_reloaded_context_can_still_go_idle(tmp_path: Path, cluster: Fak
             before = registry.kubeconfig_syncs
             write_kubeconfig(path, {"c": FakeContext(cluster=cluster, namespace="other")})
             await registry.wait_kubeconfig_sync(before)  # a reload: a new generation
-            assert await registry.watch("c", "pods") is not None
+            assert await registry.watch("c", "pods") is not None  # handed over: at once
+            await wait_until(lambda: registry._generations.gens["c"].is_running, registry=registry)
         assert registry.status().contexts["c"].generation == 2
         assert idle(registry, time.monotonic() + 1000) == {"c"}

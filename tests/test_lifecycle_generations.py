@@ -6,7 +6,8 @@ FakeConnector: DESIGN.md's invariants 1-5, without HTTP.
    calls coalesce; cleanup bounded in time;
 3. compare-and-delete: a generation ending deletes only its own entry;
 4. a start racing a stop returns a live generation's store or raises ContextRemoved;
-5. reload: the same informers on a new generation, a RESET first; no churn when unchanged.
+5. reload: the same informers on a new generation; the same cluster's take its stores over
+   (no RESET), another cluster's start with a RESET; no churn when unchanged.
 """
 
 from __future__ import annotations
@@ -269,13 +270,13 @@ async def test_a_start_racing_a_reload_returns_the_new_generations_store() -> No
 
                 tg.start_soon(watch)
                 await gate.wait_reached()
-                await gens.reload("a")  # stops #1 (RESET), starts #2 with the same slot
+                await gens.reload("a")  # stops #1, starts #2 with the same slot
                 await gate.wait_reached(2)  # #2's first sync
                 gate.open()
         gen = gens.gens["a"]
         assert gen.number == 2 and stores == [gen.slots[PODS_KEY].store]
         assert stores[0].get("default", "web-1") is not None
-        assert rec.finals == [("a", 1, "pods", "RESET")]
+        assert rec.finals == []  # #1 never synced: nothing to forget, nothing handed over
 
 
 async def test_a_storm_of_starts_stops_and_reloads_only_returns_live_stores() -> None:
@@ -332,18 +333,64 @@ async def test_reload_restarts_the_same_informers_after_a_reset() -> None:
         slot = gen.ensure_slot(PODS_KEY, PODS, persistent=False)
         with anyio.fail_after(TIMEOUT):
             await slot.ready.wait()
-        await gens.reload("a")
+        await gens.reload("a")  # the same cluster (issue 29): the store is handed over
         new = gens.gens["a"]
         assert gen.is_done and new.number == 2 and list(new.slots) == [PODS_KEY]
         assert new.slots[PODS_KEY].persistent  # a reload's informers retry
-        await wait_until(lambda: new.slots[PODS_KEY].store.has_synced, registry=rec.signal)
-        assert rec.finals == [("a", 1, "pods", "RESET")]
+        assert new.slots[PODS_KEY].store is slot.store and slot.store.has_synced
+        with anyio.fail_after(TIMEOUT):
+            await fake.wait_for(lambda: fake.running("a", "pods") == 1)
+        fake.create("a", "pods", make_pod("web-2"))
+        await wait_until(lambda: len(rec.changes) == 2, registry=rec.signal)
+        assert rec.finals == []  # no RESET: subscribers keep what they hold
         assert rec.changes == [
             ("a", 1, "pods", "ADDED", "web-1"),
-            ("a", 2, "pods", "ADDED", "web-1"),
+            ("a", 2, "pods", "ADDED", "web-2"),
         ]
         await gens.reload("nope")  # nothing runs for it: nothing happens
         assert fake.connects == ["a", "a"]
+
+
+async def test_stop_watcher_after_a_handover_drops_the_handed_over_caches() -> None:
+    """One owner at a time: the stores moved to #2, and stopping #2 clears them."""
+    fake = FakeConnector()
+    fake.create("a", "pods", make_pod("web-1"))
+    rec = Recorder()
+    gens = generations(fake, rec)
+    async with gens.open():
+        gen = await _current(gens)
+        slot = gen.ensure_slot(PODS_KEY, PODS, persistent=False)
+        with anyio.fail_after(TIMEOUT):
+            await slot.ready.wait()
+        await gens.reload("a")
+        assert gens.gens["a"].slots[PODS_KEY].store is slot.store and not gen.kept
+        assert await gens.stop_watcher("a")
+        assert not await gens.stop_watcher("a")  # idempotent
+        assert not slot.store.has_synced and len(slot.store) == 0
+        assert rec.finals == [("a", 2, "pods", "REMOVED")]
+        await fake.wait_for(lambda: fake.open_connections() == 0)
+        assert _tasks("kubemux informer") == []
+
+
+async def test_a_handed_over_store_nobody_takes_is_cleared() -> None:
+    """A live generation whose slot has a store of its own does not take the handed-over
+    one, which is cleared (its watches end) rather than left unfed."""
+    from kubemux._registry.handover import Kept
+
+    fake = FakeConnector()
+    rec = Recorder()
+    gens = generations(fake, rec)
+    async with gens.open():
+        gen = await _current(gens)
+        slot = gen.ensure_slot(PODS_KEY, PODS, persistent=False)
+        with anyio.fail_after(TIMEOUT):
+            await slot.ready.wait()
+        orphan = Store(PODS)
+        orphan.writer.replace([], "7")
+        async with gens.lock("a"):
+            gens.autostart("a", [(PODS_KEY, PODS)], Kept({PODS_KEY: orphan}, {}, {}))
+        assert gens.gens["a"] is gen and gen.slots[PODS_KEY] is slot
+        assert not orphan.has_synced
 
 
 async def test_through_the_registry_a_new_fingerprint_reloads_and_an_unchanged_one_does_not(
@@ -361,14 +408,28 @@ async def test_through_the_registry_a_new_fingerprint_reloads_and_an_unchanged_o
             write_kubeconfig(path, {"a": FakeContext(cluster="https://a.fake.invalid", token="t1")})
             await registry.sync_kubeconfig()  # the same fingerprint: no churn
             assert fake.connects == ["a"] and registry._generations.gens["a"].number == 1
+            store = registry.store("a", "pods")
+            # a new token, the same cluster: the caches go on, nothing is reset (issue 29)
             write_kubeconfig(path, {"a": FakeContext(cluster="https://a.fake.invalid", token="t2")})
             await registry.sync_kubeconfig()
+            fake.create("a", "pods", make_pod("web-2"))
             seen = []
             with anyio.fail_after(TIMEOUT):
                 async for c in changes:
                     seen.append((c.type, c.name, c.generation))
-                    if len(seen) == 2:
+                    if len(seen) == 1:
+                        # another server: what watched the old cluster ends
+                        write_kubeconfig(
+                            path, {"a": FakeContext(cluster="https://b.fake.invalid", token="t2")}
+                        )
+                        await registry.sync_kubeconfig()
+                    if len(seen) == 4:
                         break
-        assert seen == [("RESET", "", 1), ("ADDED", "web-1", 2)]
-        assert fake.connects == ["a", "a"]
-        assert registry.store("a", "pods") is not None
+        assert seen == [
+            ("ADDED", "web-2", 2),
+            ("RESET", "", 2),
+            ("ADDED", "web-1", 3),
+            ("ADDED", "web-2", 3),
+        ]
+        assert fake.connects == ["a", "a", "a"]
+        assert store is not None and registry.store("a", "pods") is not store

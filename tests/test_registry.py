@@ -6,6 +6,7 @@ import contextlib
 import logging
 import random
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -120,9 +121,12 @@ async def test_context_removed_from_file_stops_everything(
             await registry.watch("b", "pods")
 
 
-async def test_reload_with_new_token(
+async def test_a_rotated_token_hands_the_caches_over_and_sends_no_reset(
     tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
 ) -> None:
+    """Issue 29, point 4: a reload that keeps the cluster (a new token) keeps the store
+    (the same object), and what changed while nobody watched comes as the changes a
+    watcher would have seen: no RESET."""
     a, _ = two_clusters
     path = _kubeconfig(tmp_path, {"a": a})
     async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
@@ -132,24 +136,109 @@ async def test_reload_with_new_token(
         gen_before = registry.status().contexts["a"].generation
         a.tokens.add("tok-new")
         async with registry.subscribe("pods", ["a"], snapshot=False) as changes:
+            a.stall()  # what changes now reaches no watch: only the next LIST shows it
+            a.create("pods", make_pod("a-3"))
+            a.delete("pods", "default", "a-0")
             await rewrite_kubeconfig(
                 registry, path, {"a": FakeContext(cluster=a, token="tok-new")}, present=()
             )
+            a.unstall()
             seen = []
             with anyio.fail_after(TIMEOUT):
-                while len(seen) < 4:  # RESET, then the fresh state
+                while len(seen) < 2:
                     seen.append(await changes.__anext__())
-        assert seen[0].type == "RESET"
-        assert [c.type for c in seen[1:]] == ["ADDED"] * 3
+        assert sorted((c.type, c.name) for c in seen) == [("ADDED", "a-3"), ("DELETED", "a-0")]
         with anyio.fail_after(TIMEOUT):
             store = await registry.watch("a", "pods")
             await a.wait_for(
                 lambda: a.open_watches_for("tok-a") == 0 and a.open_watches_for("tok-new") == 1
             )
-        assert store is not old_store
-        assert _names(store) == {"a-0", "a-1", "a-2"}
+        assert store is old_store and store.has_synced
+        assert _names(store) == {"a-1", "a-2", "a-3"}
         assert registry.status().contexts["a"].generation > gen_before
         assert a.requests_for("tok-new")
+
+
+async def test_a_handed_over_store_the_new_credential_may_not_read_is_cleared(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    """The same cluster, a credential it refuses: what the old one listed is not served on."""
+    a, _ = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a})
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+        with anyio.fail_after(TIMEOUT):
+            store = await registry.watch("a", "pods")
+        async with registry.subscribe("pods", ["a"], snapshot=False) as changes:
+            await rewrite_kubeconfig(
+                registry, path, {"a": FakeContext(cluster=a, token="revoked")}, present=()
+            )
+            with anyio.fail_after(TIMEOUT):
+                first = await changes.__anext__()
+        assert first.type == "RESET"
+        assert not store.has_synced and len(store) == 0
+        with anyio.fail_after(TIMEOUT), pytest.raises(Unauthorized):
+            await registry.watch("a", "pods")
+
+
+# the old fake is stopped under the registry's pooled keep-alive connections (a restore):
+# its server side of them is reported unclosed at collection
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_handed_over_store_never_goes_back_in_time(tmp_path: Path) -> None:
+    """The same server URL, but a cluster restored with older resourceVersions (a new fake
+    on the same port): the new informer's LIST is older than what the store had shown, so
+    the store starts over (a RESET, then the restored state) instead of going back."""
+    async with contextlib.AsyncExitStack() as before:
+        old = await before.enter_async_context(FakeCluster(tokens={"t1", "t2"}, name="old"))
+        for i in range(5):
+            old.create("pods", make_pod(f"old-{i}"))
+        path = _kubeconfig(tmp_path, {"a": FakeContext(cluster=old, token="t1")})
+        async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+            with anyio.fail_after(TIMEOUT):
+                store = await registry.watch("a", "pods")
+            assert store.resource_version == "5"
+            async with registry.subscribe("pods", ["a"], snapshot=False) as changes:
+                port = old.port
+                await before.aclose()  # the cluster goes; one restored from a backup comes
+                async with FakeCluster(tokens={"t1", "t2"}, name="new", port=port) as new:
+                    new.create("pods", make_pod("restored-0"))  # resourceVersion 1
+                    await rewrite_kubeconfig(
+                        registry, path, {"a": FakeContext(cluster=new, token="t2")}, present=()
+                    )
+                    seen = []
+                    with anyio.fail_after(TIMEOUT):
+                        while len(seen) < 2:
+                            seen.append(await changes.__anext__())
+                    assert [(c.type, c.name) for c in seen] == [
+                        ("RESET", ""),
+                        ("ADDED", "restored-0"),
+                    ]
+                    assert registry.store("a", "pods") is store
+                    assert store.resource_version == "1" and len(store) == 1
+
+
+async def test_a_reload_onto_another_cluster_resets(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    """A reload that changes the server ends what watched the old cluster: a RESET, a new
+    store, never the old cluster's objects carried on."""
+    a, b = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a})
+    async with WatcherRegistry.from_kubeconfig(str(path)) as registry:
+        with anyio.fail_after(TIMEOUT):
+            old_store = await registry.watch("a", "pods")
+        async with registry.subscribe("pods", ["a"], snapshot=False) as changes:
+            await rewrite_kubeconfig(registry, path, {"a": b}, present=())
+            seen = []
+            with anyio.fail_after(TIMEOUT):
+                while len(seen) < 4:  # RESET, then the other cluster's pods
+                    seen.append(await changes.__anext__())
+        assert seen[0].type == "RESET"
+        assert {c.type for c in seen[1:]} == {"ADDED"}
+        assert not old_store.has_synced and len(old_store) == 0
+        with anyio.fail_after(TIMEOUT):
+            store = await registry.watch("a", "pods")
+        assert store is not old_store
+        assert not _names(store) & {"a-0", "a-1", "a-2"}
 
 
 async def test_unchanged_fingerprint_no_churn_and_broken_file_removes_nothing(
@@ -548,3 +637,50 @@ async def test_autowatch_in_the_table_view(
         # synced is after the LIST; the watch opens a moment later: then exactly one
         await a.wait_for(lambda: a.open_watches >= 1, timeout=TIMEOUT)
         assert a.open_watches == 1
+
+
+async def test_a_shared_watch_outlives_a_token_rotation_too(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster], redis_server: Any
+) -> None:
+    """Through a share engine (Redis): the handed-over store is filled by the engine's slot
+    (leading it: a LIST into a synced store is a relist), still with no RESET."""
+    pytest.importorskip("redis")
+    from kubemux.share import Redis
+
+    a, _ = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a})
+    share = Redis(redis_server.url, prefix="h", lease_ttl=1.5, acquire_period=0.25)
+    async with WatcherRegistry.from_kubeconfig(str(path), share=share) as registry:
+        with anyio.fail_after(TIMEOUT):
+            store = await registry.watch("a", "pods")
+        a.tokens.add("tok-new")
+        async with registry.subscribe("pods", ["a"], snapshot=False) as changes:
+            await rewrite_kubeconfig(
+                registry, path, {"a": FakeContext(cluster=a, token="tok-new")}, present=()
+            )
+            with anyio.fail_after(TIMEOUT):
+                await a.wait_for(lambda: a.open_watches_for("tok-new") == 1)
+                a.create("pods", make_pod("a-new"))
+                first = await changes.__anext__()
+        assert (first.type, first.name) == ("ADDED", "a-new")
+        assert registry.store("a", "pods") is store and "a-new" in _names(store)
+
+
+async def test_a_first_sync_that_fails_sends_subscribers_no_reset(
+    tmp_path: Path, two_clusters: tuple[FakeCluster, FakeCluster]
+) -> None:
+    """A store dropped before it was ever listed held nothing anyone saw: no RESET."""
+    a, _ = two_clusters
+    path = _kubeconfig(tmp_path, {"a": a})
+    async with (
+        WatcherRegistry.from_kubeconfig(str(path)) as registry,
+        registry.subscribe("pods", ["a"], snapshot=False) as changes,
+    ):
+        a.fail_next(1, 403, reason="Forbidden", path_prefix="/api/v1/namespaces/default/pods")
+        with anyio.fail_after(TIMEOUT), pytest.raises(kubemux.Forbidden):
+            await registry.watch("a", "pods", namespace="default")
+        with anyio.fail_after(TIMEOUT):
+            await registry.stop_watcher("a")  # forgets the failure: no backoff to wait out
+            await registry.watch("a", "pods", namespace="default")
+            seen = [await changes.__anext__() for _ in range(3)]
+        assert [c.type for c in seen] == ["ADDED"] * 3

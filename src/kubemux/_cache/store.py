@@ -32,6 +32,7 @@ from .._resources import Resource
 from .._wire import codec as _codec
 from .._wire.codec import Entry, StoreChange, decode_entry, decode_raw
 from .._wire.types import View
+from .._wire.versions import rv_int
 from .history import EventHistory, HistoryEvent
 from .snapshot import Key, SortedNames, StoreSnapshot
 from .stream import ChangeStream, StoreListener, release_sliced
@@ -133,6 +134,7 @@ class Store:
         "_count",
         "_cow",
         "_drop_mf",
+        "_floor",
         "_history",
         "_indexers",
         "_items",
@@ -173,6 +175,7 @@ class Store:
         self._by_index: dict[str, dict[str, set[Key]]] = {n: {} for n in self._indexers}
         self._keyvals: dict[Key, tuple[tuple[str, ...], ...]] = {}
         self._synced = False
+        self._floor: int | None = None  # the next full list must not be older (a handover)
         self._reads = 0  # bumped by reads: how the registry tells a store in use (idle reaping)
         # copy-on-write for snapshots: once one is taken (_cow), a bucket is copied the first
         # time it changes (then it is in _owned) until every bucket is new again (a commit)
@@ -507,6 +510,7 @@ class Store:
         replacement = Replacement(self)
         for entry in entries:
             replacement.add(entry)
+        replacement._start_over_if_older(resource_version)
         for _ in replacement._find_deleted(slice_size=self._count + 1):
             pass
         changes, relist = replacement._swap(resource_version)
@@ -609,6 +613,14 @@ class StoreWriter:
         tests, static data); returns the changes a watcher would have seen."""
         return self._store._replace(entries, resource_version)
 
+    def set_floor(self, resource_version: str) -> None:
+        """The next full list must not be older than ``resource_version`` (a decimal one;
+        else nothing is checked): one that is starts the store over (cleared, so its
+        watches end, then listed as new) rather than showing a past after a newer present.
+        Set when a same-cluster reload hands a synced store to a new informer."""
+        rv = rv_int(resource_version)
+        self._store._floor = rv
+
     def clear(self) -> None:
         """Empty the store (its context stopped or reloaded): not synced any more; its
         listeners hear :meth:`~StoreListener.cleared` (the history's a ``RESET``)."""
@@ -697,7 +709,9 @@ class Replacement:
 
         Cancellation before the swap leaves the store as it was; after it, the changes not
         announced yet are announced at once (listeners are never left behind the store).
+        A list older than the store's floor (:meth:`StoreWriter.set_floor`) starts it over.
         """
+        self._start_over_if_older(resource_version)
         for _ in self._find_deleted(slice_size):
             await anyio.lowlevel.checkpoint()
         changes, relist = self._swap(resource_version)
@@ -707,6 +721,31 @@ class Replacement:
         )
         await release_sliced(changes, slice_size)
         return count
+
+    def _start_over_if_older(self, resource_version: str) -> None:
+        """The first list after a handover (the store has a floor): if it is older than what
+        the store has shown, clear the store (its listeners hear it: the history's watches
+        end, subscribers get a RESET) and make this list a first one (every object ADDED).
+        Never a past after a newer present: a watcher resuming from what it saw would ask
+        the server for a future."""
+        store = self._store
+        floor, store._floor = store._floor, None
+        rv = rv_int(resource_version)
+        if floor is None or rv is None or rv >= floor or not store._synced:
+            return
+        log.warning(
+            "%r: a list at resourceVersion %s is older than the %s it had shown; its watches "
+            "end and it starts over",
+            store,
+            rv,
+            floor,
+        )
+        store._clear()
+        self._changes = [
+            StoreChange("ADDED", _entry(ns, name, kept), None)
+            for ns, bucket in self._items.items()
+            for name, kept in bucket.items()
+        ]
 
     def _find_deleted(self, slice_size: int) -> Iterator[None]:
         """Record the old objects missing from the new list; yields every ``slice_size``."""

@@ -25,6 +25,13 @@ __all__ = ["ContextConfig", "KubeconfigSnapshot", "credential_insensitive", "mer
 _ANONYMOUS_USER: Final = "kubemux-anonymous"
 _HASHED_USER_FIELDS: Final = ("client-certificate", "client-key")  # not tokenFile
 _JSON_OPTIONS: Final = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+_CLUSTER_IDENTITY: Final = (  # which cluster, whatever the credentials (ContextConfig.cluster_key)
+    "server",
+    "certificate-authority-data",
+    "tls-server-name",
+    "insecure-skip-tls-verify",
+    "proxy-url",
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -60,6 +67,11 @@ class ContextConfig:
     user_source: str | None = dataclasses.field(default=None, compare=False)
     """The file that defined the user entry, when it is not :attr:`source` (merged
     kubeconfigs): where a refreshed OIDC token is written back."""
+    cluster_key: str = dataclasses.field(default="", compare=False)
+    """sha256 hex digest of what says *which cluster* the context talks to: the server, the
+    CA's bytes (inline or the file's), ``tls-server-name``, ``insecure-skip-tls-verify``
+    and ``proxy-url``. Two generations with the same key watch the same cluster, whatever
+    their credentials: a reload that keeps it hands the caches over (watches go on)."""
 
     @property
     def display_server(self) -> str:
@@ -299,6 +311,15 @@ def _build_context(
         context_entry["context"]["user"] = _ANONYMOUS_USER
         copy["user"] = {"name": _ANONYMOUS_USER, "user": {}}
     namespace = ctx.get("namespace") or None
+    cluster_digest = hashlib.sha256(
+        orjson.dumps(
+            {k: cluster.get(k) for k in _CLUSTER_IDENTITY},
+            default=_json_default,
+            option=_JSON_OPTIONS,
+        )
+    )
+    if ca_file := cluster.get("certificate-authority"):
+        cluster_digest.update(b"\0" + hash_file(ca_file, file_hashes))
     return ContextConfig(
         name=name,
         cluster_name=cluster_name,
@@ -307,6 +328,7 @@ def _build_context(
         namespace=namespace,
         source=source,
         fingerprint=digest.hexdigest(),
+        cluster_key=cluster_digest.hexdigest(),
         config={
             "apiVersion": "v1",
             "kind": "Config",

@@ -3,17 +3,18 @@ snapshots."""
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 
 from .._cache.stream import StoreListener
 from .._informer.informer import InformerKey
 from .._resources import Resource
 from .._wire.codec import StoreChange
 from .._wire.types import View
-from .context import ContextGeneration, Slot, iter_synced
+from .connector import SlotSource
+from .context import ContextGeneration, Slot
 from .fanout import Change, Fanout, Subscription
 
-__all__ = ["Publisher", "ResourceNames", "SlotPublisher", "scope", "subscription"]
+__all__ = ["Publisher", "ResourceNames", "SlotPublisher", "iter_synced", "scope", "subscription"]
 
 
 class Publisher:
@@ -74,7 +75,7 @@ class SlotPublisher(StoreListener):
     """One slot's store listener: each change as a :class:`Change` to the fanout (when
     anybody subscribes), and to the generation's event index (an events slot's)."""
 
-    __slots__ = ("context", "fanout", "feeds_index", "gen", "number", "resource", "view")
+    __slots__ = ("context", "fanout", "feeds_index", "gen", "held", "number", "resource", "view")
 
     def __init__(self, fanout: Fanout, gen: ContextGeneration, slot: Slot, *, feeds_index: bool):
         self.fanout = fanout
@@ -82,6 +83,7 @@ class SlotPublisher(StoreListener):
         self.context, self.number = gen.key, gen.number
         self.resource, self.view = slot.key.resource, slot.key.view
         self.feeds_index = feeds_index
+        self.held = slot.store.has_synced  # subscribers may hold its objects (handed over)
 
     def __repr__(self) -> str:
         return f"<SlotPublisher {self.context!r} #{self.number} {self.resource} {self.view}>"
@@ -100,6 +102,25 @@ class SlotPublisher(StoreListener):
             index = self.gen.event_index
             if index is not None:
                 index.apply(change.type, entry)
+
+    def listed(
+        self, resource_version: str, changes: Sequence[StoreChange], *, relist: bool
+    ) -> None:
+        self.held = True
+
+    def cleared(self) -> None:
+        """The store started over under a running generation (a list older than it had
+        shown after a handover, or a new credential refused): subscribers forget it; fresh
+        ADDEDs follow. Nothing is said for a store never listed, nor on a stop (the
+        generation's final change says it)."""
+        if self.gen.is_stopping or not self.held:
+            return
+        self.held = False
+        self.fanout.publish(
+            Change(self.context, self.resource, "RESET", None, self.number, view=self.view), None
+        )
+        if self.feeds_index and (index := self.gen.event_index) is not None:
+            index.clear()
 
 
 def scope(namespace: str | None, namespaces: Iterable[str] | None) -> str | frozenset[str] | None:
@@ -197,3 +218,19 @@ def _alias_names(res: Resource) -> frozenset[str]:
         names |= {f"{n}.{res.group}" for n in list(names)}
         names.add(f"{res.plural}.{res.version}.{res.group}")
     return frozenset(names)
+
+
+def iter_synced(
+    generations: Iterable[ContextGeneration], resources: Container[str] | None
+) -> Iterable[tuple[ContextGeneration, Slot, SlotSource]]:
+    """(generation, slot, source) of every synced slot of running generations."""
+    for gen in generations:
+        if not gen.is_running:
+            continue
+        for slot in gen.slots.values():
+            source = slot.source
+            if resources is not None and slot.key.resource not in resources:
+                continue
+            if source is None or not slot.store.has_synced:
+                continue
+            yield gen, slot, source

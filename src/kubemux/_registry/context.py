@@ -24,7 +24,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import anyio
 import anyio.abc
@@ -33,7 +33,14 @@ from .._auth.provider import recording_interruptions
 from .._cache.event_index import EventIndex
 from .._cache.store import Store
 from .._cache.stream import StoreListener
-from .._errors import ContextRemoved, Forbidden, StartTimeout, as_kubemux_error, unwrap
+from .._errors import (
+    ContextRemoved,
+    Forbidden,
+    StartTimeout,
+    Unauthorized,
+    as_kubemux_error,
+    unwrap,
+)
 from .._informer.informer import InformerKey, InformerStatus
 from .._informer.repeats import RepeatedWarning
 from .._kubeconfig.load import ContextConfig
@@ -42,9 +49,10 @@ from .._settings import Backoff
 from .._wire.types import View
 from .connector import Connection, Connector, SlotSource
 from .failure import Failure
+from .narrowing import Narrowed, narrowed_scope
 from .status import ContextState
 
-__all__ = ["ContextGeneration", "GenerationSettings", "Hooks", "Narrowed", "Slot", "iter_synced"]
+__all__ = ["ContextGeneration", "GenerationSettings", "Hooks", "Narrowed", "Slot"]
 
 log = logging.getLogger(__name__)
 
@@ -83,28 +91,6 @@ class GenerationSettings:
     def __post_init__(self) -> None:
         if not self.start_timeout > 0:
             raise ValueError(f"start_timeout must be positive, not {self.start_timeout!r}")
-
-
-@dataclasses.dataclass(slots=True)
-class Narrowed:
-    """A cluster-wide informer whose LIST was forbidden, replaced by one per namespace."""
-
-    scope: tuple[str, ...]
-    reason: str
-    store: Store | None = None  # the union view, once built (for ``store()``)
-
-
-def narrowed_scope(
-    config: ContextConfig, configured: Sequence[str] | None, error: Forbidden
-) -> Narrowed:
-    """Where a forbidden cluster-wide LIST falls back to, and the note that says so."""
-    scope = tuple(dict.fromkeys(configured or [config.namespace or "default"]))
-    origin = "configured for the context" if configured else "the context's namespace"
-    reason = (
-        f"listing across all namespaces is forbidden ({error.message or error.reason}); "
-        f"watching {', '.join(scope)} ({origin})"
-    )
-    return Narrowed(scope, reason)
 
 
 class Slot:
@@ -175,6 +161,8 @@ class ContextGeneration:
         self._started = anyio.Event()  # connected, or the first start attempt failed
         self._done = anyio.Event()
         self._connected_once = False  # subscribers may hold its objects: say goodbye
+        self.keep_stores = False  # a same-cluster reload: synced stores go to the successor
+        self.kept: dict[InformerKey, Store] = {}  # ... once this generation has ended
 
     def __repr__(self) -> str:
         return (
@@ -225,8 +213,11 @@ class ContextGeneration:
         return tuple(st for s in self.slots.values() if (st := s.status()) is not None)
 
     # ------------------------------------------------------------------ control
-    def ensure_slot(self, key: InformerKey, resource: Resource, *, persistent: bool) -> Slot:
-        """The slot for ``key``, created (and started once connected) if missing.
+    def ensure_slot(
+        self, key: InformerKey, resource: Resource, *, persistent: bool, store: Store | None = None
+    ) -> Slot:
+        """The slot for ``key``, created (and started once connected) if missing; ``store``:
+        a synced one handed over by the generation before (its slot is ready at once).
 
         Raises:
             ContextRemoved: the generation is stopping; nothing is started on it.
@@ -236,7 +227,11 @@ class ContextGeneration:
             return slot
         if self.is_stopping:
             raise ContextRemoved(self.key, self.stop_reason or "stopped")
-        slot = Slot(key, resource, self._settings.make_store(resource, key.view), persistent)
+        store = store if store is not None else self._settings.make_store(resource, key.view)
+        slot = Slot(key, resource, store, persistent)
+        if store.has_synced:  # handed over: served while the new informer relists into it
+            slot.ready.set()
+            self._connected_once = True  # subscribers hold its objects: a stop says goodbye
         slot.unlisten = slot.store.writer.add_listener(self._hooks.publisher(self, slot))
         self.slots[key] = slot
         if self._tg is not None and self._connection is not None:
@@ -398,6 +393,8 @@ class ContextGeneration:
             log.error("context %r: %s: unexpected error", self.key, slot.key, exc_info=exc)
         failure = Failure.record(error, previous, backoff)
         slot.failure = failure
+        if slot.store.has_synced and isinstance(error, Unauthorized | Forbidden):
+            slot.store.writer.clear()  # handed over, then refused: what it holds is not ours
         self._hooks.slot_failed(self, slot.key, failure)
         slot.ready.set()
         self._hooks.state_changed()
@@ -452,7 +449,11 @@ class ContextGeneration:
             if not slot.ready.is_set():
                 slot.failure = self.failure or Failure(removed)
                 slot.ready.set()
-            _drop_store(slot)
+            if self.keep_stores and slot.store.has_synced:  # not cleared: handed over
+                slot.unlisten()
+                slot.source, self.kept[slot.key] = None, slot.store
+            else:
+                _drop_store(slot)
         if self._connected_once and self.final_change is not None:
             for resource, view in sorted(
                 {(s.key.resource, s.key.view) for s in self.slots.values()}
@@ -480,19 +481,3 @@ async def _prune_forever(index: EventIndex, period: float) -> None:
     while True:
         await anyio.sleep(period)
         index.prune()
-
-
-def iter_synced(
-    generations: Iterable[ContextGeneration], resources: Container[str] | None
-) -> Iterable[tuple[ContextGeneration, Slot, SlotSource]]:
-    """(generation, slot, source) of every synced slot of running generations."""
-    for gen in generations:
-        if not gen.is_running:
-            continue
-        for slot in gen.slots.values():
-            source = slot.source
-            if resources is not None and slot.key.resource not in resources:
-                continue
-            if source is None or not slot.store.has_synced:
-                continue
-            yield gen, slot, source

@@ -39,6 +39,7 @@ from .._resources import Resource
 from .._wire.types import View
 from .context import ContextGeneration, GenerationSettings, Hooks, Slot
 from .failure import Failure
+from .handover import Kept, adopt, release, release_untaken, same_cluster, stop_keeping
 from .status import ContextState, ContextStatus, build_context_status
 
 __all__ = ["Generations", "Specs"]
@@ -288,18 +289,21 @@ class Generations:
             failure.reraise()
         return self._spawn(context, persistent=False)
 
-    def autostart(self, name: str, specs: Specs) -> None:
+    def autostart(self, name: str, specs: Specs, kept: Kept | None = None) -> None:
         """Start the autowatched and ``specs`` informers of ``name`` (caller holds its lock
-        or runs before any other task could)."""
+        or runs before any other task could); ``kept``: the stores they take over."""
         wanted = dict(self._autowatch)
         wanted.update(dict(specs))
         if not wanted or self._state != "open" or name not in self._source.contexts:
+            release(kept)  # nobody takes them over: cleared (their watches end)
             return
         gen = self.gens.get(name)
         if gen is None or gen.is_stopping:
             gen = self._spawn(name, persistent=True)
+        stores = adopt(gen, kept) if kept is not None else {}
         for key, resource in wanted.items():
-            gen.ensure_slot(key, resource, persistent=True)
+            gen.ensure_slot(key, resource, persistent=True, store=stores.get(key))
+        release_untaken(gen, stores)
 
     async def remove(self, name: str) -> None:
         self.forget_failures(name)
@@ -317,9 +321,12 @@ class Generations:
             if gen is None:
                 return
             log.info("kubeconfig: reloading %s", name)
-            specs = gen.specs()
-            await self._stop_generation(gen, "reloaded (kubeconfig changed)", "RESET")
-            self.autostart(name, specs)
+            specs, kept = gen.specs(), None
+            if gen.is_running and same_cluster(gen.config, self._source.contexts.get(name)):
+                kept = await stop_keeping(gen, self._stop_generation)  # watches go on
+            else:
+                await self._stop_generation(gen, "reloaded (kubeconfig changed)", "RESET")
+            self.autostart(name, specs, kept)
 
     async def add(self, name: str) -> None:
         async with self.lock(name):

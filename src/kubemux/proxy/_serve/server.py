@@ -21,8 +21,10 @@ event loop:
 
 :meth:`ProxyServer.kubeconfig` is the kubeconfig that points kubectl at it: the same
 context names, current context and namespaces, each context's server
-``https://127.0.0.1:PORT/clusters/{encoded name}``, the CA as
-``certificate-authority-data`` and the token; no upstream credential.
+``https://127.0.0.1:PORT/clusters/{encoded name}`` with a ``tls-server-name`` of its own
+(:mod:`.sni`: kubectl before 1.34 drops the URL's path for ``get --raw``; its SNI still
+names the context), the CA as ``certificate-authority-data`` and the token; no upstream
+credential.
 :meth:`ProxyServer.follow_kubeconfig` keeps such a file current as the registry's
 kubeconfig changes (written atomically, mode 0600).
 """
@@ -39,7 +41,7 @@ import os
 import secrets
 import socket
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +64,8 @@ from .._upstream.raw_upgrade import RAW_UPGRADE
 from .._upstream.upgrade import deny
 from .admission import Admission, Admitted, connection_limit
 from .app import ProxySettings, create_app
-from .tls import LOOPBACK_NAMES, ProxyCertificates, make_certificates
+from .sni import SNI_EXTENSION, SniRouter, server_name
+from .tls import LOOPBACK_NAMES, ProxyCertificates, make_certificates, server_name_of
 
 __all__ = ["ProxyServer", "is_loopback"]
 
@@ -92,11 +95,19 @@ def _host(header: str) -> str:
 class _Guard:
     """Host check and bearer token in front of the proxy app."""
 
-    def __init__(self, app: ASGIApp, token: str, allowed_hosts: frozenset[str] | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str,
+        allowed_hosts: frozenset[str] | None,
+        contexts: Callable[[], Mapping[str, Any]],
+    ) -> None:
         self.app = app
         self._token = token.encode("utf-8")
         self.allowed_hosts = allowed_hosts
         self.users: Any = None  # the app's UserMode with --user-tokens
+        self._contexts = contexts
+        self._sni = SniRouter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -115,6 +126,11 @@ class _Guard:
             error = StatusError(400, "kubemux proxy: this Host is not the proxy's")
         elif not self.authorized(authorization):
             error = StatusError(401, "Unauthorized")
+        else:
+            try:  # the one place a request's context is decided when its path lost it
+                scope = self._sni.route(scope, self._contexts())  # type: ignore[arg-type]
+            except StatusError as exc:
+                error = exc
         if error is None:
             await self.app(scope, receive, send)
             return
@@ -225,9 +241,14 @@ def _http_protocol(
                         self.admitted.trust()
             upgrade = self._get_upgrade()  # uvicorn's own (this subclasses its protocol)
             spdy = upgrade is not None and upgrade.startswith(b"spdy/") and self._raw is None
+            extensions: dict[str, Any] = {}
+            if (sni := server_name_of(self.transport.get_extra_info("ssl_object"))) is not None:
+                extensions[SNI_EXTENSION] = sni  # which context, when the path says not (.sni)
             if spdy:
                 self._raw = _RawDownstream(self)
-                self.scope["extensions"] = {RAW_UPGRADE: self._raw}  # type: ignore[dict-item]
+                extensions[RAW_UPGRADE] = self._raw
+            if extensions:
+                self.scope["extensions"] = {**(self.scope.get("extensions") or {}), **extensions}
             super().on_headers_complete()
             if spdy and self.cycle is not None:
                 self.cycle.keep_alive = False  # whatever the answer, the connection ends
@@ -392,7 +413,7 @@ class ProxyServer:
         extra = () if wildcard else (address,)
         self.certificates: ProxyCertificates = make_certificates(extra)
         allowed = None if wildcard else frozenset({*LOOPBACK_NAMES, address.lower()})
-        self._guarded = _Guard(self.app, self.token, allowed)
+        self._guarded = _Guard(self.app, self.token, allowed, lambda: registry.contexts)
         users = self._guarded.users = self.proxy.users  # --user-tokens: no token of ours
         self._trusts = users.gate.vouches if users is not None else self._guarded.authorized
         self._header_timeout = header_timeout
@@ -541,6 +562,7 @@ class ProxyServer:
                     "cluster": {
                         "server": f"{self.url}/clusters/{encode_context(name)}",
                         "certificate-authority-data": ca,
+                        "tls-server-name": server_name(name),  # for paths a client drops
                     },
                 }
             )

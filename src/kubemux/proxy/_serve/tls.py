@@ -3,7 +3,9 @@
 kubectl sends a bearer token only over HTTPS (against an ``http://`` server it sends no
 ``Authorization`` header at all), so ``kubemux proxy`` serves TLS. It makes an ECDSA P-256
 CA and a server certificate signed by it for ``127.0.0.1``, ``::1`` and ``localhost`` (plus
-the address it listens on); the kubeconfig it writes carries the CA as
+the address it listens on, and ``*.kubemux.invalid``: each context's ``tls-server-name``,
+whose SNI tells the proxy the context when a client drops the server URL's path, see
+:mod:`.sni`); the kubeconfig it writes carries the CA as
 ``certificate-authority-data``. The CA's key is dropped once it has signed (nothing can
 mint another certificate it vouches for); the server's key lives in memory, and only for
 the moment :meth:`ProxyCertificates.server_context` loads it (the :mod:`ssl` module reads
@@ -19,6 +21,7 @@ import os
 import shutil
 import ssl
 import tempfile
+import weakref
 from collections.abc import Iterable
 
 from cryptography import x509
@@ -26,9 +29,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["ProxyCertificates", "make_certificates"]
+__all__ = ["ProxyCertificates", "make_certificates", "server_name_of"]
 
 LOOPBACK_NAMES = ("127.0.0.1", "::1", "localhost")
+CONTEXT_NAMES = "*.kubemux.invalid"  # each context's tls-server-name (see .sni)
+SERVER_NAMES: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+"""A TLS connection's SSL object -> the server name (SNI) its client sent, if any."""
 _VALIDITY = dt.timedelta(days=365)
 
 
@@ -51,6 +57,7 @@ class ProxyCertificates:
         # no TLS 1.3 session tickets: kubectl and client-go keep no session cache to resume
         # from, and two tickets per handshake cost CPU and ~3 KiB per held connection
         context.num_tickets = 0
+        context.sni_callback = _remember_server_name
         folder = tempfile.mkdtemp(prefix="kubemux-proxy-")
         try:
             cert, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
@@ -68,9 +75,23 @@ class ProxyCertificates:
         return ssl.create_default_context(cadata=self.ca_pem.decode("ascii"))
 
 
+def _remember_server_name(ssl_object: object, name: str | None, _: ssl.SSLContext) -> None:
+    if name is not None:
+        SERVER_NAMES[ssl_object] = name[:255]
+
+
+def server_name_of(ssl_object: object) -> str | None:
+    """The SNI a TLS connection's client sent (None: none, or not TLS)."""
+    try:
+        return SERVER_NAMES.get(ssl_object)
+    except TypeError:  # not weakly referable: not one of ours
+        return None
+
+
 def make_certificates(hosts: Iterable[str] = ()) -> ProxyCertificates:
-    """A fresh CA and a server certificate for the loopback names plus ``hosts``."""
-    names = list(dict.fromkeys([*LOOPBACK_NAMES, *(h for h in hosts if h)]))
+    """A fresh CA and a server certificate for the loopback names plus ``hosts``, and every
+    context's server name (``*.kubemux.invalid``)."""
+    names = list(dict.fromkeys([*LOOPBACK_NAMES, *(h for h in hosts if h), CONTEXT_NAMES]))
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubemux proxy CA")])

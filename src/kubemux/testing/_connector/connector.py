@@ -167,6 +167,7 @@ class FakeConnector:
             source="<fake>",
             fingerprint=digest,
             config={},
+            cluster_key=hashlib.sha256(server.encode()).hexdigest(),  # a revision keeps it
         )
 
     @classmethod
