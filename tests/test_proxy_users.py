@@ -5,19 +5,23 @@ token, revocation reaching open watches, and no answer carried from one user to 
 from __future__ import annotations
 
 import base64
+import io
 import json
 import random
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anyio
 import pytest
 import yaml
 
 from kubectl_support import kubectl_binary, kubectl_process, run_kubectl
+from kubemux.cli import run
 from kubemux.proxy._users.audit import AuditLog
-from kubemux.testing import FakeCluster, kubeconfig_dict
+from kubemux.testing import FakeCluster, kubeconfig_dict, write_kubeconfig
 from kubemux.testing._state.state import RBAC_RESOURCES
 from support import TIMEOUT
 from users_support import ADMIN, binding, populate, role, user_proxy, who
@@ -101,7 +105,7 @@ async def test_differential_many_users_many_requests_no_disagreement(
     disagreements: list[tuple[str, str, int, int]] = []
     hits = 0
     async with user_proxy(cluster, tmp_path) as (server, proxied, direct):
-        for _ in range(400):
+        for _ in range(300):
             name = rng.choice(sorted(tokens))
             ns = rng.choice(("web", "db", "other"))
             path = rng.choice(PATHS).format(ns=ns, i=rng.randrange(3))
@@ -422,3 +426,46 @@ async def test_the_audit_log_drops_and_counts_what_it_cannot_queue(tmp_path: Pat
     lines = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     assert lines == [{"n": 0}, {"n": 1}, {"dropped": 3}]
     assert (tmp_path / "audit.jsonl").stat().st_mode & 0o777 == 0o600
+
+
+async def test_the_command_with_user_tokens_and_an_audit_log(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """``kubemux proxy --user-tokens --audit-log``: OUT holds no credential, a user's token
+    works, the log is written; ``--audit-log`` alone is refused."""
+    kubeconfig = write_kubeconfig(tmp_path / "config", {"prod": cluster})
+    out, log = tmp_path / "proxy.yaml", tmp_path / "audit.jsonl"
+    alice = cluster.add_user("alice")
+    base = ["proxy", "--kubeconfig", str(kubeconfig), "--port", "0"]
+    err = io.StringIO()
+    assert await run([*base, "--audit-log", str(log)], stdout=io.StringIO(), stderr=err) == 1
+    assert "--audit-log needs --user-tokens" in err.getvalue()
+    args = [*base, "--user-tokens", "--audit-log", str(log), "--write-kubeconfig", str(out)]
+    ready = anyio.Event()
+
+    class Lines(io.StringIO):
+        def write(self, text: str) -> int:
+            n = super().write(text)
+            if "Ctrl-C" in self.getvalue():
+                ready.set()
+            return n
+
+    stdout = Lines()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: run(args, stdout=stdout, stderr=io.StringIO()))
+        with anyio.fail_after(TIMEOUT):
+            await ready.wait()
+            doc = yaml.safe_load(out.read_text())
+            assert doc["users"] == [{"name": "kubemux-proxy", "user": {}}]
+            server = doc["clusters"][0]["cluster"]["server"]
+            ca = base64.b64decode(doc["clusters"][0]["cluster"]["certificate-authority-data"])
+            context = ssl.create_default_context(cadata=ca.decode())
+            async with aiohttp.ClientSession() as session:
+                headers = {"Authorization": f"Bearer {alice}"}
+                url = f"{server}/api/v1/namespaces/web/pods"
+                async with session.get(url, headers=headers, ssl=context) as r:
+                    assert r.status == 200
+        tg.cancel_scope.cancel()
+    assert "own token" in stdout.getvalue()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(x["user"], x["decision"], x["status"]) for x in lines] == [("alice", "cache", 200)]
