@@ -74,9 +74,12 @@ PATHS = (
     "/api/v1/nodes",
     "/apis/apps/v1/namespaces/{ns}/deployments",
     "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+    "/api/v1/namespaces/{ns}/foos",
+    "/apis/example.com/v1/namespaces/{ns}/widgets/w",
     "/api",
     "/apis",
     "/api/v1",
+    "/version",
 )
 
 
@@ -469,3 +472,18 @@ async def test_the_command_with_user_tokens_and_an_audit_log(
     assert "own token" in stdout.getvalue()
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(x["user"], x["decision"], x["status"]) for x in lines] == [("alice", "cache", 200)]
+
+
+async def test_a_403_carries_the_rbac_resolution_errors_as_the_api_servers(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    dave = cluster.add_user("dave", groups=("devs",))
+    path = "/api/v1/namespaces/web/pods"
+    async with user_proxy(cluster, tmp_path) as (_, proxied, direct):
+        ps, pb = await proxied.with_token(dave).get_json(path)
+        ds, db = await direct.with_token(dave).get_json(path)
+    assert (ps, pb) == (ds, db)
+    assert pb["message"] == (
+        'pods is forbidden: User "dave" cannot list resource "pods" in API group "" in the '
+        'namespace "web": RBAC: clusterrole.rbac.authorization.k8s.io "gone" not found'
+    )
