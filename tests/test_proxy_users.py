@@ -487,3 +487,25 @@ async def test_a_403_carries_the_rbac_resolution_errors_as_the_api_servers(
         'pods is forbidden: User "dave" cannot list resource "pods" in API group "" in the '
         'namespace "web": RBAC: clusterrole.rbac.authorization.k8s.io "gone" not found'
     )
+
+
+async def test_revocation_ends_a_watch_passed_through_to_the_api_server(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A watch the cache does not serve (a Table watch with whole objects) goes upstream
+    with the user's token; kube-apiserver never rechecks it, the proxy does."""
+    alice = cluster.add_user("alice")
+    async with user_proxy(cluster, tmp_path) as (_, proxied, _):
+        url = proxied.base + "/api/v1/namespaces/web/pods?watch=true&includeObject=Object"
+        headers = {"Authorization": f"Bearer {alice}", "Accept": TABLE}
+        async with proxied.session.get(url, headers=headers, ssl=proxied.ssl) as resp:
+            assert resp.status == 200
+            assert resp.headers.get("X-Kubemux-Cache") != "hit"
+            assert json.loads(await resp.content.readline())["type"] == "ADDED"
+            assert cluster.open_watches_for(alice) == 1
+            cluster.delete(RBAC_RESOURCES["rolebindings"], "web", "alice")
+            with anyio.fail_after(2):
+                while await resp.content.readline():
+                    pass
+        with anyio.fail_after(TIMEOUT):
+            await cluster.wait_for(lambda: cluster.open_watches_for(alice) == 0)
