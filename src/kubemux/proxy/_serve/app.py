@@ -16,7 +16,8 @@ An unknown context, a malformed context segment and an API path that could mean 
 else upstream (``..``, an encoded ``/``) get a 404 ``Status``; a context that cannot start
 gets a 503 naming why (within the registry's ``start_timeout``). The app does no
 authentication of its own: :class:`~kubemux.proxy.ProxyServer` adds TLS, a bearer token and
-a Host check; mounted in your app, yours applies.
+a Host check; mounted in your app, yours applies. With ``ProxySettings(user_tokens=True)``
+each request is its user's (:mod:`.._users`): authenticated, authorized, sent upstream as them.
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ class ProxySettings:
         user_tokens: Every client sends its own bearer token for the context's cluster;
             reads from the cache are authorized per user as the API server would, the
             rest goes upstream with the user's token (``docs/many-users.md``).
-        audit_log: With ``user_tokens``, a file to append a JSON line to per request.
+        audit_log: With ``user_tokens``, a file to append a JSON line to per request
+            (written by ``ProxyServer``; mounted, run ``proxy.users.audit.run()`` yourself).
     """
 
     max_body_size: int = 3 * 1024 * 1024
@@ -472,7 +474,8 @@ def create_app(registry: WatcherRegistry, *, settings: ProxySettings | None = No
     (writes, subresources, logs, exec over WebSocket) forwarded to the context's API
     server with the context's credentials. Mount it in your own Starlette or FastAPI app,
     behind your own authentication (``Mount("/k8s", create_app(registry))``): it checks
-    nothing itself, and its clients act with the kubeconfig's credentials. It also answers
+    nothing itself, and its clients act with the kubeconfig's credentials (with
+    ``user_tokens``, each with their own token instead). It also answers
     ``/livez``, ``/readyz``, ``/healthz`` (and ``.../ping``) as kube-apiserver does. It needs no
     lifespan; the registry is yours to open and close. ``app.state.proxy`` is its
     :class:`Proxy`.
