@@ -313,7 +313,7 @@ async def test_the_audit_log_says_who_did_what_and_never_a_token(
     assert lines[0]["by"] == "Role/web/reader" and lines[0]["bytes"] > 100
 
 
-async def test_kubectl_get_watch_ends_when_the_right_is_revoked(
+async def test_kubectl_as_a_user_watch_ends_on_revocation_and_can_i_and_exec_go_upstream(
     cluster: FakeCluster, tmp_path: Path
 ) -> None:
     kubectl = kubectl_binary()
@@ -348,6 +348,17 @@ async def test_kubectl_get_watch_ends_when_the_right_is_revoked(
             kubectl, path, "auth", "can-i", "list", "pods", "-n", "web"
         )
         assert (code, out.strip()) == (0, "yes")
+        # exec (a WebSocket upgrade) goes upstream as the user: alice may not, deployer may
+        code, _, err = await run_kubectl(kubectl, path, "exec", "-n", "web", "web-0", "--", "echo")
+        assert code == 1 and 'User "alice" cannot create resource "pods/exec"' in err
+        deployer = cluster.service_account_token("web", "deployer")
+        config["users"][0]["user"] = {"token": deployer}
+        sa = tmp_path / "deployer.yaml"
+        sa.write_text(yaml.safe_dump(config))
+        argv = ("exec", "-n", "web", "web-0", "--", "echo", "hi")
+        assert (await run_kubectl(kubectl, sa, *argv))[:2] == (0, "hi\n")
+        execs = [r for r in cluster.requests if r.subresource == "exec"]
+        assert {r.token for r in execs} == {alice, deployer}
 
 
 async def test_nothing_is_served_as_a_user_before_the_rbac_informers_have_synced(
