@@ -43,6 +43,7 @@ __all__ = ["CALLER", "Caller", "UserGate", "bearer_token", "user_key"]
 
 _CACHED_VERBS = frozenset({"get", "list", "watch"})
 _KNOWN_MAX = 65_536  # token hashes remembered as authenticated (connection admission)
+_ATTRIBUTES_KEPT = 4096  # requests' attributes kept (a dashboard asks the same few paths)
 
 CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar(
     "kubemux_proxy_caller", default=None
@@ -114,6 +115,7 @@ class UserGate:
         self._known: OrderedDict[bytes, None] = OrderedDict()
         self._synced: dict[str, Authorizer] = {}  # by context: the fast path
         self._keys: dict[User, str] = {}
+        self._attributes: dict[tuple[str, str, str, bytes], Attributes | None] = {}
 
     def __repr__(self) -> str:
         return f"<UserGate known-tokens={len(self._known)}>"
@@ -191,19 +193,18 @@ class UserGate:
         return Caller(context, user, key, authz, token)
 
     # ------------------------------------------------------------------ authorization
-    @staticmethod
-    def attributes(method: str, path: ApiPath, query: bytes) -> Attributes | None:
+    def attributes(self, method: str, path: ApiPath, query: bytes) -> Attributes | None:
         """The request's attributes as the API server reads them; None when it cannot
-        (the API server's own answer is then the one to give)."""
-        decoded = urllib.parse.unquote(path.raw) if "%" in path.raw else path.raw
-        if path.kind != "resource":
-            return Attributes.non_resource(method.lower(), decoded)
-        text = query.decode("latin-1")
-        pairs = urllib.parse.parse_qsl(text, keep_blank_values=True) if text else ()
-        try:
-            return request_attributes(method, decoded, pairs)
-        except ValueError:
-            return None
+        (the API server's own answer is then the one to give). Kept per (method, path,
+        query), a few thousand at most: they are values, the same for every user."""
+        key = (method, path.raw, path.kind, query)
+        if key in self._attributes:
+            return self._attributes[key]
+        attrs = _attributes(method, path, query)
+        if len(self._attributes) >= _ATTRIBUTES_KEPT:
+            self._attributes.clear()
+        self._attributes[key] = attrs
+        return attrs
 
     @staticmethod
     def answered_here(method: str, path: ApiPath, attrs: Attributes | None) -> bool:
@@ -236,3 +237,15 @@ class UserGate:
         caller.decision = "denied"
         body = caller.authz.forbidden(caller.user, attrs, decision)
         raise StatusError(403, body["message"], raw=orjson.dumps(body))
+
+
+def _attributes(method: str, path: ApiPath, query: bytes) -> Attributes | None:
+    decoded = urllib.parse.unquote(path.raw) if "%" in path.raw else path.raw
+    if path.kind != "resource":
+        return Attributes.non_resource(method.lower(), decoded)
+    text = query.decode("latin-1")
+    pairs = urllib.parse.parse_qsl(text, keep_blank_values=True) if text else ()
+    try:
+        return request_attributes(method, decoded, pairs)
+    except ValueError:
+        return None
