@@ -21,6 +21,7 @@ import pytest
 from kubemux import __version__ as kubemux_version
 from kubemux.cli import main, run
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
+from process_support import INTERRUPTED, run_until
 from support import TIMEOUT
 
 
@@ -401,12 +402,17 @@ async def test_log_lines_are_terminal_safe_and_verbosity_is_set(tmp_path: Path) 
         path = write_kubeconfig(
             tmp_path / "config", {"ok": alive, "dead" + ESC: FakeContext(cluster=server)}
         )
-        argv = ("watch", "pods", "--all-contexts", "--duration", "2", "--kubeconfig", str(path))
-        # four processes of two seconds each, at once: each asserts on its own output
+        argv = ("watch", "pods", "--all-contexts", "--kubeconfig", str(path))
+        # four processes at once, each until the dead context's warning is out (1 s more for
+        # a repeat to show), then Ctrl-C: each asserts on its own output
         runs: dict[str, tuple[int, str, str]] = {}
 
+        def warned(out: str, err: str) -> bool:
+            return "WARNING" in err and "dead" in err
+
         async def run(name: str, *extra: str, env: dict[str, str] | None = None) -> None:
-            runs[name] = await kubemux_process(*argv, *extra, env=env)
+            command = [sys.executable, "-m", "kubemux.cli", *argv, *extra]
+            runs[name] = await run_until(command, warned, env={**os.environ, **(env or {})})
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run, "plain")
@@ -414,17 +420,17 @@ async def test_log_lines_are_terminal_safe_and_verbosity_is_set(tmp_path: Path) 
             tg.start_soon(functools.partial(run, "KUBEMUX_LOG", env={"KUBEMUX_LOG": "debug"}))
             tg.start_soon(run, "-v", "-v")
         code, _, err = runs["plain"]
-        assert code == 0
+        assert code == INTERRUPTED, err
         # -A: the failing context is one warning line, escaped, without the password
         warnings = [line for line in err.splitlines() if "dead" in line]
         assert warnings and all(line.startswith("kubemux: WARNING: ") for line in warnings)
         assert "hunter2" not in err and no_raw_controls(err)
         code, _, err = runs["-vv"]
-        assert code == 0 and "kubemux: DEBUG: " in err and no_raw_controls(err)
+        assert code == INTERRUPTED and "kubemux: DEBUG: " in err and no_raw_controls(err)
         code, _, err = runs["KUBEMUX_LOG"]
-        assert code == 0 and "kubemux: DEBUG: " in err
+        assert code == INTERRUPTED and "kubemux: DEBUG: " in err
         code, _, err = runs["-v"]
-        assert code == 0 and "DEBUG" not in err
+        assert code == INTERRUPTED and "DEBUG" not in err
     code, _, err = await kubemux_process("status", env={"KUBEMUX_LOG": "chatty"})
     assert code == 2 and err.startswith("kubemux: error: KUBEMUX_LOG=chatty is not one of")
 
@@ -463,14 +469,20 @@ async def test_status_shows_errors_in_its_table_only(tmp_path: Path) -> None:
     path = write_kubeconfig(tmp_path / "config", {"dead": FakeContext(cluster=server)})
     runs: dict[str, tuple[int, str, str]] = {}
 
-    async def run(*argv: str) -> None:  # both at once: -f runs for its whole --duration
+    async def run(*argv: str) -> None:
         runs[argv[0]] = await kubemux_process("status", *argv, "--kubeconfig", str(path))
 
-    async with anyio.create_task_group() as tg:
+    async def follow() -> None:  # until its table shows the error (1 s more), then Ctrl-C
+        command = [sys.executable, "-m", "kubemux.cli", "status", "-f", "--probe", "pods"]
+        runs["-f"] = await run_until(
+            [*command, "--kubeconfig", str(path)], lambda out, _: "cannot reach" in out
+        )
+
+    async with anyio.create_task_group() as tg:  # both at once
         tg.start_soon(run, "--probe", "pods", "--timeout", "3")
-        tg.start_soon(run, "-f", "--probe", "pods", "--duration", "3")
+        tg.start_soon(follow)
     code, out, err = runs["--probe"]
     assert code == 1 and f"cannot reach {server}" in out
     assert err == "kubemux: error: the probe of pods failed in 1 of 1 contexts: 'dead'\n"
     code, out, err = runs["-f"]
-    assert code == 0 and f"cannot reach {server}" in out and err == ""
+    assert code == INTERRUPTED and f"cannot reach {server}" in out and err == ""

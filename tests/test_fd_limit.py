@@ -9,18 +9,15 @@ FakeClusters run in another one, so their sockets do not count.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import re
 import resource
-import signal
 import subprocess
 import sys
-import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import anyio
 import orjson
@@ -31,11 +28,11 @@ import kubemux
 from kubemux import WatcherRegistry
 from kubemux._runtime import FD_LIMIT_CAP, open_watches
 from kubemux.testing import FakeCluster, make_pod
+from process_support import INTERRUPTED, run_until
 
 HERE = Path(__file__).parent
 CONTEXTS = 100
 LIMIT = 64
-INTERRUPTED = 130  # Ctrl-C's exit code, as a shell reports it
 """A soft limit some contexts' watches do not fit in (about 55 of 100 do): the CLI opens
 every context at once and gives them ten seconds together, its cost (~8 ms of CPU per
 context) grows with their number, so a few hundred missed that under a load of 7."""
@@ -115,59 +112,7 @@ async def run_watch(
     command = [sys.executable, "-m", "kubemux.cli", "watch", "pods", "--all-contexts"]
     command += ["--kubeconfig", str(kubeconfig)]
     env = {**os.environ, "KUBEMUX_LOG": "info", "PYTHONUNBUFFERED": "1"}
-    # the FakeClusters live in another process, so the waiting runs in a worker thread
-    return await anyio.to_thread.run_sync(
-        functools.partial(_run_until, [*_limited(soft, hard), *command], env, done)
-    )
-
-
-def _run_until(
-    command: list[str], env: dict[str, str], done: Callable[[str, str], bool]
-) -> tuple[int, str, str]:
-    out: list[str] = []
-    err: list[str] = []
-    changed = threading.Condition()
-    with subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    ) as proc:  # closes the pipes
-        assert proc.stdout is not None and proc.stderr is not None
-
-        def pump(stream: IO[str], into: list[str]) -> None:
-            for line in stream:
-                with changed:
-                    into.append(line)
-                    changed.notify_all()
-            with changed:
-                changed.notify_all()
-
-        readers = [
-            threading.Thread(target=pump, args=(proc.stdout, out), daemon=True),
-            threading.Thread(target=pump, args=(proc.stderr, err), daemon=True),
-        ]
-        for reader in readers:
-            reader.start()
-        try:
-            with changed:
-                changed.wait_for(
-                    lambda: proc.poll() is not None or done("".join(out), "".join(err)),
-                    timeout=90,
-                )
-            if proc.poll() is None:
-                with changed:  # a retry storm, had there been one, would print meanwhile
-                    changed.wait_for(lambda: proc.poll() is not None, timeout=1)
-                proc.send_signal(signal.SIGINT)
-            code = proc.wait(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        for reader in readers:
-            reader.join(timeout=10)
-    return code, "".join(out), "".join(err)
+    return await run_until([*_limited(soft, hard), *command], done, env=env)
 
 
 def _printed(out: str) -> Counter[str]:

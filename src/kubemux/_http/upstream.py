@@ -71,15 +71,20 @@ class Upstream:
         other._bearer = token
         return other
 
-    async def _credential(self, fresh: Any = None) -> tuple[dict[str, str], Any, dict[str, Any]]:
+    async def _credential(
+        self, fresh: Any = None, *, token: str | None = None
+    ) -> tuple[dict[str, str], Any, dict[str, Any]]:
         """The credential headers, the refreshing credential (or None) and the connection
-        options of a request."""
+        options of a request (``token``: a user's bearer token instead of the context's
+        credential, on a connection presenting no client certificate)."""
         options = self._client.connection_options()
-        if self._bearer is not None:
+        if token is None:
+            token = self._bearer
+        if token is not None:
             ssl_context = bearer_ssl(self._client.session)
             if ssl_context is not None:
                 options["ssl"] = ssl_context
-            return {"Authorization": f"Bearer {self._bearer}"}, None, options
+            return {"Authorization": f"Bearer {token}"}, None, options
         headers, credential = await self._client.credential_headers(fresh)
         return headers, credential, options
 
@@ -115,6 +120,7 @@ class Upstream:
         headers: Headers = (),
         body: bytes | None = None,
         timeouts: aiohttp.ClientTimeout | None = None,
+        bearer_token: str | None = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """Send one request; yield the response with its body unread (stream it).
 
@@ -126,6 +132,11 @@ class Upstream:
                 credential is added here).
             body: The whole request body (buffered, so it can be sent again after a 401).
             timeouts: aiohttp's timeouts; default: 10 s to connect, none in total.
+            bearer_token: Send this token (a user's, who must be the one the API server
+                authorizes and audits) instead of the context's credential; a 401 is then
+                the answer, never retried. The connection presents no client certificate
+                of the context's (kube-apiserver would authenticate the certificate over
+                the token): see :meth:`as_bearer`.
 
         A 401 refreshes a refreshing credential and sends the request once more, as the
         informers' requests do. The response is released when the ``async with`` ends.
@@ -141,7 +152,8 @@ class Upstream:
         t = timeouts or aiohttp.ClientTimeout(total=None, sock_connect=10)
         what = f"{method} {url.path[:200]}"
         client = self._client
-        credential_headers, credential, extra = await self._credential()
+        token = bearer_token if bearer_token is not None else self._bearer
+        credential_headers, credential, extra = await self._credential(token=token)
         retried = False
         while True:
             sent = [(k, v) for k, v in headers if k.lower() != "authorization"]

@@ -150,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Serve the web dashboard for every context of the kubeconfig: the "
         "contexts and their state, a live table of a resource across contexts, each "
         "object's events. It listens on 127.0.0.1 only, unless --host says otherwise "
-        "(it has no authentication of its own).",
+        "(it has no authentication of its own, unless --user-tokens).",
     )
     b.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
     b.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
@@ -164,6 +164,18 @@ def _parser() -> argparse.ArgumentParser:
         default="pods",
         help="the resource every context watches from the start (default pods)",
     )
+    b.add_argument(
+        "--user-tokens",
+        action="store_true",
+        help="each user logs in with their own bearer token and sees only what it may list "
+        "(checked by TokenReview and RBAC in each context; see docs/many-users.md)",
+    )
+    b.add_argument(
+        "--tls-cert-file",
+        default=None,
+        help="serve HTTPS with this certificate (PEM; with --tls-private-key-file)",
+    )
+    b.add_argument("--tls-private-key-file", default=None, help="the certificate's key (PEM)")
     b.add_argument("--open", action="store_true", help="open the dashboard in a web browser")
     b.add_argument("--duration", type=float, default=None, help=argparse.SUPPRESS)
     _relay.add_parser(sub)

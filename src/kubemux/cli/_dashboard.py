@@ -77,18 +77,32 @@ async def dashboard(args: argparse.Namespace, out: TextIO) -> int:
     parse_resource(args.resource)
     load_kubeconfig(args.kubeconfig)  # fail now, with one line, rather than in the server
     local = _is_loopback(args.host)
+    users = bool(getattr(args, "user_tokens", False))
+    cert, key = getattr(args, "tls_cert_file", None), getattr(args, "tls_private_key_file", None)
+    if (cert is None) != (key is None):
+        raise CommandError("--tls-cert-file and --tls-private-key-file go together")
     app = module.create_app(
         kubeconfig=args.kubeconfig,
         resource=args.resource,
         allowed_hosts=module.LOCAL_HOSTS if local else None,
+        user_tokens=users,
     )
-    server = module.DashboardServer(app, host=args.host, port=args.port)
+    server = module.DashboardServer(
+        app, host=args.host, port=args.port, ssl_certfile=cert, ssl_keyfile=key
+    )
 
     async with anyio.create_task_group() as tg:
 
         def announce(url: str) -> None:
             out.write(f"kubemux dashboard: open {url}  (Ctrl-C to stop)\n")
-            if not local:
+            if users:
+                out.write("each user logs in with their own token and sees what it may list\n")
+                if cert is None and not local:
+                    out.write(
+                        f"warning: listening on {args.host} without TLS: tokens and session "
+                        "cookies cross the network in clear (--tls-cert-file)\n"
+                    )
+            elif not local:
                 out.write(
                     f"warning: listening on {args.host}: the dashboard has no authentication; "
                     "anyone who can reach it sees your clusters\n"

@@ -25,7 +25,8 @@ from .._wire.codec import decode_raw
 from ._answers import Answers, Gathered
 from ._responses import Problem, json_response
 from ._state import Dashboard, dashboard_of
-from .views import event_payload, redact
+from ._viewer import Denied, Viewer, viewer_of
+from .views import event_payload, redact, status_payload
 
 STATIC = Path(__file__).resolve().parent / "static"
 RESOURCES_TTL = 30.0  # seconds a context's discovery (or failed namespaces) answer is kept
@@ -63,8 +64,41 @@ async def api_not_found(request: Request) -> Response:
 
 async def api_contexts(request: Request) -> Response:
     dashboard = dashboard_of(request)
+    viewer = viewer_of(request)
+    if viewer is not None:
+        return json_response(_contexts_as(viewer, dashboard))
     raw = dashboard.contexts_json(dashboard.registry.status_version)
     return Response(raw, media_type="application/json")
+
+
+def _contexts_as(viewer: Viewer, dashboard: Dashboard) -> dict[str, Any]:
+    """The registry's state as a user may see it: each context, the informers (and their
+    counts) of what the user may list cluster-wide, the user's error where refused."""
+    out = status_payload(dashboard.registry.status())
+    session = viewer.session
+    for item in out["contexts"]:
+        name = item["name"]
+        item["informers"] = [
+            i
+            for i in item["informers"]
+            if i.get("namespace") is None and viewer.may_see_counts(name, i["resource"])
+        ]
+        item["objects"] = {
+            r: n for r, n in item["objects"].items() if viewer.may_see_counts(name, r)
+        }
+        if name not in session.users and name in session.refused:
+            item["last_error"] = item["last_error"] or session.refused[name]
+    return out
+
+
+async def _scope(
+    viewer: Viewer, context: str, resource: Resource, namespace: str | None
+) -> frozenset[str] | None:
+    """The user's scope of a list, or the API server's denial as a Problem."""
+    scope = await viewer.scope(context, resource, namespace)
+    if isinstance(scope, Denied):
+        raise Problem(scope.status, scope.message, retry_after=1 if scope.status == 503 else None)
+    return scope
 
 
 async def api_list(request: Request) -> Response:
@@ -72,8 +106,13 @@ async def api_list(request: Request) -> Response:
     context = _param(request, "context")
     resource = _resource(_param(request, "resource"))
     namespace = request.query_params.get("namespace") or None
+    viewer = viewer_of(request)
+    scope = None if viewer is None else await _scope(viewer, context, resource, namespace)
     store = await dashboard.ready_store(context, resource)
-    raws = store.list_raw(namespace if resource.namespaced else None)
+    if scope is None:
+        raws = store.list_raw(namespace if resource.namespaced else None)
+    else:  # steve's partition: the namespaces the user may list
+        raws = [raw for ns in sorted(scope) for raw in store.list_raw(ns)]
     if resource.is_secret:  # what is read decides, not the kind discovery declares
         raws = [orjson.dumps(redact(resource, decode_raw(raw))) for raw in raws]
     head = orjson.dumps(
@@ -135,9 +174,14 @@ async def api_table(request: Request) -> Response:
             }
             for c in table.columns
         ]
+        viewer = viewer_of(request)
+        scope = None
+        if viewer is not None:
+            scope = await _scope(viewer, context, table.resource, namespace)
         rows = [
             {"namespace": r.namespace, "name": r.name, "cells": list(r.cells)}
             for r in table.rows(namespace)
+            if scope is None or r.namespace in scope
         ]
         return json_response(
             {
@@ -157,6 +201,9 @@ async def api_object(request: Request) -> Response:
     resource = _resource(_param(request, "resource"))
     namespace = _namespace(_param(request, "namespace"))
     name = _param(request, "name")
+    viewer = viewer_of(request)
+    if viewer is not None:  # authorization before routing: a 403 says nothing of existence
+        await viewer.check(context, "get", resource, namespace=namespace or None, name=name)
     store = await dashboard.ready_store(context, resource)
     obj = store.get(namespace if resource.namespaced else "", name)
     if obj is None:
@@ -174,6 +221,9 @@ async def api_events(request: Request) -> Response:
         kind = _resource(kind).kind or kind
     namespace = _namespace(_param(request, "namespace"))
     name = _param(request, "name")
+    viewer = viewer_of(request)
+    if viewer is not None:
+        await viewer.check(context, "list", "events", namespace=namespace or None)
     with anyio.move_on_after(dashboard.sync_timeout):
         try:
             events = await registry.events_for(context, kind, namespace or None, name)
@@ -258,6 +308,7 @@ async def api_namespaces(request: Request) -> Response:
     namespace from the kubeconfig stands in (and the error is in ``errors``); ``pending``
     names the contexts that have not answered yet."""
     dashboard = dashboard_of(request)
+    viewer = viewer_of(request)
     found = await gather_answers(dashboard, "namespaces")
     errors = dict(found.errors)
     merged: dict[str, list[str]] = {}
@@ -266,9 +317,24 @@ async def api_namespaces(request: Request) -> Response:
         if answer is None:
             continue
         names, error = answer
+        if viewer is not None:
+            names, error = await _namespaces_as(viewer, dashboard, context, names, error)
         if error is not None:
             errors[context] = error
         for name in names:
             merged.setdefault(name, []).append(context)
     namespaces = [{"name": n, "contexts": merged[n]} for n in sorted(merged)]
     return json_response({"namespaces": namespaces, "errors": errors, "pending": found.pending})
+
+
+async def _namespaces_as(
+    viewer: Viewer, dashboard: Dashboard, context: str, names: list[str], error: str | None
+) -> tuple[list[str], str | None]:
+    """A context's namespaces as a user may see them: all if they may list namespaces
+    there, else those where they may list the dashboard's resource."""
+    if await viewer.scope(context, NAMESPACES, None) is None:
+        return names, error
+    scope = await viewer.scope(context, dashboard.resource, None)
+    if isinstance(scope, Denied):
+        return [], scope.message
+    return (names if scope is None else sorted(scope)), None

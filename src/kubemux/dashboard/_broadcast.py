@@ -183,10 +183,10 @@ class _ViewStream(Stream):
         super().__init__(context, view.broadcast)
         self._view = view
 
-    async def _emit(self, event: str, data: object) -> None:
+    async def emit(self, event: str, data: object) -> None:
         if event == "reset":  # every (re)subscription starts with it
             self._view.subscribed = True
-        await super()._emit(event, data)
+        await super().emit(event, data)
 
     def panel_event(self) -> bytes | None:
         """The whole contexts panel as this view has sent it, for a stream catching up."""

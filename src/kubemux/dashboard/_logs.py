@@ -36,7 +36,9 @@ from starlette.types import Receive, Scope, Send
 from kubemux import KubemuxError
 
 from ._responses import Problem
+from ._sessions import Session
 from ._state import Dashboard, dashboard_of
+from ._viewer import viewer_of
 
 __all__ = ["LIMIT_BYTES", "TAIL_DEFAULT", "TAIL_MAX", "api_logs"]
 
@@ -78,21 +80,40 @@ async def api_logs(request: Request) -> Response:
     if _flag(query.get("follow")):
         options["follow"] = "true"
     options["limitBytes"] = str(LIMIT_BYTES)
+    token, session = None, None
+    viewer = viewer_of(request)
+    if viewer is not None:  # the API server's own rule: pods does not grant pods/log
+        await viewer.check(
+            context, "get", "pods", namespace=namespace, name=name, subresource="log"
+        )
+        token = viewer.session.token  # the API server authorizes and audits the user
+        session = viewer.session
     path = (
         f"/api/v1/namespaces/{urllib.parse.quote(namespace, safe='')}"
         f"/pods/{urllib.parse.quote(name, safe='')}/log?{urllib.parse.urlencode(options)}"
     )
-    return _LogStream(dashboard, context, path)
+    return _LogStream(dashboard, context, path, token, session)
 
 
 class _LogStream(Response):
     """The upstream answer passed on chunk by chunk (a plain ASGI response)."""
 
-    def __init__(self, dashboard: Dashboard, context: str, path: str) -> None:
+    def __init__(
+        self,
+        dashboard: Dashboard,
+        context: str,
+        path: str,
+        token: str | None = None,
+        session: Session | None = None,
+    ) -> None:
         super().__init__()
         self._dashboard = dashboard
         self._context = context
         self._path = path
+        self._token = token  # a logged-in user's (never logged, never shown)
+        self._session = session  # logging out ends the stream
+        if session is not None:
+            session.admit_stream()  # 503 past the session's share
         dashboard.streams += 1  # counted from now: the handler may not reach __call__
         self._counted = True
 
@@ -100,6 +121,8 @@ class _LogStream(Response):
         dashboard = self._dashboard
         cancel = anyio.CancelScope()  # close_streams() ends it
         dashboard.stream_scopes.add(cancel)
+        if self._session is not None:
+            self._session.scopes.add(cancel)
         started: list[bool] = []
         try:
             with cancel:
@@ -112,9 +135,13 @@ class _LogStream(Response):
             pass
         finally:
             dashboard.stream_scopes.discard(cancel)
+            if self._session is not None:
+                self._session.scopes.discard(cancel)
             if self._counted:
                 self._counted = False
                 dashboard.streams -= 1
+                if self._session is not None:
+                    self._session.streams -= 1
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, started: list[bool]) -> None:
         dashboard = self._dashboard
@@ -124,11 +151,13 @@ class _LogStream(Response):
             await dashboard.admit()
             async with (
                 dashboard.registry.upstream(self._context) as upstream,
-                upstream.request("GET", self._path, headers=[("Accept", "*/*")]) as resp,
+                upstream.request(
+                    "GET", self._path, headers=[("Accept", "*/*")], bearer_token=self._token
+                ) as resp,
             ):
                 if resp.status >= 400:
                     body = await resp.content.read(ERROR_BYTES)
-                    status = resp.status if resp.status in (400, 403, 404) else 502
+                    status = resp.status if resp.status in (400, 401, 403, 404) else 502
                     problem = Problem(status, _status_message(body, resp.status))
                     await problem.response()(scope, receive, send)
                     return

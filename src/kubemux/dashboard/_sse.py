@@ -22,6 +22,8 @@ from ._api import gather_answers
 from ._broadcast import Connection, Hub
 from ._responses import Problem
 from ._state import Dashboard, dashboard_of
+from ._user_streams import UserStream
+from ._viewer import Viewer, viewer_of
 from .streams import Stream
 
 log = logging.getLogger(__name__)
@@ -39,28 +41,44 @@ async def api_stream(request: Request) -> Response:
     dashboard.registry  # noqa: B018 - 503 now if the dashboard is not running
     query = request.query_params
     asked = (query.get("resource") or "").strip() or dashboard.resource.name
+    viewer = viewer_of(request)
     found = await resource_of(dashboard, asked)
     if isinstance(found, str):  # one clear error; the contexts panel stays live
-        return _EventStream(dashboard, functools.partial(_unknown, asked, found))
+        run = functools.partial(_unknown, asked, found, viewer)
+        return _EventStream(dashboard, run, viewer)
     resource = found
     context, name = query.get("context"), query.get("name")
+
+    def stream(conn: Connection) -> Stream:
+        if viewer is None:
+            return Stream(dashboard.stream_context, conn.write)
+        return UserStream(dashboard.stream_context, conn.write, viewer)  # never shared
+
     if context and name:
         ns = query.get("namespace") or ""
 
         async def run_object(hub: Hub, conn: Connection) -> None:
-            await Stream(dashboard.stream_context, conn.write).object(context, resource, ns, name)
+            await stream(conn).object(context, resource, ns, name)
 
-        return _EventStream(dashboard, run_object)
+        return _EventStream(dashboard, run_object, viewer)
     namespace = (query.get("namespace") or None) if resource.namespaced else None
 
     async def run_table(hub: Hub, conn: Connection) -> None:
-        await hub.follow_table(conn, resource, namespace)
+        if viewer is None:
+            await hub.follow_table(conn, resource, namespace)
+        else:
+            await stream(conn).table(resource, namespace)
 
-    return _EventStream(dashboard, run_table)
+    return _EventStream(dashboard, run_table, viewer)
 
 
-async def _unknown(name: str, message: str, hub: Hub, conn: Connection) -> None:
-    await Stream(hub.context, conn.write).unknown(name, message)
+async def _unknown(
+    name: str, message: str, viewer: Viewer | None, hub: Hub, conn: Connection
+) -> None:
+    if viewer is None:
+        await Stream(hub.context, conn.write).unknown(name, message)
+    else:
+        await UserStream(hub.context, conn.write, viewer).unknown(name, message)
 
 
 async def resource_of(dashboard: Dashboard, name: str) -> Resource | str:
@@ -136,8 +154,11 @@ class _EventStream(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, dashboard: Dashboard, run: Run) -> None:
+    def __init__(self, dashboard: Dashboard, run: Run, viewer: Viewer | None = None) -> None:
         super().__init__()
+        self._viewer = viewer
+        if viewer is not None:
+            viewer.session.admit_stream()  # 503 past the session's share
         self.raw_headers = [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-store"),
@@ -152,6 +173,8 @@ class _EventStream(Response):
         if self._counted:
             self._counted = False
             self._dashboard.streams -= 1
+            if self._viewer is not None:
+                self._viewer.session.streams -= 1
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         dashboard = self._dashboard
@@ -164,6 +187,13 @@ class _EventStream(Response):
                     hub = await stack.enter_async_context(Hub(dashboard.stream_context).running())
                 conn = Connection(send, hub.pacer)
                 dashboard.stream_scopes.add(conn.scope)
+                if self._viewer is not None:  # logging out, or the session's end, ends it
+                    session = self._viewer.session
+                    session.scopes.add(conn.scope)
+                    conn.scope.deadline = min(
+                        conn.scope.deadline,
+                        anyio.current_time() + dashboard.sessions.seconds_left(session),
+                    )
                 hub.connections.add(conn)
                 try:
                     with conn.scope:
@@ -174,6 +204,8 @@ class _EventStream(Response):
                 finally:
                     hub.connections.discard(conn)
                     dashboard.stream_scopes.discard(conn.scope)
+                    if self._viewer is not None:
+                        self._viewer.session.scopes.discard(conn.scope)
             if conn.stalled:
                 log.info(
                     "closed an event stream whose client took nothing for %.0fs",

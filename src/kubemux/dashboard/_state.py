@@ -27,11 +27,13 @@ from kubemux import (
     parse_resource,
 )
 
+from .._authz.authorizer import Authorizer, AuthorizerSettings
 from ._broadcast import Hub
 from ._context import StreamContext
 from ._encoding import Encodings
 from ._panel import Panel, build_panel
 from ._responses import Problem
+from ._sessions import Sessions
 from ._signals import chain_exit_signals
 from ._snapshots import SnapshotCache
 from .views import status_payload
@@ -72,6 +74,15 @@ class Dashboard:
         max_streams: Event streams served at once; one more is answered 503.
         stream_send_timeout: A stream whose client has not taken what was sent for this
             long is closed (a client that stopped reading holds nothing for ever).
+        user_tokens: Serve each user what their own bearer token may list (a login page,
+            a session cookie; see :mod:`._login` and ``docs/many-users.md``) instead of
+            everything the kubeconfig's credentials read.
+        max_sessions: Logged-in sessions at once, at most (``user_tokens``).
+        session_ttl: Seconds a session lasts at most; never past its token's expiry.
+        authorizer_settings: The contexts' authorizers' settings (``user_tokens``; the first
+            settings a context's authorizer gets stay): ``local_allows=False`` for a
+            cluster whose authorizer chain may deny before RBAC, ``token_ttl`` for how long
+            a token the cluster stopped accepting keeps working.
     """
 
     def __init__(
@@ -86,6 +97,10 @@ class Dashboard:
         title: str = "kubemux dashboard",
         max_streams: int = 200,
         stream_send_timeout: float = 15.0,
+        user_tokens: bool = False,
+        max_sessions: int = 1000,
+        session_ttl: float = 8 * 3600.0,
+        authorizer_settings: AuthorizerSettings | None = None,
     ) -> None:
         if registry is not None and not isinstance(registry, WatcherRegistry):
             raise TypeError(
@@ -138,6 +153,10 @@ class Dashboard:
         self._close_requested = False
         self._listeners: list[Callable[[BaseException | None], None]] = []
         self._unchain: Callable[[], None] | None = None  # see chain_exit_signals
+        self.user_tokens = user_tokens
+        self.sessions = Sessions(max_sessions=max_sessions, ttl=session_ttl)
+        self.authorizer_settings = authorizer_settings
+        self.authorizers: dict[str, Authorizer] = {}  # context -> its authorizer, once asked
 
     @property
     def registry(self) -> WatcherRegistry:
@@ -238,6 +257,8 @@ class Dashboard:
                 finally:
                     self._end_streams()
                     self._registry = None
+                    self.sessions.clear()  # their users' rights came from this registry
+                    self.authorizers.clear()
                     self.snapshots.clear()
                     self.answers.clear()
         except BaseException as exc:

@@ -36,6 +36,10 @@ JSON API (errors are ``{"error": message, "status": code}``):
     The registry's Prometheus metrics (:mod:`kubemux.metrics`), when ``prometheus-client``
     is installed (the ``metrics`` extra).
 
+Per user (``user_tokens=True``, ``kubemux dashboard --user-tokens``): ``/login``,
+``/logout`` and ``/api/session`` (:mod:`._login`), and every answer above is what the
+logged-in user's token may list (:mod:`._viewer`, :mod:`._user_streams`).
+
 Safety: the server binds 127.0.0.1 unless told otherwise and only answers requests whose
 ``Host`` is one of ``allowed_hosts`` (so a web page cannot reach it by DNS rebinding); a
 strict Content-Security-Policy allows no inline script; Secrets are redacted; the
@@ -53,12 +57,13 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kubemux import WatcherRegistry
 
+from .._authz.authorizer import AuthorizerSettings
 from ._api import (
     STATIC,
     api_all_resources,
@@ -73,6 +78,7 @@ from ._api import (
     page,
     problem_handler,
 )
+from ._login import SessionGate, api_session, login, login_page, logout
 from ._logs import api_logs
 from ._responses import Problem, json_response
 from ._sse import api_stream
@@ -107,6 +113,10 @@ def create_app(
     allowed_hosts: Sequence[str] | None = LOCAL_HOSTS,
     max_streams: int = 200,
     stream_send_timeout: float = 15.0,
+    user_tokens: bool = False,
+    max_sessions: int = 1000,
+    session_ttl: float = 8 * 3600.0,
+    authorizer_settings: AuthorizerSettings | None = None,
 ) -> Starlette:
     """The dashboard as an ASGI app; ``app.state.dashboard`` is its :class:`Dashboard`.
 
@@ -120,7 +130,12 @@ def create_app(
             ``registry_options``, ``sync_timeout``, ``status_period``, ``title``,
             ``max_streams`` and ``stream_send_timeout``.
         allowed_hosts: Host names the app answers to (``None``: any; only sensible behind
-            an authenticating proxy).
+            an authenticating proxy, or with ``user_tokens``).
+        user_tokens: Each user logs in with their own bearer token and sees only what it
+            may list (see :mod:`._login`, :mod:`._viewer` and ``docs/many-users.md``);
+            ``max_sessions`` and ``session_ttl`` bound the sessions, and
+            ``authorizer_settings`` are the contexts' authorizers' (see
+            :class:`Dashboard`). ``/metrics`` then needs a session too.
 
     Raises:
         TypeError: ``registry`` is not a :class:`~kubemux.WatcherRegistry`.
@@ -136,8 +151,20 @@ def create_app(
         title=title,
         max_streams=max_streams,
         stream_send_timeout=stream_send_timeout,
+        user_tokens=user_tokens,
+        max_sessions=max_sessions,
+        session_ttl=session_ttl,
+        authorizer_settings=authorizer_settings,
     )
-    routes = [
+    routes: list[BaseRoute] = []
+    if user_tokens:
+        routes += [
+            Route("/login", login_page, methods=["GET"]),
+            Route("/login", login, methods=["POST"]),
+            Route("/logout", logout, methods=["POST"]),
+        ]
+    routes += [
+        Route("/api/session", api_session),  # {"user": null} for a dashboard of one identity
         Route("/", page),
         Route("/object", page),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
@@ -161,6 +188,8 @@ def create_app(
         exception_handlers={Problem: problem_handler},
     )
     app.state.dashboard = dashboard
+    if user_tokens:
+        app.add_middleware(SessionGate, dashboard=dashboard)  # inside the guard
     app.add_middleware(_Guard, allowed_hosts=allowed_hosts)
     return app
 

@@ -88,6 +88,8 @@ class DashboardServer:
         host: Address to listen on; the default is loopback only.
         port: Port; 0 picks a free one (see :attr:`url`).
         log_level: uvicorn's log level.
+        ssl_certfile: Serve HTTPS with this certificate (PEM), and ``ssl_keyfile``'s key
+            (a per-user dashboard's session cookie is then ``Secure``).
 
     While it serves, the garbage collector's first threshold is at least 5000 (restored
     afterwards; see ``_tuned_gc``) and uvicorn accepts at most 128 connections per turn of
@@ -101,8 +103,12 @@ class DashboardServer:
         host: str = "127.0.0.1",
         port: int = 8000,
         log_level: str = "warning",
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
     ) -> None:
         self.app = app
+        self.ssl_certfile = ssl_certfile
+        self.ssl_keyfile = ssl_keyfile
         self.host = host
         self.port = port
         self.log_level = log_level
@@ -131,7 +137,8 @@ class DashboardServer:
         sock.setblocking(False)
         port = sock.getsockname()[1]
         host = f"[{self.host}]" if family == socket.AF_INET6 else self.host
-        self.url = f"http://{host}:{port}/"
+        scheme = "https" if self.ssl_certfile else "http"
+        self.url = f"{scheme}://{host}:{port}/"
         return sock
 
     async def serve(
@@ -156,6 +163,8 @@ class DashboardServer:
             ws="none",
             timeout_graceful_shutdown=5,
             backlog=ACCEPT_BACKLOG,
+            ssl_certfile=self.ssl_certfile,
+            ssl_keyfile=self.ssl_keyfile,
         )
         server = self._server = _Server(config, self.dashboard)
         ready = anyio.Event()

@@ -23,7 +23,7 @@ The work per stream is bounded, whatever the number of streams and however they 
   (:class:`SnapshotCache`);
 - a live change is summarised and encoded once, whichever streams send it (:meth:`Encodings.encoded`),
   by the same row encoder as the snapshots' (:mod:`._rows`);
-- the contexts panel is built once per state for every stream (:meth:`Stream._contexts`);
+- the contexts panel is built once per state for every stream (:meth:`Stream.contexts_panel`);
 - a connection holds at most ``_broadcast.PENDING_BYTES`` of queued (shared) events; the
   app admits new streams at a bounded rate (a burst of connections is spread out), closes
   a stream whose client has taken nothing for ``stream_send_timeout`` and answers 503
@@ -116,46 +116,46 @@ class Stream:
     ):
         if not isinstance(context, StreamContext):
             context = context.stream_context  # a Dashboard, as before its StreamContext
-        self._dash = context
-        self._registry: WatcherRegistry = context.registry  # raises 503 if not running
-        self._write = write
-        self._watch_errors: dict[str, str] = {}
-        self._sent: dict[str, tuple[TableColumn, ...]] = {}  # context -> columns sent
+        self.dash = context
+        self.registry: WatcherRegistry = context.registry  # raises 503 if not running
+        self.write = write
+        self.watch_errors: dict[str, str] = {}
+        self.sent: dict[str, tuple[TableColumn, ...]] = {}  # context -> columns sent
         self.panel = PanelDiff()  # what this stream sent of the contexts panel
         # the column sets sent since the last reset (id -> definitions): later by id only
         self.defined: dict[str, bytes] = {}
         self._first = True
 
-    async def _emit(self, event: str, data: object) -> None:
+    async def emit(self, event: str, data: object) -> None:
         retry = None
         if self._first:
             retry, self._first = RETRY_MS, False
-        await self._write(encode_event(event, data, retry=retry))
+        await self.write(encode_event(event, data, retry=retry))
 
     async def fail(self, message: str) -> None:
         """Tell the page why there is nothing to stream; it does not reconnect."""
-        await self._emit("problem", {"message": message, "fatal": True})
+        await self.emit("problem", {"message": message, "fatal": True})
 
     async def unknown(self, name: str, message: str) -> None:
         """A table of a resource type no context serves: an empty table, one ``problem``
         (``kind: "resource"``) saying so, and the live contexts panel (the cards stay)."""
         reset = {"resource": name, "namespace": None, "namespaced": True}
-        await self._emit("reset", {**reset, "title": self._dash.title})
-        await self._emit("problem", {"message": message, "fatal": False, "kind": "resource"})
-        await self._emit("synced", {})
-        await self._contexts_loop()
+        await self.emit("reset", {**reset, "title": self.dash.title})
+        await self.emit("problem", {"message": message, "fatal": False, "kind": "resource"})
+        await self.emit("synced", {})
+        await self.contexts_loop()
 
     # ------------------------------------------------------------------ table
     async def table(self, resource: Resource, namespace: str | None) -> None:
         """Rows of ``resource`` in every context, live, until the client or server goes."""
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._contexts_loop)
+            tg.start_soon(self.contexts_loop)
             tg.start_soon(self._keep_watching, resource)
             await self._pump_table(resource, namespace if resource.namespaced else None)
             tg.cancel_scope.cancel("the registry closed")
 
     async def _pump_table(self, resource: Resource, namespace: str | None) -> None:
-        registry = self._registry
+        registry = self.registry
         while True:
             subscription = registry.subscribe(
                 resource, namespace=namespace, snapshot=False, view="table"
@@ -167,7 +167,7 @@ class Stream:
                 try:
                     async for change in changes:
                         batch = _drain(change, changes)
-                        await self._send_changes(batch, resource, namespace, self._sent)
+                        await self.send_changes(batch, resource, namespace, self.sent)
                 except SubscriberOverflow as exc:
                     log.info("dashboard stream fell behind, resynchronising: %s", exc)
                     continue
@@ -186,38 +186,38 @@ class Stream:
         subscription entered before (:meth:`_pump_table`), or a view's live events queued
         for the connection since it joined (:mod:`._broadcast`).
         """
-        await self._emit(
+        await self.emit(
             "reset",
             {
                 "resource": resource.name,
                 "namespace": namespace,
                 "namespaced": resource.namespaced,
-                "title": self._dash.title,
+                "title": self.dash.title,
             },
         )
-        sent = self._sent
+        sent = self.sent
         sent.clear()
         self.defined.clear()
         for cid, body in (defined or {}).items():  # a view's: its live events name them
-            await self._write(definition_event(resource, cid, body))
+            await self.write(definition_event(resource, cid, body))
             self.defined[cid] = body
-        for context in list(self._registry.contexts):
-            store = self._table_store(context, resource)
+        for context in list(self.registry.contexts):
+            store = self.table_store(context, resource)
             if store is None:
                 continue  # not synced: its columns and rows arrive once it is
-            await self._replay(context, resource, namespace, store, sent)
-        await self._emit("synced", {})
+            await self.replay(context, resource, namespace, store, sent)
+        await self.emit("synced", {})
 
-    def _table_store(self, context: str, resource: Resource) -> TableStore | MultiTableStore | None:
+    def table_store(self, context: str, resource: Resource) -> TableStore | MultiTableStore | None:
         """The context's synced table view of ``resource``, or None; never starts one."""
-        store = self._registry.store(context, resource, view="table")
+        store = self.registry.store(context, resource, view="table")
         if isinstance(store, TableStore):
             return store
-        scoped = self._dash.snapshots.scoped.get((context, resource.name))
+        scoped = self.dash.snapshots.scoped.get((context, resource.name))
         # a stopped generation's stores are cleared: no longer synced
         return scoped if scoped is not None and scoped.has_synced else None
 
-    async def _replay(
+    async def replay(
         self,
         context: str,
         resource: Resource,
@@ -228,15 +228,15 @@ class Stream:
         """A context's columns (their id only if this stream defined them) and rows, the
         rows from the shared snapshot cache."""
         columns = store.columns
-        events = await self._dash.snapshots.events(context, resource, namespace, store)
-        await self._write(
-            self._dash.encodings.columns_event(context, resource, columns, defined=self.defined)
+        events = await self.dash.snapshots.events(context, resource, namespace, store)
+        await self.write(
+            self.dash.encodings.columns_event(context, resource, columns, defined=self.defined)
         )
         for event in events:
-            await self._write(event)
+            await self.write(event)
         sent[context] = columns
 
-    async def _send_changes(
+    async def send_changes(
         self,
         batch: list[Change],
         resource: Resource,
@@ -252,10 +252,10 @@ class Stream:
         checked: set[str] = set()
 
         async def flush() -> None:
-            rows = [r for r in map(self._dash.encodings.encoded, pending) if r is not None]
+            rows = [r for r in map(self.dash.encodings.encoded, pending) if r is not None]
             pending.clear()
             if rows:
-                await self._write(encode_event("changes", b"[" + b",".join(rows) + b"]"))
+                await self.write(encode_event("changes", b"[" + b",".join(rows) + b"]"))
 
         for change in batch:
             context = change.context
@@ -264,19 +264,19 @@ class Stream:
                 checked.discard(context)
             elif change.type != "DELETED" and context not in checked:
                 checked.add(context)
-                store = self._table_store(context, resource)
+                store = self.table_store(context, resource)
                 before = sent.get(context)
                 if store is not None and store.columns and store.columns is not before:
                     if before is None:
                         await flush()
-                        event = self._dash.encodings.columns_event(
+                        event = self.dash.encodings.columns_event(
                             context, resource, store.columns, defined=self.defined
                         )
-                        await self._write(event)
+                        await self.write(event)
                         sent[context] = store.columns
                     elif store.columns != before:
                         await flush()
-                        await self._replay(context, resource, namespace, store, sent)
+                        await self.replay(context, resource, namespace, store, sent)
                     else:
                         sent[context] = store.columns  # the same columns, listed again
             pending.append(change)
@@ -287,26 +287,26 @@ class Stream:
 
         The registry's own backoff paces retries: within it ``table()`` fails at once.
         """
-        registry = self._registry
+        registry = self.registry
         busy: set[str] = set()
 
         async def start(name: str) -> None:
             try:
                 store = await registry.table(name, resource)
-                self._watch_errors.pop(name, None)
+                self.watch_errors.pop(name, None)
                 if isinstance(store, MultiTableStore):
-                    self._dash.snapshots.scoped[name, resource.name] = store
-                if name not in self._sent and store.columns:  # an empty table has columns too
-                    self._sent[name] = store.columns
-                    await self._write(
-                        self._dash.encodings.columns_event(
+                    self.dash.snapshots.scoped[name, resource.name] = store
+                if name not in self.sent and store.columns:  # an empty table has columns too
+                    self.sent[name] = store.columns
+                    await self.write(
+                        self.dash.encodings.columns_event(
                             name, resource, store.columns, defined=self.defined
                         )
                     )
             except UnknownResource:  # not the context's failure: its card stays clean
-                self._watch_errors.pop(name, None)
+                self.watch_errors.pop(name, None)
             except KubemuxError as exc:
-                self._watch_errors[name] = str(exc)
+                self.watch_errors[name] = str(exc)
             finally:
                 busy.discard(name)
 
@@ -314,17 +314,17 @@ class Stream:
             while True:
                 syncs = registry.kubeconfig_syncs
                 for name in list(registry.contexts):
-                    if name not in busy and self._table_store(name, resource) is None:
+                    if name not in busy and self.table_store(name, resource) is None:
                         busy.add(name)
                         tg.start_soon(start, name)
-                for gone in set(self._watch_errors) - set(registry.contexts):
-                    del self._watch_errors[gone]
-                scoped = self._dash.snapshots.scoped
+                for gone in set(self.watch_errors) - set(registry.contexts):
+                    del self.watch_errors[gone]
+                scoped = self.dash.snapshots.scoped
                 for key in [k for k in scoped if k[0] not in registry.contexts]:
                     del scoped[key]
-                await self._wait_sync(syncs)
+                await self.wait_sync(syncs)
 
-    async def _contexts_loop(self, only: str | None = None) -> None:
+    async def contexts_loop(self, only: str | None = None) -> None:
         """Send the contexts panel, then what changed in it (:mod:`._panel`); ``only``: the
         panel of that one context (the object page's).
 
@@ -335,44 +335,44 @@ class Stream:
         task: with many streams every wakeup and every send counts. Nothing is sent while
         nothing the page shows changed.
         """
-        registry = self._registry
-        period = min(COUNTS_PERIOD, self._dash.status_period)
+        registry = self.registry
+        period = min(COUNTS_PERIOD, self.dash.status_period)
         while True:
             version = registry.status_version
-            panel = self._contexts(version)
+            panel = self.contexts_panel(version)
             if only is not None:
                 panel = panel.only(only)
             data = self.panel.next(panel)
             if data is not None:
-                await self._emit("contexts", data)
+                await self.emit("contexts", data)
             with anyio.move_on_after(period):
                 await registry.wait_status_change(version)
                 await anyio.sleep(NEWS_DELAY)  # coalesce: many contexts may flap at once
 
-    def _contexts(self, version: int) -> Panel:
+    def contexts_panel(self, version: int) -> Panel:
         """The contexts panel; one encoding per state serves every stream."""
-        panel = self._dash.panel(version)
-        if self._watch_errors:
-            return panel.with_errors(self._registry.status(), self._watch_errors)
+        panel = self.dash.panel(version)
+        if self.watch_errors:
+            return panel.with_errors(self.registry.status(), self.watch_errors)
         return panel
 
-    async def _wait_sync(self, after: int) -> None:
+    async def wait_sync(self, after: int) -> None:
         """Wait for the next kubeconfig sync, at most one status period."""
-        with anyio.move_on_after(self._dash.status_period):
-            await self._registry.wait_kubeconfig_sync(after)
+        with anyio.move_on_after(self.dash.status_period):
+            await self.registry.wait_kubeconfig_sync(after)
 
     # ------------------------------------------------------------------ object
     async def object(self, context: str, resource: Resource, namespace: str, name: str) -> None:
         """One object and its Kubernetes Events, live."""
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._contexts_loop, context)
-            await self._pump_object(context, resource, namespace, name)
+            tg.start_soon(self.contexts_loop, context)
+            await self.pump_object(context, resource, namespace, name)
             tg.cancel_scope.cancel("the registry closed")
 
-    async def _pump_object(
+    async def pump_object(
         self, context: str, resource: Resource, namespace: str, name: str
     ) -> None:
-        registry = self._registry
+        registry = self.registry
         ns = namespace if resource.namespaced else ""
         kind = resource.kind
         while True:
@@ -382,44 +382,44 @@ class Stream:
                 try:
                     store = await registry.watch(context, resource)
                 except KubemuxError as exc:
-                    await self._emit("problem", {"message": str(exc), "fatal": False})
+                    await self.emit("problem", {"message": str(exc), "fatal": False})
                     if isinstance(exc, ContextNotFound):
-                        await self._emit("object", {"object": None, "gone": str(exc)})
-                    await self._wait_sync(syncs)
+                        await self.emit("object", {"object": None, "gone": str(exc)})
+                    await self.wait_sync(syncs)
                     continue
-                await self._emit("object", _shown(resource, store.get(ns, name)))
-                events = await self._events(context, kind, ns, name)
-                await self._emit("events", events)
+                await self.emit("object", _shown(resource, store.get(ns, name)))
+                events = await self.object_events(context, kind, ns, name)
+                await self.emit("events", events)
                 try:
                     async for change in changes:
                         if change.type in ("RESET", "REMOVED"):
                             if change.type == "REMOVED":
                                 gone = f"context {context!r} stopped"
-                                await self._emit("object", {"object": None, "gone": gone})
+                                await self.emit("object", {"object": None, "gone": gone})
                             break  # start again with the context's next generation
                         if change.resource == resource.name and change.name == name:
                             obj = change.object if change.type != "DELETED" else None
-                            await self._emit("object", _shown(resource, obj))
+                            await self.emit("object", _shown(resource, obj))
                         elif change.resource in EVENT_RESOURCES:
-                            fresh = await self._events(context, kind, ns, name)
+                            fresh = await self.object_events(context, kind, ns, name)
                             if fresh != events:
                                 events = fresh
-                                await self._emit("events", events)
+                                await self.emit("events", events)
                     else:
                         return  # the registry closed the subscription
                 except SubscriberOverflow:
                     continue
-            await self._wait_sync(syncs)
+            await self.wait_sync(syncs)
 
-    async def _events(
+    async def object_events(
         self, context: str, kind: str, namespace: str, name: str
     ) -> list[dict[str, Any]]:
         try:
-            with anyio.fail_after(self._dash.sync_timeout):
-                events = await self._registry.events_for(context, kind, namespace or None, name)
+            with anyio.fail_after(self.dash.sync_timeout):
+                events = await self.registry.events_for(context, kind, namespace or None, name)
         except (KubemuxError, TimeoutError) as exc:
             message = str(exc) or "the events are not synced yet"
-            await self._emit("problem", {"message": f"events: {message}", "fatal": False})
+            await self.emit("problem", {"message": f"events: {message}", "fatal": False})
             return []
         return [event_payload(e) for e in events]
 

@@ -173,6 +173,7 @@
       });
       source.addEventListener("error", () => {
         if (stopped) return;
+        if (source.readyState === EventSource.CLOSED && session.on) checkSession();
         if (source.readyState === EventSource.CLOSED) {
           setConn("down", "disconnected, retrying…");
           timer = setTimeout(open, 2000);
@@ -1521,6 +1522,35 @@
     connect("api/stream?" + query.toString(), handlers);
   }
 
+  // ------------------------------------------------------------------ session (per-user mode)
+  // A dashboard run with --user-tokens has a session: show who is logged in and a Log out
+  // button; once the session is gone (logged out elsewhere, expired), go to the login page.
+  const session = { on: false };
+
+  async function checkSession() {
+    let answer;
+    try {
+      answer = await fetch("api/session", { cache: "no-store" });
+    } catch (e) {
+      return;
+    }
+    if (answer.status === 401) {
+      if (session.on) location.assign("login");
+      return;
+    }
+    if (!answer.ok) return;
+    const data = await answer.json();
+    if (data.user === null) return; // a dashboard of one identity: no session
+    session.on = true;
+    text($("who"), data.user);
+    $("who").title = Object.entries(data.contexts)
+      .map(([ctx, user]) => ctx + ": " + user)
+      .concat(Object.entries(data.refused).map(([ctx, why]) => ctx + ": " + why))
+      .join("\n");
+    $("session").hidden = false;
+  }
+
+  checkSession();
   if (location.pathname.endsWith("/object")) objectView();
   else tableView();
 })();

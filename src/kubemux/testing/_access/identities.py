@@ -63,8 +63,10 @@ class Identities:
         uid: str = "",
         extra: Mapping[str, Iterable[str]] | None = None,
         ttl: float | None = None,
+        token: str | None = None,
     ) -> str:
-        """A new token for ``name`` (``system:authenticated`` added to ``groups``)."""
+        """A new token for ``name`` (``system:authenticated`` added to ``groups``), or
+        ``token`` itself made to authenticate as ``name``."""
         all_groups = [*groups]
         if "system:authenticated" not in all_groups:
             all_groups.append("system:authenticated")
@@ -81,7 +83,8 @@ class Identities:
             payload["exp"] = int(expires)
         payload["jti"] = secrets.token_hex(8)
         header = _b64(orjson.dumps({"alg": "none", "typ": "JWT"}))
-        token = f"{header}.{_b64(orjson.dumps(payload))}.{_b64(secrets.token_bytes(24))}"
+        if token is None:
+            token = f"{header}.{_b64(orjson.dumps(payload))}.{_b64(secrets.token_bytes(24))}"
         self._tokens[token] = (caller, expires)
         return token
 

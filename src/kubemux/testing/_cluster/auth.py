@@ -157,6 +157,7 @@ class AuthControls:
         uid: str = "",
         extra: Mapping[str, Iterable[str]] | None = None,
         ttl: float | None = None,
+        token: str | None = None,
     ) -> str:
         """A bearer token that authenticates as ``name`` and is governed by RBAC.
 
@@ -166,9 +167,13 @@ class AuthControls:
         is: ``groups`` plus ``system:authenticated``, ``uid`` (random if not given),
         ``extra``. It looks like a ServiceAccount token (a JWT whose payload has ``sub`` and,
         with ``ttl``, ``exp``) and stops authenticating after ``ttl`` seconds (a 401).
-        Accepted whatever ``tokens`` says.
+        Accepted whatever ``tokens`` says. ``token``: this token instead of a new one (one
+        person's OIDC token, which every cluster of a fleet accepts: give each cluster
+        the token another one minted).
         """
-        return self._api.identities.mint(name, groups=groups, uid=uid, extra=extra, ttl=ttl)
+        return self._api.identities.mint(
+            name, groups=groups, uid=uid, extra=extra, ttl=ttl, token=token
+        )
 
     def service_account_token(
         self,
