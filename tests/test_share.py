@@ -151,11 +151,15 @@ async def test_failover_after_compaction_relists_once_and_delivers_missed_delete
                 await r.start(tg)
                 await r.wait(lambda r=r: r.role() == "follower")
             await converge(cluster, [a, b, c])
+            # b may not take the lease before the deletes: its 1.5 s lease against the dead
+            # watch's detection raced under load (b's watch opened before a's was seen gone)
+            b.signal(signal.SIGSTOP)
             a.signal(signal.SIGKILL)
             await cluster.wait_for(lambda: cluster.open_watches == 0)
             for i in range(5):  # nobody watches: these deletes are missed...
                 cluster.delete("pods", "default", f"web-{i}")
             cluster.compact()  # ...and the history that holds them is gone
+            b.signal(signal.SIGCONT)
             await b.wait(lambda: b.role() == "leader")
             await converge(cluster, [b, c])
             assert lists(cluster) == 2  # the first start, then exactly one relist

@@ -64,7 +64,14 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 if TYPE_CHECKING:
     from ._registry.registry import WatcherRegistry
 
-__all__ = ["ALL_SCOPES", "KubemuxCollector", "register", "registered", "unregister"]
+__all__ = [
+    "ALL_SCOPES",
+    "KubemuxCollector",
+    "ProxyReadsCollector",
+    "register",
+    "registered",
+    "unregister",
+]
 
 log = logging.getLogger(__name__)
 
@@ -428,3 +435,57 @@ def registered(
         yield collector
     finally:
         unregister(watchers, registry)
+
+
+class ProxyReadsCollector(Collector):
+    """The reads of a :class:`~kubemux.proxy.Proxy` (``Proxy.statistics().reads``), per
+    ``context`` and ``resource``: served from the cache, waited (and how long), sent
+    upstream by ``reason`` (``floor``, ``probe``, ``unsupported``), probes sent, and the
+    floor. ``kubemux proxy`` serves them (with the registry's) at ``/metrics``.
+    Register it as any collector: ``registry.register(ProxyReadsCollector(proxy))``."""
+
+    def __init__(self, proxy: Any, *, prefix: str = "kubemux") -> None:
+        self.proxy = proxy
+        self.prefix = prefix
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families(())
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            reads = self.proxy.statistics().reads
+        except Exception:  # a scrape must not fail over a proxy that cannot answer
+            log.debug("kubemux metrics: no proxy statistics", exc_info=True)
+            return []
+        return self._families(reads)
+
+    def _families(self, reads: Iterable[Any]) -> list[Metric]:
+        p, labels = f"{self.prefix}_proxy", ("context", "resource")
+        cached = _counter(f"{p}_reads_from_cache", "Reads answered from the cache.", labels)
+        waited = _counter(
+            f"{p}_reads_waited",
+            "Reads that waited for the cache to reach a floor or a probe's version.",
+            labels,
+        )
+        seconds = _counter(f"{p}_reads_waited_seconds", "Time those reads waited.", labels)
+        upstream = _counter(
+            f"{p}_reads_upstream",
+            "Reads sent upstream, by reason: floor (the cache did not reach what the proxy "
+            "had shown in time), probe (nor the server's version, consistent reads), "
+            "unsupported (the cache cannot answer that read).",
+            (*labels, "reason"),
+        )
+        probes = _counter(
+            f"{p}_probes", "limit=1 LISTs sent to learn the server's version.", labels
+        )
+        floor = _gauge(f"{p}_read_floor", "The resourceVersion reads must reach.", labels)
+        for r in reads:
+            key = [str(r.context), str(r.resource)]
+            cached.add_metric(key, r.from_cache)
+            waited.add_metric(key, r.waited)
+            seconds.add_metric(key, r.waited_seconds)
+            for reason in ("floor", "probe", "unsupported"):
+                upstream.add_metric([*key, reason], getattr(r, f"upstream_{reason}"))
+            probes.add_metric(key, r.probes)
+            floor.add_metric(key, r.floor)
+        return [cached, waited, seconds, upstream, probes, floor]

@@ -187,6 +187,26 @@ class EventHistory(StoreListener):
                 out.append(_event(item, item_rv))
         return out
 
+    def undo_since(self, rv: int) -> list[tuple[str, str, bytes | None]] | None:
+        """What takes the store as it is now back to ``rv``: ``(namespace, name, bytes)``
+        to apply in order (None: the object was absent at ``rv``); None when that cannot
+        be told: ``rv`` older than what is kept, or a relist among the changes after it
+        (a relist's changes stand for every change the watch missed: the states between
+        are unknown). Call it in the same synchronous step as reading the store."""
+        events = self.since(rv)
+        if events is None or any(isinstance(item, _Step) and item.rv > rv for item in self._items):
+            return None
+        undo: list[tuple[str, str, bytes | None]] = []
+        for event in reversed(events):
+            before = event.raw if event.type == "DELETED" else event.old
+            if event.type == "ADDED":
+                undo.append((event.namespace, event.name, None))
+            elif event.old is None and before is None:
+                return None
+            else:
+                undo.append((event.namespace, event.name, event.old or before))
+        return undo
+
     def add_listener(self, fn: Listener) -> Callable[[], None]:
         """Call ``fn(event)`` for every change from now on (and BOOKMARK, RESET); returns
         the function that removes it (idempotent).

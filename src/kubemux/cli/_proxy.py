@@ -71,6 +71,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="answer nothing from the caches: forward every request (like kubectl proxy)",
     )
     p.add_argument(
+        "--consistent-reads",
+        action="store_true",
+        help="reads with resourceVersion unset are at least as fresh as the API server when "
+        "they arrive (a limit=1 LIST learns its version; the cache is waited for, else the "
+        "read goes upstream). Default: monotonic, as fresh as the watch, never going back",
+    )
+    p.add_argument(
         "--user-tokens",
         action="store_true",
         help="every client sends its own bearer token for the context's cluster; reads "
@@ -127,7 +134,10 @@ async def proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.audit_log and not args.user_tokens:
         raise CommandError("--audit-log needs --user-tokens")
     settings = ProxySettings(
-        cache_reads=not args.no_cache, user_tokens=args.user_tokens, audit_log=args.audit_log
+        cache_reads=not args.no_cache,
+        consistent_reads=args.consistent_reads,
+        user_tokens=args.user_tokens,
+        audit_log=args.audit_log,
     )
     async with registry, anyio.create_task_group() as tg:
         server = ProxyServer(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ._api.paths import decode_context as decode_context
 from ._api.paths import encode_context as encode_context
+from ._reads.freshness import ReadStatistics as ReadStatistics
 from ._serve.app import Proxy as Proxy
 from ._serve.app import ProxySettings as ProxySettings
 from ._serve.app import ProxyStatistics as ProxyStatistics
@@ -30,6 +31,7 @@ __all__ = [
     "ProxyServer",
     "ProxySettings",
     "ProxyStatistics",
+    "ReadStatistics",
     "WatchLimits",
     "create_app",
     "decode_context",

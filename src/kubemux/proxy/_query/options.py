@@ -18,16 +18,18 @@ with the watch cache's behaviour where the proxy's cache stands in for it:
 ============================  ==========================================================
 GET / LIST                    served from
 ============================  ==========================================================
-``resourceVersion`` unset     the cache: **as fresh as the watch, not a quorum read** (the
-                              API server can ask etcd for its current revision; a client
-                              cannot). The lag shows in the proxy's status and headers.
+``resourceVersion`` unset     the cache: **as fresh as the watch, not a quorum read**, and
+                              never older than what the proxy has shown (the floors of
+                              ``_reads.freshness``, checked before the plan; consistent
+                              reads there too). The lag shows in status and headers.
 ``"0"``                       the cache (Any)
 ``N``, NotOlderThan (default  the cache once it has reached ``N``: wait, bounded
 without ``limit``)            (:data:`DEFAULT_WAIT`, the watch cache's 3 s), then 504
                               ``Timeout: Too large resource version: N, current: C`` with
                               ``Retry-After: 1``
 ``N``, Exact (or unset with   the cache when it is at ``N``; wait (bounded) when ``N`` is
-``limit``)                    ahead of it; upstream when ``N`` is older
+``limit``)                    ahead of it; older: its history taken back to ``N``, else
+                              upstream (UPSTREAM: the caller tries the history first)
 ``continue``                  the snapshot the token pins (see ``_continue``)
 ============================  ==========================================================
 
@@ -308,7 +310,8 @@ class Source(enum.Enum):
     WAIT = "wait"
     """The cache, once it has reached :attr:`ReadPlan.resource_version` (bounded wait)."""
     UPSTREAM = "upstream"
-    """The API server: an exact version older than the cache holds."""
+    """An exact version older than the cache: its event history taken back to it, else the
+    API server."""
     CONTINUE = "continue"
     """The snapshot a continue token pins."""
 

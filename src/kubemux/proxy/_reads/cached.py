@@ -10,9 +10,10 @@ it holds), or says it cannot (False, nothing sent) and the request goes upstream
   A custom resource's field selector the proxy does not know goes upstream (its CRD may
   declare ``selectableFields``).
 - **resourceVersion** (:func:`~._rv.plan_list`, :func:`~._rv.plan_get`): unset, ``""``
-  and ``"0"`` read the cache as it is (as fresh as the watch, not a quorum read); a newer
+  and ``"0"`` read the cache (as fresh as the watch, past the floors below); a newer
   version waits for the cache, bounded, then 504 ``Too large resource version`` with
-  ``Retry-After``; an exact older one goes upstream. Every LIST answers the snapshot's
+  ``Retry-After``; an exact older one comes from the store's event history taken back
+  to it (:func:`~.pins.view_at`), else upstream. Every LIST answers the snapshot's
   resourceVersion, the API server's own.
 - **Pages** (``limit``/``continue``) read one pinned snapshot (:class:`~._continue.
   SnapshotPins`), so every page together is exactly the set at the first page's version.
@@ -22,8 +23,9 @@ it holds), or says it cannot (False, nothing sent) and the request goes upstream
   (``includeObject=Object``, a field selector on fields other than the name and
   namespace) joins each row with the objects view's object of the same version, and goes
   upstream when the two views disagree (and always for a watch).
-- **Read your writes** (:mod:`.marks`): a read after a write through the proxy waits,
-  bounded, until the store has reached the write's resourceVersion, else goes upstream.
+- **Monotonic and consistent reads** (:mod:`.freshness`): a read waits, bounded, until
+  the store has reached what the proxy has shown (a write's version included), and with
+  ``consistent_reads`` the server's version for resourceVersion unset; else upstream.
 
 Every answer carries ``X-Kubemux-Cache: hit`` and ``X-Kubemux-Cache-Lag`` (see
 :mod:`.served`).
@@ -33,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 from collections.abc import Iterator
 from operator import itemgetter
 from typing import Any
@@ -49,7 +50,7 @@ from ..._resources import Resource
 from ..._wire.codec import raw_resource_version
 from ..._wire.types import View
 from .._api.lists import iter_list, iter_table, join_table, split_table_row
-from .._api.responses import StatusError, status_for_error
+from .._api.responses import status_for_error
 from .._api.statuses import ProxyStatusError, too_many_requests
 from .._api.tokens import (
     LATEST,
@@ -72,7 +73,10 @@ from .._query.options import (
 from .._query.selectors import ObjectFilter
 from .._watch.flow import Flow
 from .._watch.watch import ObjectWatchFormat, TableWatchFormat, WatchFormat, WatchLimits
+from .callers import as_status_error, credential_key
+from .freshness import Freshness, GoUpstream, shows_state
 from .marks import WriteMarks, bound_context
+from .pins import view_at
 from .reads import ReadRequest, send_chunks, stream_watch
 from .scans import Scans
 from .served import ServedStatus, ServedStore, ServedStores
@@ -90,28 +94,13 @@ class CachedSettings:
     store_timeout: float = 95.0
     wait_timeout: float = 3.0
     read_your_writes_timeout: float = 3.0
+    consistent_reads: bool = False
+    consistent_wait_timeout: float = 0.1
     max_watches_per_credential: int = 1024
     watch_write_timeout: float = 30.0
     max_concurrent_scans: int = 2
     scan_slice: float = 0.001
     watch: WatchLimits = dataclasses.field(default_factory=WatchLimits)
-
-
-def as_status_error(exc: ProxyStatusError) -> StatusError:
-    """The answer of a :class:`ProxyStatusError`: its Status body exactly."""
-    return StatusError(
-        exc.code, exc.message, reason=exc.reason or None, headers=exc.headers, raw=exc.body
-    )
-
-
-def credential_key(scope: Scope) -> str:
-    """Who a request comes from, for per-credential caps: a digest of its
-    ``Authorization`` header (the proxy's bearer token), else its client address."""
-    for name, value in scope.get("headers") or ():
-        if name == b"authorization":
-            return "auth:" + hashlib.sha256(value).hexdigest()[:32]
-    client = scope.get("client")
-    return f"client:{client[0]}" if client else "anonymous"
 
 
 class CachedReads:
@@ -129,6 +118,14 @@ class CachedReads:
         self.pins: SnapshotPins[PinnedSnapshot] = SnapshotPins()
         self.tokens = ContinueTokens()
         self.marks = WriteMarks()
+        self.stores.on_cleared = lambda served: self.marks.forget(served.context)
+        self.freshness = Freshness(
+            registry,
+            self.marks,
+            floor_timeout=self.settings.read_your_writes_timeout,
+            consistent=self.settings.consistent_reads,
+            consistent_timeout=self.settings.consistent_wait_timeout,
+        )
         self.scans = Scans(self.settings.max_concurrent_scans, self.settings.scan_slice)
         self._watches: dict[tuple[str, str], int] = {}  # (credential, context) -> open
 
@@ -219,30 +216,6 @@ class CachedReads:
             heard=lambda: self._heard(context, resource, view),
         )
 
-    async def _caught_up(self, context: str, resource: Resource, stores: list[ServedStore]) -> bool:
-        """Read your writes: wait until every store has reached the resource's write mark."""
-        mark = self.marks.get(context, resource.group, resource.plural)
-        if mark is None:
-            return True
-        timeout = self.settings.read_your_writes_timeout
-        for served in stores:
-            if mark.resource_version > served.current_rv():
-                try:
-                    await served.wait_for(mark.resource_version, timeout)
-                except ProxyStatusError:
-                    return False
-            if mark.gone:
-                gone = set(mark.gone)
-                get_raw = served.store.get_raw
-
-                def absent(gone: set[Key] = gone, get_raw: Any = get_raw) -> bool:
-                    return all(get_raw(ns or None, name) is None for ns, name in gone)
-
-                if not await served.wait_until(absent, timeout):
-                    return False
-                self.marks.satisfied(context, resource.group, resource.plural, gone)
-        return True
-
     # ------------------------------------------------------------------ entry point
     async def serve(
         self,
@@ -254,13 +227,37 @@ class CachedReads:
         send: Send,
         who: str = "",
     ) -> bool:
-        """Answer ``read`` from the cache; False (nothing sent) when it must go upstream.
-        ``who`` (a user's key, with ``--user-tokens``) binds continue tokens and write marks.
+        """Answer ``read`` from the cache (as user ``who``, with ``--user-tokens``); False
+        (nothing sent) when it must go upstream (why: ``scope["kubemux.upstream"]``, counted).
 
         Raises:
             StatusError: the API server's error for this request (bad options, a version
                 the cache did not reach in time, a context that cannot start).
         """
+        counters = self.freshness.counters
+        try:
+            answered = await self._serve(context, resource, read, scope, receive, send, who)
+        except GoUpstream as why:
+            scope["kubemux.upstream"] = why.reason
+            counters.upstream(context, resource.name, why.reason)
+            return False
+        if answered and read.verb != "watch":  # a watch is counted as it starts
+            counters.cached(context, resource.name)
+        elif not answered:
+            scope["kubemux.upstream"] = "unsupported"
+            counters.upstream(context, resource.name, "unsupported")
+        return answered
+
+    async def _serve(
+        self,
+        context: str,
+        resource: Resource,
+        read: ReadRequest,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        who: str = "",
+    ) -> bool:
         if read.namespace is not None and not resource.namespaced:
             return False  # the API server's 404
         custom = resource.group not in BUILTIN_GROUPS
@@ -296,19 +293,24 @@ class CachedReads:
             if objects is None:
                 return False
             stores.append(objects)
-        bound = bound_context(context, who)
-        if not await self._caught_up(bound, resource, stores):
-            return False
+        if shows_state(read.verb, read.params, options):
+            unset = read.params.get("resourceVersion", "") == ""
+            reason = await self.freshness.check(context, resource, stores, unset=unset)
+            if reason is not None:
+                raise GoUpstream(reason)
         for one in stores:
             one.touch()
+            one.shown = max(one.shown, one.current_rv())  # never answer older after this
         try:
             if read.verb == "get":
                 return await self._get(served, objects, resource, read, send)
             assert options is not None
             if read.verb == "list":
+                bound = bound_context(context, who)  # continue tokens are the user's
                 return await self._list(
                     bound, served, objects, resource, read, options, send, custom=custom
                 )
+            self.freshness.counters.cached(context, resource.name)
             return await self._watch(served, resource, read, options, receive, send)
         except ProxyStatusError as exc:
             raise as_status_error(exc) from None
@@ -377,8 +379,6 @@ class CachedReads:
         if plan.source is Source.WAIT:
             now = await served.wait_for(plan.resource_version, self.settings.wait_timeout)
             plan = plan.after_wait(now)
-        if plan.source is Source.UPSTREAM:
-            return False
         scope_name = self._scope_name(resource, read)
         after: Key | None = None
         offset = 0
@@ -392,6 +392,11 @@ class CachedReads:
             if position.snapshot_id != LATEST:
                 pinned = self.pins.get(position.snapshot_id)
                 snapshot = pinned.snapshot if pinned is not None else None
+        if plan.source is Source.UPSTREAM:  # an exact version the cache has passed
+            snapshot = view_at(served.snapshot(), served.history, plan.resource_version)
+            if snapshot is None:
+                return False  # further back than its history: upstream knows
+            pinned = PinnedSnapshot(snapshot)
         if pinned is None:  # a first page, or the 410's token: the latest snapshot
             # read now; what a token pins is the same state as a view sharing structure
             # with the other pins (taken in this same step), not this snapshot

@@ -1,4 +1,7 @@
-"""Read your writes: what a write through the proxy tells later reads to wait for.
+"""Floors: what answers shown through the proxy tell later reads to wait for.
+
+(Monotonic reads, :mod:`.freshness`, generalise the read-your-writes marks below: any
+answer passed through or served raises its resource's mark.)
 
 A write (POST, PUT, PATCH, DELETE) through the proxy answers with the object as the API
 server stored it, whose ``metadata.resourceVersion`` is the write's (a DELETE's answer
@@ -50,9 +53,8 @@ _decoder = msgspec.json.Decoder(_Answer)
 
 
 def bound_context(context: str, who: str) -> str:
-    """What continue tokens and write marks are bound to: the context, and with
-    ``--user-tokens`` the user (``who``, a key of their identity), so neither carries one
-    user's reads or writes to another."""
+    """What continue tokens are bound to: the context, and with ``--user-tokens`` the user
+    (``who``, a key of their identity), so one user's pages never continue another's."""
     return f"{context}\x00{who}" if who else context
 
 
@@ -75,14 +77,29 @@ class WriteMark:
     """What reads of one resource wait for.
 
     Attributes:
-        resource_version: The store must have reached this version (0: nothing).
+        resource_version: The store must have reached this version (0: nothing): a
+            version the resource's own watch will bring (a write's, an object's).
         gone: Objects deleted without a version in the answer: the store must lack them.
         expires: Monotonic time after which the mark is forgotten.
+        namespaces: ``resource_version`` per namespace it came from (``""``: none
+            known, or cluster-scoped), at most :attr:`WriteMarks.max_namespaces`.
+        listed: A List's resourceVersion shown (passed through): the store must have
+            reached it too, though the resource's watch may bring it late (a quiet
+            resource hears the server's later versions only in bookmarks).
     """
 
     resource_version: int = 0
     gone: set[Key] = dataclasses.field(default_factory=set)
     expires: float = 0.0
+    listed: int = 0
+    namespaces: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def in_namespace(self, namespace: str | None) -> int:
+        """The version a store of ``namespace`` alone must reach (None: a cluster-wide
+        store, all of them): a namespace's watch never brings another's versions."""
+        if namespace is None:
+            return self.resource_version
+        return max(self.namespaces.get(namespace, 0), self.namespaces.get("", 0))
 
 
 class WriteMarks:
@@ -106,6 +123,7 @@ class WriteMarks:
         self.ttl = ttl
         self.max_marks = max_marks
         self.max_gone = max_gone
+        self.max_namespaces = 256
         self._clock = clock
         self._marks: OrderedDict[MarkKey, WriteMark] = OrderedDict()
 
@@ -122,17 +140,29 @@ class WriteMarks:
         plural: str,
         resource_version: int | None,
         gone: Key | None = None,
+        *,
+        listed: int | None = None,
+        namespace: str | None = None,
     ) -> None:
-        """A write answered: later reads wait for ``resource_version`` (and for ``gone``
-        to be absent, when the answer had no version)."""
-        if not resource_version and gone is None:
+        """An answer shown: later reads wait for ``resource_version`` (and for ``gone``
+        to be absent, when a write's answer had no version; and for ``listed``, a List's
+        version)."""
+        if not resource_version and gone is None and not listed:
             return
         key = (context, group, plural)
         mark = self._marks.pop(key, None) or WriteMark()
         if resource_version:
             mark.resource_version = max(mark.resource_version, resource_version)
+            within = mark.namespaces
+            ns = namespace or ""
+            if ns in within or len(within) < self.max_namespaces:
+                within[ns] = max(within.get(ns, 0), resource_version)
+            else:  # too many: every namespace's store waits for it
+                within[""] = max(within.get("", 0), resource_version)
         elif gone is not None and len(mark.gone) < self.max_gone:
             mark.gone.add(gone)
+        if listed:
+            mark.listed = max(mark.listed, listed)
         mark.expires = self._clock() + self.ttl
         self._marks[key] = mark
         while len(self._marks) > self.max_marks:
@@ -149,11 +179,22 @@ class WriteMarks:
             return None
         return mark
 
+    def floor(self, context: str, group: str, plural: str) -> int:
+        """The version reads of the resource must reach now (0: none)."""
+        mark = self.get(context, group, plural)
+        return max(mark.resource_version, mark.listed) if mark is not None else 0
+
+    def forget(self, context: str) -> None:
+        """Drop every mark of ``context`` (its stores were cleared: it stopped, or reloaded
+        perhaps onto another cluster, whose versions are not comparable)."""
+        for key in [k for k in self._marks if k[0] == context]:
+            del self._marks[key]
+
     def satisfied(self, context: str, group: str, plural: str, gone: set[Key]) -> None:
         """Forget the deleted keys a read found absent (a later object of the same name is
         a new one, which reads must not wait to vanish)."""
         mark = self._marks.get((context, group, plural))
         if mark is not None:
             mark.gone -= gone
-            if not mark.gone and not mark.resource_version:
+            if not mark.gone and not mark.resource_version and not mark.listed:
                 del self._marks[(context, group, plural)]

@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-__all__ = ["ChangeLog", "PinSource", "PinnedView"]
+__all__ = ["ChangeLog", "PinSource", "PinnedView", "view_at"]
 
 Key = tuple[str, str]
 MIN_REBASE = 1024
@@ -156,3 +156,16 @@ class PinSource:
             log = ChangeLog(snapshot)
             self._log = weakref.ref(log)
         return PinnedView(log, len(log.changes), snapshot.resource_version)
+
+
+def view_at(snapshot: SnapshotLike, history: Any, rv: int) -> PinnedView | None:
+    """The store as it was at ``rv`` (an Exact LIST of a version the cache has passed):
+    ``snapshot`` (the store now) with the changes after ``rv`` undone, from the store's
+    ``history`` (:meth:`~kubemux._cache.history.EventHistory.undo_since`); None when the
+    history cannot tell. Call it in the same synchronous step as taking ``snapshot``."""
+    undo = history.undo_since(rv)
+    if undo is None:
+        return None
+    log = ChangeLog(snapshot)
+    log.changes = [((namespace, name), raw) for namespace, name, raw in undo]
+    return PinnedView(log, len(log.changes), str(rv))

@@ -79,12 +79,14 @@ class ServedStore:
         "_on_reset",
         "_remove",
         "broadcaster",
+        "cleared",
         "closed",
         "context",
         "history",
         "last_heard",
         "namespace",
         "pins",
+        "shown",
         "store",
         "view",
     )
@@ -108,7 +110,9 @@ class ServedStore:
         self.broadcaster = WatchBroadcaster(self.history, store.snapshot, self.current_rv, settings)
         self.last_heard = heard if heard is not None else time.time()
         self.closed = False
+        self.cleared = False  # closed by a RESET: the store was cleared (stopped, reloaded)
         self.pins = PinSource()  # what continue tokens pin, sharing structure
+        self.shown = 0  # the highest version answered from it: it must never go back
         self._on_reset = on_reset
         self._remove = self.history.add_listener(self._on_event)
 
@@ -148,6 +152,7 @@ class ServedStore:
         self.last_heard = time.time()
         self.pins.on_event(event)
         if event.type == "RESET":
+            self.cleared = True
             self.close()
 
     def close(self) -> None:
@@ -216,6 +221,7 @@ class ServedStores:
         self.settings = settings or WatchLimits()
         self.max_stores = max_stores
         self._served: dict[int, ServedStore] = {}  # id(store) -> ServedStore
+        self.on_cleared: Callable[[ServedStore], None] | None = None  # a store's RESET
 
     def __len__(self) -> int:
         return len(self._served)
@@ -254,6 +260,8 @@ class ServedStores:
     def _drop(self, served: ServedStore) -> None:
         if self._served.get(id(served.store)) is served:
             del self._served[id(served.store)]
+        if served.cleared and self.on_cleared is not None:
+            self.on_cleared(served)
 
     def _prune(self) -> None:
         for served in list(self._served.values()):

@@ -23,7 +23,6 @@ each request is its user's (:mod:`.._users`): authenticated, authorized, sent up
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import logging
 from collections.abc import AsyncIterator, Iterator
@@ -41,7 +40,8 @@ from .._api.paths import ApiPath, decode_context, parse_api_path, split_raw_path
 from .._api.responses import StatusError, send_error, status_for_error
 from .._query.params import Query, parse_query
 from .._reads.cached import CachedReads, CachedSettings, credential_key
-from .._reads.marks import bound_context, written_version
+from .._reads.freshness import read_version
+from .._reads.marks import written_version
 from .._reads.reads import ReadRequest, classify
 from .._reads.served import ServedStatus
 from .._upstream.discovery_cache import DiscoveryCache
@@ -51,9 +51,10 @@ from .._upstream.raw_upgrade import is_streaming, raw_connection
 from .._upstream.upgrade import RefusedUpgrades, bridge, deny, spdy_refusal
 from .._users.gate import Caller
 from .._users.mode import UserMode
-from .._watch.watch import WatchLimits
 from .health import HEALTH_PATHS, health, not_found
+from .metrics_page import metrics_routes
 from .resources import ResourceTable
+from .settings import ProxySettings, ProxyStatistics
 from .slots import StreamSlots
 
 __all__ = ["Proxy", "ProxySettings", "ProxyStatistics", "create_app"]
@@ -69,99 +70,7 @@ _API_DEFINITIONS = frozenset(
     }
 )
 _CAPTURE = 4 * 1024 * 1024  # a write's answer kept for its resourceVersion, at most
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class ProxySettings:
-    """Limits and timeouts of the proxy app.
-
-    Attributes:
-        max_body_size: Largest request body accepted (kube-apiserver's default, 3 MiB);
-            larger ones get a 413 before anything goes upstream.
-        body_timeout: Seconds a request body may take to arrive (then a 408).
-        response_timeout: Seconds the API server may take to send the answer's headers.
-        read_timeout: Seconds an answer's body may pause (not for ``watch`` or
-            ``follow`` streams, which may be silent for long).
-        start_timeout: Upper bound on waiting for a context to start (the registry's own
-            ``start_timeout``, 30 s by default, usually ends it first with a 503).
-        discovery_ttl: Seconds a discovery or OpenAPI document is kept.
-        cache_reads: Answer LIST, GET and WATCH from the informers (False: everything
-            goes upstream, as ``kubectl proxy`` does).
-        max_upstream_streams: Streams (``watch=true``, ``follow=true``, WebSockets) one
-            context may have open upstream at once; more get a 429 with ``Retry-After``.
-            A context's connections are shared with its informers (kubernetes-asyncio's
-            pool holds 100), so clients holding streams must not take them all. With
-            ``user_tokens``, one user may hold a quarter of them (at least one).
-        wait_timeout: Seconds a read of a resourceVersion newer than the cache waits for
-            it (the watch cache's 3 s), then 504 ``Too large resource version``.
-        read_your_writes_timeout: Seconds a read after a write through the proxy waits for
-            the cache to reach the write (then it goes upstream).
-        max_watches_per_credential: Watches (from the cache or upstream) one credential
-            (``Authorization`` header) may hold at once on one context; more get a 429
-            with ``Retry-After``. Per context: every client of ``kubemux proxy`` sends the
-            same token, and one context's load must never refuse another's.
-        watch_write_timeout: Seconds a watch's write may take at most (a client that
-            stops reading is cut off: its connection closes; checked every quarter of it).
-            ``watch.idle_timeout`` (10 s) is shorter and cuts it first, unless raised.
-        max_concurrent_scans: Selector scans (a LIST with a label or field selector looks
-            at every object) running at once; more wait their turn, first come first
-            served. They share the event loop with every other client.
-        scan_slice: Seconds a scan works before it yields the event loop to the others
-            (the snapshot it reads is immutable: it goes on where it was).
-        max_connections: Connections :class:`~kubemux.proxy.ProxyServer` keeps open at once,
-            and never more than the open-file limit less a quarter; at the cap the oldest
-            connection that has not yet sent a request with the token is closed to make
-            room (idle sockets never keep the token holder out).
-        handshake_timeout: Seconds a connection to :class:`~kubemux.proxy.ProxyServer` has
-            to finish its TLS handshake (asyncio's default is 60).
-        watch: Downstream watches: what a watcher may hold (events and bytes), the idle
-            time after which a watcher that does not read is cut, bookmarks, pacing.
-        user_tokens: Every client sends its own bearer token for the context's cluster;
-            reads from the cache are authorized per user as the API server would, the
-            rest goes upstream with the user's token (``docs/many-users.md``).
-        audit_log: With ``user_tokens``, a file to append a JSON line to per request
-            (written by ``ProxyServer``; mounted, run ``proxy.users.audit.run()`` yourself).
-    """
-
-    max_body_size: int = 3 * 1024 * 1024
-    body_timeout: float = 60.0
-    response_timeout: float = 60.0
-    read_timeout: float = 60.0
-    start_timeout: float = 35.0
-    discovery_ttl: float = 600.0
-    cache_reads: bool = True
-    max_upstream_streams: int = 50
-    wait_timeout: float = 3.0
-    read_your_writes_timeout: float = 3.0
-    max_watches_per_credential: int = 1024
-    watch_write_timeout: float = 30.0
-    max_concurrent_scans: int = 2
-    scan_slice: float = 0.001
-    max_connections: int = 4096
-    handshake_timeout: float = 10.0
-    watch: WatchLimits = dataclasses.field(default_factory=WatchLimits)
-    user_tokens: bool = False
-    audit_log: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class ProxyStatistics:
-    """What a :class:`Proxy` is doing, at one instant (``Proxy.statistics()``).
-
-    Attributes:
-        watches: Watches open (from the cache or passed through), every credential.
-        upstream_streams: Streams open upstream (watches, ``follow``, exec ...), every
-            context.
-        scans_running: Selector scans running (at most ``max_concurrent_scans``).
-        scans_waiting: Selector scans waiting for their turn.
-        pins: Snapshots pinned for continue tokens.
-    """
-
-    watches: int
-    upstream_streams: int
-    scans_running: int
-    scans_waiting: int
-    pins: int
+_READ_HEAD = 256 * 1024  # a passed-through read's answer kept (its head, if longer)
 
 
 class Proxy:
@@ -189,6 +98,8 @@ class Proxy:
                 store_timeout=s.start_timeout + s.response_timeout,
                 wait_timeout=s.wait_timeout,
                 read_your_writes_timeout=s.read_your_writes_timeout,
+                consistent_reads=s.consistent_reads,
+                consistent_wait_timeout=s.consistent_wait_timeout,
                 max_watches_per_credential=s.max_watches_per_credential,
                 watch_write_timeout=s.watch_write_timeout,
                 max_concurrent_scans=s.max_concurrent_scans,
@@ -211,6 +122,7 @@ class Proxy:
             scans_running=cached.scans.running,
             scans_waiting=cached.scans.waiting,
             pins=len(cached.pins),
+            reads=cached.freshness.statistics(),
         )
 
     def close(self) -> None:
@@ -370,6 +282,7 @@ class Proxy:
             )
         streaming = method == "GET" and query.is_stream
         write = method in _API_WRITES and path.kind == "resource"
+        read = method == "GET" and path.kind == "resource" and not streaming
         with self._stream_slot(context) if streaming else contextlib.nullcontext():
             async with self._upstream(context) as up:
                 answer = await forward(
@@ -382,15 +295,26 @@ class Proxy:
                     streaming=streaming,
                     response_timeout=self.settings.response_timeout,
                     read_timeout=self.settings.read_timeout,
-                    capture=_CAPTURE if write and not streaming else 0,
+                    capture=_CAPTURE if write and not streaming else _READ_HEAD if read else 0,
+                    head=read,
                     ending=self.ending if streaming else None,
                 )
         # a write that was refused or only tried (dryRun) changed nothing upstream
         accepted = answer.status is not None and 200 <= answer.status < 300
         accepted = accepted and "dryRun" not in query
         if write and answer.body is not None and accepted:
-            who = caller.key if (caller := _caller(self.users)) else ""
-            self._mark_write(bound_context(context, who), path, method, answer.body)
+            self._mark_write(context, path, method, answer.body)
+        if read and answer.body is not None and answer.status == 200:
+            # monotonic reads: later reads never show older than this answer
+            shown = read_version(answer.body, complete=not answer.truncated)
+            # not when it went upstream for freshness: a quiet resource would chase the
+            # server for ever (its answer is fresher than the cache can prove to be)
+            chased = scope.get("kubemux.upstream") in ("floor", "probe")
+            marks = self.cached.marks
+            if path.is_object:
+                marks.record(context, path.group, path.plural, shown, namespace=path.namespace)
+            elif not chased:
+                marks.record(context, path.group, path.plural, None, listed=shown)
         if write and accepted and (path.group, path.plural) in _API_DEFINITIONS:
             self.discovery.invalidate(context)  # an API appeared or went: discovery again
 
@@ -401,7 +325,9 @@ class Proxy:
         if version is None and method == "DELETE" and path.is_object:
             assert path.name is not None
             gone = (path.namespace or "", path.name)
-        self.cached.marks.record(context, path.group, path.plural, version, gone)
+        self.cached.marks.record(
+            context, path.group, path.plural, version, gone, namespace=path.namespace
+        )
 
     async def _websocket(
         self, context: str, target: str, scope: Scope, receive: Receive, send: Send
@@ -476,7 +402,8 @@ def create_app(registry: WatcherRegistry, *, settings: ProxySettings | None = No
     behind your own authentication (``Mount("/k8s", create_app(registry))``): it checks
     nothing itself, and its clients act with the kubeconfig's credentials (with
     ``user_tokens``, each with their own token instead). It also answers
-    ``/livez``, ``/readyz``, ``/healthz`` (and ``.../ping``) as kube-apiserver does. It needs no
+    ``/livez``, ``/readyz``, ``/healthz`` (and ``.../ping``) as kube-apiserver does, and
+    ``/metrics`` (with prometheus-client: the registry's and the reads'). It needs no
     lifespan; the registry is yours to open and close. ``app.state.proxy`` is its
     :class:`Proxy`.
 
@@ -485,7 +412,8 @@ def create_app(registry: WatcherRegistry, *, settings: ProxySettings | None = No
     """
     proxy = Proxy(registry, settings)
     health_routes = [Route(path, health, methods=["GET", "HEAD"]) for path in HEALTH_PATHS]
-    app = Starlette(routes=[Mount("/clusters", app=proxy), *health_routes])
+    routes = [Mount("/clusters", app=proxy), *health_routes, *metrics_routes(proxy)]
+    app = Starlette(routes=routes)
     app.router.default = not_found
     app.state.proxy = proxy
     return app

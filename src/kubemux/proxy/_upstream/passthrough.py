@@ -141,11 +141,14 @@ class Forwarded:
 
     Attributes:
         status: The answer's HTTP status (None: no answer, or it broke off).
-        body: A 2xx answer's whole body, when it was captured (see :func:`forward`).
+        body: A 2xx answer's whole body, when it was captured (see :func:`forward`); with
+            ``head``, its first ``capture`` bytes.
+        truncated: ``body`` is the head of a longer answer.
     """
 
     status: int | None = None
     body: bytes | None = None
+    truncated: bool = False
     started: bool = False  # the answer's head went downstream
     finished: bool = False  # and its last chunk
     ended: bool = False  # the proxy ended it (stopping)
@@ -164,6 +167,7 @@ async def forward(
     read_timeout: float,
     headers: Sequence[tuple[str, str]] | None = None,
     capture: int = 0,
+    head: bool = False,
     ending: anyio.Event | None = None,
 ) -> Forwarded:
     """Send the request to ``target`` (path and query, encoded) upstream and stream the
@@ -172,7 +176,8 @@ async def forward(
 
     Returns the answer's status (None when it broke off) and, with ``capture``, a
     successful (2xx) answer of at most that many bytes, whole (what a write answered: read
-    your writes).
+    your writes); with ``head``, the first that many bytes of a longer one too
+    (``truncated``: what a read answered, for its resourceVersion).
 
     An answer that breaks off midway (also because the context stopped or reloaded) ends
     without its last chunk (the ASGI server then closes the connection), so the client
@@ -203,6 +208,7 @@ async def forward(
                 read_timeout=read_timeout,
                 headers=request_headers(scope) if headers is None else list(headers),
                 capture=capture,
+                head=head,
                 result=result,
             )
         except StatusError as exc:
@@ -228,6 +234,7 @@ async def _exchange(
     read_timeout: float,
     headers: list[tuple[str, str]],
     capture: int = 0,
+    head: bool = False,
     result: Forwarded | None = None,
 ) -> None:
     method = scope["method"]
@@ -253,11 +260,15 @@ async def _exchange(
         if result is not None:
             result.started = True
         keep: bytearray | None = bytearray() if capture and 200 <= resp.status < 300 else None
+        truncated = False
         try:
             async for chunk in resp.content.iter_any():
-                if keep is not None:
+                if keep is not None and not truncated:
                     keep += chunk
-                    if len(keep) > capture:
+                    if len(keep) > capture and head:
+                        del keep[capture:]
+                        truncated = True
+                    elif len(keep) > capture:
                         keep = None
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except (aiohttp.ClientError, TimeoutError, OSError, RuntimeError) as exc:
@@ -275,3 +286,4 @@ async def _exchange(
             result.status = resp.status
             if keep is not None:
                 result.body = bytes(keep)
+                result.truncated = truncated

@@ -53,7 +53,7 @@ CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar(
 
 def user_key(user: User) -> str:
     """A key of the user's whole identity (name, uid, groups, extra): what per-user caps,
-    continue tokens and write marks are bound to. Two tokens of one user share it."""
+    continue tokens and caps are bound to. Two tokens of one user share it."""
     digest = hashlib.sha256(
         orjson.dumps(
             [user.name, user.uid, list(user.groups), sorted(user.extra.items())],

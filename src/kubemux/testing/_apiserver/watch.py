@@ -194,6 +194,10 @@ async def _pump(
             await watch.wake.wait()
             continue
         if watch.queue:
+            if api.watch_delay > 0:  # delivery held back (FakeCluster.delay_watches)
+                await asyncio.sleep(api.watch_delay)
+                if watch.dropped or api.stopping or api.stalled:
+                    continue
             _drain(watch, body)
             if not watch.queue:
                 body.flush()  # as the API server does when no event is left queued

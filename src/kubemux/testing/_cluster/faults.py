@@ -86,6 +86,15 @@ class FaultControls:
         else:
             overrides[path, aggregated] = copy.deepcopy(dict(document))
 
+    def delay_watches(self, seconds: float) -> None:
+        """Hold back every watch stream's events: a batch of queued events (and the
+        bookmarks behind it) goes out ``seconds`` after the stream saw it queued, as from
+        an API server whose watch lags behind its writes. Requests are answered at once.
+        0 ends the delay (streams then send what they hold)."""
+        self._api.watch_delay = max(0.0, float(seconds))
+        for watch in self._api.watches:
+            watch.wake.set()
+
     def stall(self) -> None:
         """Freeze the server: watch streams send nothing, new requests hang.
 

@@ -124,6 +124,7 @@ class ApiState:
         self.watches: set[Watch] = set()
         self.faults: list[Fault] = []
         self.stalled = False
+        self.watch_delay = 0.0  # seconds each batch of watch events is held (delay_watches)
         self.stopping = False
         self._gate = asyncio.Event()
         self._gate.set()
