@@ -18,8 +18,10 @@ import anyio
 import pytest
 import yaml
 
+from h2_support import h2_client
 from kubectl_support import kubectl_binary, kubectl_process, run_kubectl
 from kubemux.cli import run
+from kubemux.proxy import encode_context
 from kubemux.proxy._users.audit import AuditLog
 from kubemux.testing import FakeCluster, kubeconfig_dict, write_kubeconfig
 from kubemux.testing._state.state import RBAC_RESOURCES
@@ -520,3 +522,32 @@ async def test_revocation_ends_a_watch_passed_through_to_the_api_server(
                     pass
         with anyio.fail_after(TIMEOUT):
             await cluster.wait_for(lambda: cluster.open_watches_for(alice) == 0)
+
+
+async def test_users_on_one_http2_connection_each_get_their_own_answer(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """Streams of one HTTP/2 connection carry different users: each is authorized as
+    itself (the caller is per stream, never per connection)."""
+    alice, bob = cluster.add_user("alice"), cluster.add_user("bob", groups=("db-team",))
+    async with user_proxy(cluster, tmp_path) as (server, _, _), h2_client(server) as h2c:
+        assert h2c.alpn == "h2"
+        context = encode_context("prod")
+        sids = {
+            (who, ns): h2c.request(
+                "GET",
+                f"/clusters/{context}/api/v1/namespaces/{ns}/pods",
+                token=False,
+                headers={"authorization": f"Bearer {token}"},
+            )
+            for who, token in (("alice", alice), ("bob", bob))
+            for ns in ("web", "db")
+        }
+        with anyio.fail_after(TIMEOUT):
+            got = {key: (await h2c.reply(sid)).status for key, sid in sids.items()}
+    assert got == {
+        ("alice", "web"): 200,
+        ("alice", "db"): 403,
+        ("bob", "web"): 403,
+        ("bob", "db"): 200,
+    }

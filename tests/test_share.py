@@ -27,7 +27,7 @@ from kubemux._wire.codec import Entry
 from kubemux.share import Redis, SlotStatus, informer_lead, share_key
 from kubemux.testing import FakeCluster, make_pod, write_kubeconfig
 from share_support import STARTUP, RedisServer, Replica, require_redis_server
-from support import listen
+from support import TIMEOUT, listen
 
 pytest.importorskip("redis")
 
@@ -155,7 +155,9 @@ async def test_failover_after_compaction_relists_once_and_delivers_missed_delete
             # watch's detection raced under load (b's watch opened before a's was seen gone)
             b.signal(signal.SIGSTOP)
             a.signal(signal.SIGKILL)
-            await cluster.wait_for(lambda: cluster.open_watches == 0)
+            # the dead watch is seen gone at a write (a bookmark each 0.5 s) failing: under a
+            # load of 12 that took more than the helper's default 5 s
+            await cluster.wait_for(lambda: cluster.open_watches == 0, TIMEOUT)
             for i in range(5):  # nobody watches: these deletes are missed...
                 cluster.delete("pods", "default", f"web-{i}")
             cluster.compact()  # ...and the history that holds them is gone

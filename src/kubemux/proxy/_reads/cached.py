@@ -96,7 +96,7 @@ class CachedSettings:
     read_your_writes_timeout: float = 3.0
     consistent_reads: bool = False
     consistent_wait_timeout: float = 0.1
-    max_watches_per_credential: int = 1024
+    max_watches_per_credential: int = 16384
     watch_write_timeout: float = 30.0
     max_concurrent_scans: int = 2
     scan_slice: float = 0.001

@@ -64,6 +64,8 @@ from .._upstream.raw_upgrade import RAW_UPGRADE
 from .._upstream.upgrade import deny
 from .admission import Admission, Admitted, connection_limit
 from .app import ProxySettings, create_app
+from .http2 import Http2Protocol
+from .http2_hub import Http2Hub
 from .sni import SNI_EXTENSION, SniRouter, server_name
 from .tls import LOOPBACK_NAMES, ProxyCertificates, make_certificates, server_name_of
 
@@ -313,12 +315,17 @@ class _Server(uvicorn.Server):
     cleanly when it begins to stop (by a signal too: uvicorn catches SIGTERM itself)."""
 
     def __init__(
-        self, config: uvicorn.Config, ending: Callable[[], None], admission: Admission
+        self,
+        config: uvicorn.Config,
+        ending: Callable[[], None],
+        admission: Admission,
+        hub: Http2Hub | None,
     ) -> None:
         super().__init__(config)
         self.ready = anyio.Event()
         self._ending = ending
         self.admission = admission
+        self.hub = hub  # HTTP/2 (None: HTTP/1.1 only)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         # uvicorn's startup for given sockets, but TLS wrapped by the admission (a cap on
@@ -335,12 +342,14 @@ class _Server(uvicorn.Server):
         def bind(app: Any, admitted: Admitted) -> None:
             app.admitted = admitted
 
+        hub = self.hub
+        protocol = http if hub is None else lambda: Http2Protocol(hub, http)  # ALPN decides
         loop = asyncio.get_running_loop()
         self.servers = []
         for sock in sockets or ():
             self.servers.append(
                 await loop.create_server(
-                    self.admission.factory(http, bind), sock=sock, backlog=config.backlog
+                    self.admission.factory(protocol, bind), sock=sock, backlog=config.backlog
                 )
             )
         self.started = True
@@ -350,7 +359,11 @@ class _Server(uvicorn.Server):
         # first every watch and stream ends with its last chunk (clients re-watch); then
         # uvicorn's graceful wait finds the responses complete instead of cutting them
         self._ending()
+        if self.hub is not None:
+            self.hub.refuse_new_streams()
         await super().shutdown(sockets)
+        if self.hub is not None:  # h2 streams end as the watches did; GOAWAY last
+            await self.hub.close(self.config.timeout_graceful_shutdown or 5)
 
 
 class ProxyServer:
@@ -424,6 +437,7 @@ class ProxyServer:
         self._tls_read_buffer = tls_read_buffer
         self.url: str | None = None
         self._server: uvicorn.Server | None = None
+        self.http2: Http2Hub | None = None  # while serving with ProxySettings.http2
         self._kubeconfig_written = ""
         self.kubeconfig_writes = 0  # how many times follow_kubeconfig wrote the file
         self._written = anyio.Event()
@@ -487,12 +501,21 @@ class ProxyServer:
         )
         config.load()
         settings = self.proxy.settings
+        context = self.certificates.server_context()
+        hub = None
+        if settings.http2:
+            context.set_alpn_protocols(["h2", "http/1.1"])
+            hub = self.http2 = Http2Hub(
+                self._guarded,
+                max_streams=settings.max_streams_per_connection,
+                header_timeout=self._header_timeout,
+                max_header_bytes=self._max_header_bytes,
+                authorized=self._trusts,
+            )
         admission = Admission(
-            connection_limit(settings.max_connections),
-            settings.handshake_timeout,
-            self.certificates.server_context(),
+            connection_limit(settings.max_connections), settings.handshake_timeout, context
         )
-        server = self._server = _Server(config, self.proxy.close, admission)
+        server = self._server = _Server(config, self.proxy.close, admission, hub)
         done = anyio.Event()
         shield = anyio.CancelScope(shield=True)
 

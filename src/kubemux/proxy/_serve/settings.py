@@ -62,6 +62,10 @@ class ProxySettings:
             room (idle sockets never keep the token holder out).
         handshake_timeout: Seconds a connection to :class:`~kubemux.proxy.ProxyServer` has
             to finish its TLS handshake (asyncio's default is 60).
+        http2: Serve HTTP/2 (ALPN ``h2``) beside HTTP/1.1 on the TLS port.
+        max_streams_per_connection: Concurrent HTTP/2 streams per connection (the API
+            server's 250); a client resetting streams whose work still runs gets
+            REFUSED_STREAM past it.
         watch: Downstream watches: what a watcher may hold (events and bytes), the idle
             time after which a watcher that does not read is cut, bookmarks, pacing.
         user_tokens: Every client sends its own bearer token for the context's cluster;
@@ -83,12 +87,14 @@ class ProxySettings:
     read_your_writes_timeout: float = 3.0
     consistent_reads: bool = False
     consistent_wait_timeout: float = 0.1
-    max_watches_per_credential: int = 1024
+    max_watches_per_credential: int = 16384
     watch_write_timeout: float = 30.0
     max_concurrent_scans: int = 2
     scan_slice: float = 0.001
     max_connections: int = 4096
     handshake_timeout: float = 10.0
+    http2: bool = True
+    max_streams_per_connection: int = 250
     watch: WatchLimits = dataclasses.field(default_factory=WatchLimits)
     user_tokens: bool = False
     audit_log: str | None = None
