@@ -17,8 +17,12 @@ readers, the ``system:authenticated`` bindings every cluster has.
 
     python bench/users.py [--users 1000] [--contexts 10] [--namespaces 200]
 
-The proxy rows (a cached 100-item LIST for a namespace-limited user vs single-identity mode;
-SubjectAccessReviews per 1,000 reads) come with the proxy's ``--user-tokens``.
+and the proxy's rows (bench/_users_proxy.py; ``--no-proxy`` skips them):
+
+4. a cached 100-item LIST for a namespace-limited user through ``kubemux proxy
+   --user-tokens`` against the same LIST in single-identity mode (target <= 1.3x);
+5. what the user mode adds per cached read (target <= 10 us p50);
+6. SubjectAccessReviews per 1,000 reads (target 0 where RBAC allows).
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ import argparse
 import gc
 import os
 import statistics
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from _common import table
@@ -337,6 +343,9 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=1000)
     parser.add_argument("--contexts", type=int, default=10)
     parser.add_argument("--namespaces", type=int, default=200)
+    parser.add_argument("--no-proxy", action="store_true", help="skip the proxy's rows")
+    parser.add_argument("--rounds", type=int, default=25, help="proxy LIST rounds of 20")
+    parser.add_argument("--reads", type=int, default=1000, help="reads per SAR row")
     args = parser.parse_args()
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {os.cpu_count()} CPUs\n")
@@ -344,6 +353,13 @@ def main() -> None:
     print(check_table(policy, args.namespaces), end="\n\n")
     print(build_table(policy, args.users, args.namespaces), end="\n\n")
     print(memory_table(args.users, args.contexts, args.namespaces))
+    if not args.no_proxy:
+        import anyio
+        from _users_proxy import proxy_tables
+
+        with tempfile.TemporaryDirectory() as tmp:
+            tables = anyio.run(proxy_tables, args.rounds, args.reads, Path(tmp))
+        print("\n" + tables)
 
 
 if __name__ == "__main__":

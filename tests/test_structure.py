@@ -50,7 +50,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 # Inside these packages their folders are layers too, lowest first (top-level modules of the
 # package, such as ``testing/_hostile.py`` and its ``__init__``, sit above its folders).
 INNER_LAYERS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "proxy": (("_api",), ("_query",), ("_watch",), ("_reads",), ("_upstream",), ("_serve",)),
+    "proxy": (
+        ("_api",),
+        ("_query",),
+        ("_watch",),
+        ("_reads",),
+        ("_upstream",),
+        ("_users",),
+        ("_serve",),
+    ),
     "testing": (
         ("_wire",),
         ("_printers",),

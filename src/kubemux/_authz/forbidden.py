@@ -42,8 +42,7 @@ def go_quote(text: str) -> str:
     """Go's ``strconv.Quote`` (``%q``): double quotes, ``\\"``/``\\\\`` and the short
     escapes, ``\\xNN``/``\\uNNNN``/``\\UNNNNNNNN`` for what is not printable.
 
-    The same rules as ``kubemux.proxy._api.statuses.go_quote`` (a layer above, which this layer
-    cannot import).
+    The one copy: ``kubemux.proxy._api.statuses`` (a layer above) re-exports it.
     """
     if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
         return f'"{text}"'

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import anyio
 import yarl
 
 from .._errors import ClusterUnreachable
+from .bearer import bearer_ssl
 from .transport import map_exceptions
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class Upstream:
         server: The server URL, without a password (for messages).
     """
 
-    __slots__ = ("_client", "_closed", "context", "generation", "server")
+    __slots__ = ("_bearer", "_client", "_closed", "context", "generation", "server")
 
     def __init__(
         self,
@@ -55,9 +56,37 @@ class Upstream:
     ) -> None:
         self._client = client
         self._closed = closed
+        self._bearer: str | None = None
         self.context = client.context
         self.generation = generation
         self.server = client.server
+
+    def as_bearer(self, token: str) -> Upstream:
+        """The same API server, reached with ``token`` as the only credential: sent as
+        ``Authorization: Bearer``, no client certificate presented (the API server would
+        take it over the token), no refresh after a 401 (the 401 is the answer). For
+        ``kubemux proxy --user-tokens``: a user's request, authorized and audited upstream
+        as that user."""
+        other = Upstream(self._client, self.generation, self._closed)
+        other._bearer = token
+        return other
+
+    async def _credential(
+        self, fresh: Any = None, *, token: str | None = None
+    ) -> tuple[dict[str, str], Any, dict[str, Any]]:
+        """The credential headers, the refreshing credential (or None) and the connection
+        options of a request (``token``: a user's bearer token instead of the context's
+        credential, on a connection presenting no client certificate)."""
+        options = self._client.connection_options()
+        if token is None:
+            token = self._bearer
+        if token is not None:
+            ssl_context = bearer_ssl(self._client.session)
+            if ssl_context is not None:
+                options["ssl"] = ssl_context
+            return {"Authorization": f"Bearer {token}"}, None, options
+        headers, credential = await self._client.credential_headers(fresh)
+        return headers, credential, options
 
     async def wait_closed(self) -> None:
         """Return once the generation has stopped (its session is closed).
@@ -105,9 +134,9 @@ class Upstream:
             timeouts: aiohttp's timeouts; default: 10 s to connect, none in total.
             bearer_token: Send this token (a user's, who must be the one the API server
                 authorizes and audits) instead of the context's credential; a 401 is then
-                the answer, never retried. A context whose credential is a client
-                certificate still presents it on the TLS connection (kube-apiserver then
-                authenticates the certificate): check the user's right first.
+                the answer, never retried. The connection presents no client certificate
+                of the context's (kube-apiserver would authenticate the certificate over
+                the token): see :meth:`as_bearer`.
 
         A 401 refreshes a refreshing credential and sends the request once more, as the
         informers' requests do. The response is released when the ``async with`` ends.
@@ -123,11 +152,8 @@ class Upstream:
         t = timeouts or aiohttp.ClientTimeout(total=None, sock_connect=10)
         what = f"{method} {url.path[:200]}"
         client = self._client
-        extra = client.connection_options()
-        if bearer_token is not None:
-            credential_headers, credential = {"Authorization": f"Bearer {bearer_token}"}, None
-        else:
-            credential_headers, credential = await client.credential_headers()
+        token = bearer_token if bearer_token is not None else self._bearer
+        credential_headers, credential, extra = await self._credential(token=token)
         retried = False
         while True:
             sent = [(k, v) for k, v in headers if k.lower() != "authorization"]
@@ -153,7 +179,7 @@ class Upstream:
                 break
             resp.release()
             retried = True
-            credential_headers, credential = await client.credential_headers(fresh)
+            credential_headers, credential, extra = await self._credential(fresh)
         try:
             if credential is not None and resp.status < 400:
                 client.accepted()
@@ -188,7 +214,7 @@ class Upstream:
         """
         url = self._url(path_and_query)
         what = f"WebSocket {url.path[:200]}"
-        credential_headers, _ = await self._client.credential_headers()
+        credential_headers, _, options = await self._credential()
         sent = [(k, v) for k, v in headers if k.lower() != "authorization"]
         sent.extend(credential_headers.items())
         session = self._client.session
@@ -208,7 +234,7 @@ class Upstream:
                     autoping=True,
                     max_msg_size=max_message_size,
                     compress=0,
-                    **self._client.connection_options(),
+                    **options,
                 )
             except aiohttp.WSServerHandshakeError as exc:  # an answer, not a failure
                 refused = exc

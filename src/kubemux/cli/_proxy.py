@@ -77,6 +77,21 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "they arrive (a limit=1 LIST learns its version; the cache is waited for, else the "
         "read goes upstream). Default: monotonic, as fresh as the watch, never going back",
     )
+    p.add_argument(
+        "--user-tokens",
+        action="store_true",
+        help="every client sends its own bearer token for the context's cluster; reads "
+        "from the caches are authorized per user as the API server would, everything else "
+        "goes upstream with the user's token (the proxy issues and accepts no token of its "
+        "own; --write-kubeconfig writes no credential)",
+    )
+    p.add_argument(
+        "--audit-log",
+        metavar="PATH",
+        default=None,
+        help="with --user-tokens: append a JSON line per request to PATH (who, what, "
+        "answered from the cache, upstream or denied, status, bytes; never a token)",
+    )
     p.add_argument("--duration", type=float, default=None, help=argparse.SUPPRESS)
 
 
@@ -116,7 +131,14 @@ async def proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # the proxy answers what the API server answers: keep managedFields (kubemux drops
     # them by default to save memory)
     registry = WatcherRegistry.from_kubeconfig(paths, transform=None, share=share)
-    settings = ProxySettings(cache_reads=not args.no_cache, consistent_reads=args.consistent_reads)
+    if args.audit_log and not args.user_tokens:
+        raise CommandError("--audit-log needs --user-tokens")
+    settings = ProxySettings(
+        cache_reads=not args.no_cache,
+        consistent_reads=args.consistent_reads,
+        user_tokens=args.user_tokens,
+        audit_log=args.audit_log,
+    )
     async with registry, anyio.create_task_group() as tg:
         server = ProxyServer(
             registry,
@@ -141,7 +163,9 @@ async def proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             lines.append("  (--write-kubeconfig OUT writes a kubeconfig for kubectl)")
         if before and now > before:
             lines.append(f"  open-file limit raised from {before} to {now}")
-        if not is_loopback(args.address):
+        if args.user_tokens:
+            lines.append("  each client authenticates with its own token for the cluster")
+        elif not is_loopback(args.address):
             lines.append(
                 f"warning: listening on {terminal_safe(args.address)}: anyone who can reach "
                 "it and holds the token in the kubeconfig acts with your clusters' credentials"

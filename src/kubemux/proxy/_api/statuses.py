@@ -25,6 +25,8 @@ from typing import Any
 
 import orjson
 
+from ..._authz.forbidden import go_quote  # one Go %q for every layer
+
 __all__ = [
     "CONTINUE_EXPIRED",
     "INCONSISTENT_CONTINUE",
@@ -107,45 +109,6 @@ def encode_json(value: Any) -> bytes:
     except TypeError:  # a lone surrogate: not valid UTF-8
         out = orjson.dumps(_valid_text(value)).replace(_MARK_UTF8, b"\\ufffd")
     return _go_escape(out)
-
-
-def go_quote(text: str) -> str:
-    """Go's ``strconv.Quote`` (``%q``): double quotes, ``\\"``/``\\\\`` and the short escapes,
-    ``\\xNN``/``\\uNNNN``/``\\UNNNNNNNN`` for what is not printable."""
-    out = ['"']
-    for char in text:
-        code = ord(char)
-        if char == '"':
-            out.append('\\"')
-        elif char == "\\":
-            out.append("\\\\")
-        elif 0x20 <= code < 0x7F:
-            out.append(char)
-        elif char in _SHORT_ESCAPES:
-            out.append(_SHORT_ESCAPES[char])
-        elif code < 0x80:
-            out.append(f"\\x{code:02x}")
-        elif 0xD800 <= code <= 0xDFFF:  # a byte that was not UTF-8 (surrogateescape)
-            out.append(f"\\x{code & 0xFF:02x}" if 0xDC80 <= code <= 0xDCFF else "\\ufffd")
-        elif char.isprintable():
-            out.append(char)
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
-
-
-_SHORT_ESCAPES = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-}
 
 
 # ------------------------------------------------------------------------------ Status bodies

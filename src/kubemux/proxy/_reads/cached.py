@@ -73,7 +73,7 @@ from .._watch.flow import Flow
 from .._watch.watch import WatchLimits
 from .callers import as_status_error, credential_key
 from .freshness import Freshness, GoUpstream, shows_state
-from .marks import WriteMarks
+from .marks import WriteMarks, bound_context
 from .pins import view_at
 from .reads import ReadRequest, send_chunks
 from .scans import Scans
@@ -233,9 +233,10 @@ class CachedReads:
         scope: Scope,
         receive: Receive,
         send: Send,
+        who: str = "",
     ) -> bool:
-        """Answer ``read`` from the cache; False (nothing sent) when it must go upstream
-        (why: ``scope["kubemux.upstream"]``, counted in :meth:`statistics`).
+        """Answer ``read`` from the cache (as user ``who``, with ``--user-tokens``); False
+        (nothing sent) when it must go upstream (why: ``scope["kubemux.upstream"]``, counted).
 
         Raises:
             StatusError: the API server's error for this request (bad options, a version
@@ -243,7 +244,7 @@ class CachedReads:
         """
         counters = self.freshness.counters
         try:
-            answered = await self._serve(context, resource, read, scope, receive, send)
+            answered = await self._serve(context, resource, read, scope, receive, send, who)
         except GoUpstream as why:
             scope["kubemux.upstream"] = why.reason
             counters.upstream(context, resource.name, why.reason)
@@ -263,6 +264,7 @@ class CachedReads:
         scope: Scope,
         receive: Receive,
         send: Send,
+        who: str = "",
     ) -> bool:
         if read.namespace is not None and not resource.namespaced:
             return False  # the API server's 404
@@ -312,8 +314,9 @@ class CachedReads:
                 return await self._get(served, objects, resource, read, send)
             assert options is not None
             if read.verb == "list":
+                bound = bound_context(context, who)  # continue tokens are the user's
                 return await self._list(
-                    context, served, objects, resource, read, options, send, custom=custom
+                    bound, served, objects, resource, read, options, send, custom=custom
                 )
             self.freshness.counters.cached(context, resource.name)
             return await self._watch(served, resource, read, options, scope, receive, send)

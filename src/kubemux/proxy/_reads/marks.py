@@ -30,7 +30,7 @@ import msgspec
 from ..._cache.snapshot import Key
 from ..._wire.versions import rv_int
 
-__all__ = ["WriteMark", "WriteMarks", "written_version"]
+__all__ = ["WriteMark", "WriteMarks", "bound_context", "written_version"]
 
 MarkKey = tuple[str, str, str]  # context, group, plural
 
@@ -50,6 +50,12 @@ class _Answer(msgspec.Struct, gc=False):
 
 
 _decoder = msgspec.json.Decoder(_Answer)
+
+
+def bound_context(context: str, who: str) -> str:
+    """What continue tokens are bound to: the context, and with ``--user-tokens`` the user
+    (``who``, a key of their identity), so one user's pages never continue another's."""
+    return f"{context}\x00{who}" if who else context
 
 
 def written_version(body: bytes) -> int | None:

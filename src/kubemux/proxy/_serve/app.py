@@ -16,26 +16,26 @@ An unknown context, a malformed context segment and an API path that could mean 
 else upstream (``..``, an encoded ``/``) get a 404 ``Status``; a context that cannot start
 gets a 503 naming why (within the registry's ``start_timeout``). The app does no
 authentication of its own: :class:`~kubemux.proxy.ProxyServer` adds TLS, a bearer token and
-a Host check; mounted in your app, yours applies.
+a Host check; mounted in your app, yours applies. With ``ProxySettings(user_tokens=True)``
+each request is its user's (:mod:`.._users`): authenticated, authorized, sent upstream as them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Iterator
 
 import anyio
-import orjson
 from starlette.applications import Starlette
 from starlette.routing import Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from ..._errors import KubemuxError
 from ..._http.upstream import Upstream
-from ..._informer.discovery import parse_resource_list
 from ..._registry.registry import WatcherRegistry
-from ..._resources import BUILTIN_RESOURCES, Resource
+from ..._resources import Resource
 from .._api.paths import ApiPath, decode_context, parse_api_path, split_raw_path
 from .._api.responses import StatusError, send_error, status_for_error
 from .._query.params import Query, parse_query
@@ -49,9 +49,14 @@ from .._upstream.passthrough import forward, read_body, request_headers
 from .._upstream.raw_upgrade import bridge as bridge_raw
 from .._upstream.raw_upgrade import is_streaming, raw_connection
 from .._upstream.upgrade import RefusedUpgrades, bridge, deny, spdy_refusal
-from .health import HEALTH_PATHS, health
+from .._users.gate import Caller
+from .._users.mode import UserMode
+from .._watch.flow import DETACH
+from .health import HEALTH_PATHS, health, not_found
 from .metrics_page import metrics_routes
+from .resources import ResourceTable
 from .settings import ProxySettings, ProxyStatistics
+from .slots import StreamSlots
 
 __all__ = ["Proxy", "ProxySettings", "ProxyStatistics", "create_app"]
 
@@ -65,8 +70,6 @@ _API_DEFINITIONS = frozenset(
         ("apiregistration.k8s.io", "apiservices"),
     }
 )
-_BUILTINS = {(r.group, r.version, r.plural): r for r in BUILTIN_RESOURCES}
-_RESOURCE_VERBS = frozenset({"list", "watch", "get"})
 _CAPTURE = 4 * 1024 * 1024  # a write's answer kept for its resourceVersion, at most
 _READ_HEAD = 256 * 1024  # a passed-through read's answer kept (its head, if longer)
 
@@ -81,10 +84,15 @@ class Proxy:
         self.settings = settings or ProxySettings()
         self.discovery = DiscoveryCache(ttl=self.settings.discovery_ttl)
         self.refused = RefusedUpgrades()
-        self._resources: dict[tuple[str, int, str, str, str], Resource | None] = {}
-        self._streams: dict[str, int] = {}  # context -> upstream streams open
+        self.resources = ResourceTable(self.discovery, self.settings.response_timeout)
+        self.streams = StreamSlots(self.settings.max_upstream_streams)
         self.ending = anyio.Event()  # set by close(): streams passed through end
         s = self.settings
+        self.users = (
+            UserMode(registry, start_timeout=s.start_timeout, audit_log=s.audit_log)
+            if s.user_tokens
+            else None
+        )
         self.cached = CachedReads(
             registry,
             CachedSettings(
@@ -111,7 +119,7 @@ class Proxy:
         cached = self.cached
         return ProxyStatistics(
             watches=cached.watching,
-            upstream_streams=sum(self._streams.values()),
+            upstream_streams=self.streams.total,
             scans_running=cached.scans.running,
             scans_waiting=cached.scans.waiting,
             pins=len(cached.pins),
@@ -125,14 +133,13 @@ class Proxy:
         self.ending.set()
         self.cached.close()
 
-    @property
-    def _start_timeout(self) -> float:
-        return self.settings.start_timeout
-
     # ------------------------------------------------------------------ entry point
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind not in ("http", "websocket"):
+            return
+        if self.users is not None:
+            await self.users.serve(scope, receive, send, self._handle)
             return
         try:
             await self._handle(scope, receive, send)
@@ -161,6 +168,25 @@ class Proxy:
         path = parse_api_path(api_raw)
         if path is None:
             raise StatusError(404, "the server could not find the requested resource")
+        caller = await self.users.admit(context, path, scope) if self.users else None
+        if caller is not None and self.users is not None and self.users.watches(caller, scope):
+            scope.pop(DETACH, None)  # a user's watch keeps its task: its revocation follows it
+            run = functools.partial(self._route, context, path, api_raw, scope, receive, send)
+            await self.users.until_revoked(caller, run, send)
+            return
+        await self._route(context, path, api_raw, scope, receive, send)
+
+    async def _route(
+        self,
+        context: str,
+        path: ApiPath,
+        api_raw: bytes,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        caller = _caller(self.users)
+        who = caller.key if caller is not None else ""
         query = scope.get("query_string", b"")
         target = api_raw.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
         if scope["type"] == "websocket":
@@ -184,7 +210,7 @@ class Proxy:
             raise self.refused.recall(context, target) or spdy_refusal()
         impersonating = any(name.startswith("impersonate-") for name in headers)
         if method == "GET" and path.kind == "discovery" and not impersonating:
-            async with self._upstream(context) as up:
+            async with self._upstream(context, own=True) as up:
                 await self.discovery.serve(
                     up,
                     send,
@@ -192,55 +218,50 @@ class Proxy:
                     request_headers(scope),
                     response_timeout=self.settings.response_timeout,
                 )
+            if self.users is not None:
+                self.users.answered_from_cache()
             return
         # read once, as the API server reads it: the caps, the timeouts and the cache agree
         params = parse_query(query)
         watching = method == "GET" and params.is_watch
-        with self.cached.watch_slot(credential_key(scope), context) if watching else _no_slot():
+        slot = who or credential_key(scope)  # per user with --user-tokens
+        with self.cached.watch_slot(slot, context) if watching else _no_slot():
             if method == "GET" and self.settings.cache_reads:
                 read = classify(path, params, headers)
                 if read is not None and await self._serve_read(
-                    context, path, read, scope, receive, send
+                    context, path, read, scope, receive, send, who
                 ):
+                    if self.users is not None:
+                        self.users.answered_from_cache()
                     return
             await self._forward(context, path, target, params, scope, receive, send)
 
     # ------------------------------------------------------------------ upstream
     @contextlib.asynccontextmanager
-    async def _upstream(self, context: str) -> AsyncIterator[Upstream]:
-        """The context's upstream, or a StatusError (404 unknown, 503 cannot start)."""
+    async def _upstream(self, context: str, *, own: bool = False) -> AsyncIterator[Upstream]:
+        """The context's upstream, or a StatusError (404 unknown, 503 cannot start); with
+        ``--user-tokens`` the user's (their token), unless ``own`` (the proxy's cache)."""
         async with contextlib.AsyncExitStack() as stack:
             try:
-                with anyio.fail_after(self._start_timeout):
+                with anyio.fail_after(self.settings.start_timeout):
                     up = await stack.enter_async_context(self.registry.upstream(context))
             except TimeoutError:
                 raise StatusError(
                     503,
                     f"kubemux proxy: context {context!r} did not start within "
-                    f"{self._start_timeout:g}s",
+                    f"{self.settings.start_timeout:g}s",
                     headers={"Retry-After": "5"},
                 ) from None
             except KubemuxError as exc:
                 raise status_for_error(exc, context) from None
-            yield up
+            yield up if own or self.users is None else self.users.upstream(up)
 
     @contextlib.contextmanager
     def _stream_slot(self, context: str) -> Iterator[None]:
-        """Count one upstream stream of ``context``; a 429 past the limit."""
-        open_now = self._streams.get(context, 0)
-        if open_now >= self.settings.max_upstream_streams:
-            raise StatusError(
-                429, "Too many requests, please try again later.", headers={"Retry-After": "1"}
-            )
-        self._streams[context] = open_now + 1
-        try:
+        """Count one upstream stream of ``context`` (and of the user); a 429 past a cap."""
+        caller = _caller(self.users)
+        with self.streams.slot(context, caller.key if caller is not None else ""):
             yield
-        finally:
-            left = self._streams[context] - 1
-            if left:
-                self._streams[context] = left
-            else:
-                del self._streams[context]
 
     async def _forward(
         self,
@@ -333,35 +354,11 @@ class Proxy:
         """The resource a path names, from the built-in table or the group version's
         discovery document (cached); None if the cluster does not serve it (or not for
         list and watch)."""
-        builtin = _BUILTINS.get((path.group, path.version, path.plural))
+        builtin = self.resources.builtin(path)
         if builtin is not None:
             return builtin
-        gv = f"/apis/{path.group}/{path.version}" if path.group else f"/api/{path.version}"
-        async with self._upstream(context) as up:
-            key = (context, up.generation, path.group, path.version, path.plural)
-            if key in self._resources:
-                return self._resources[key]
-            try:
-                body = await self.discovery.document(
-                    up, gv, request_timeout=self.settings.response_timeout
-                )
-            except KubemuxError:
-                return None
-        found: Resource | None = None
-        if body is not None:
-            try:
-                doc = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                doc = None
-            if isinstance(doc, dict):
-                for res in parse_resource_list(doc):
-                    if res.plural == path.plural and set(res.verbs) >= _RESOURCE_VERBS:
-                        found = res
-                        break
-        if len(self._resources) > 4096:
-            self._resources.clear()
-        self._resources[key] = found
-        return found
+        async with self._upstream(context, own=True) as up:
+            return await self.resources.find(up, path)
 
     async def _serve_read(
         self,
@@ -371,12 +368,13 @@ class Proxy:
         scope: Scope,
         receive: Receive,
         send: Send,
+        who: str = "",
     ) -> bool:
         """Answer a read from the cache; False if it must go upstream after all."""
         resource = await self.resource_for(context, path)
         if resource is None:
             return False
-        return await self.cached.serve(context, resource, read, scope, receive, send)
+        return await self.cached.serve(context, resource, read, scope, receive, send, who)
 
 
 @contextlib.contextmanager
@@ -384,20 +382,15 @@ def _no_slot() -> Iterator[None]:
     yield
 
 
+def _caller(users: UserMode | None) -> Caller | None:
+    return users.caller() if users is not None else None
+
+
 def _upgrade_header(scope: Scope) -> bool:
     for name, value in scope.get("headers") or ():
         if name == b"upgrade" and value.lower().startswith(b"spdy/"):
             return True
     return False
-
-
-async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
-    error = StatusError(404, "the server could not find the requested resource")
-    if scope["type"] == "websocket":
-        await receive()
-        await deny(scope, send, error)
-    elif scope["type"] == "http":
-        await send_error(send, error)
 
 
 def create_app(registry: WatcherRegistry, *, settings: ProxySettings | None = None) -> Starlette:
@@ -409,7 +402,8 @@ def create_app(registry: WatcherRegistry, *, settings: ProxySettings | None = No
     (writes, subresources, logs, exec over WebSocket) forwarded to the context's API
     server with the context's credentials. Mount it in your own Starlette or FastAPI app,
     behind your own authentication (``Mount("/k8s", create_app(registry))``): it checks
-    nothing itself, and its clients act with the kubeconfig's credentials. It also answers
+    nothing itself, and its clients act with the kubeconfig's credentials (with
+    ``user_tokens``, each with their own token instead). It also answers
     ``/livez``, ``/readyz``, ``/healthz`` (and ``.../ping``) as kube-apiserver does, and
     ``/metrics`` (with prometheus-client: the registry's and the reads'). It needs no
     lifespan; the registry is yours to open and close. ``app.state.proxy`` is its
@@ -422,6 +416,6 @@ def create_app(registry: WatcherRegistry, *, settings: ProxySettings | None = No
     health_routes = [Route(path, health, methods=["GET", "HEAD"]) for path in HEALTH_PATHS]
     routes = [Mount("/clusters", app=proxy), *health_routes, *metrics_routes(proxy)]
     app = Starlette(routes=routes)
-    app.router.default = _not_found
+    app.router.default = not_found
     app.state.proxy = proxy
     return app

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
+from .._api.responses import StatusError, send_error
 from .._query.params import parse_query
+from .._upstream.upgrade import deny
 
-__all__ = ["HEALTH_PATHS", "health"]
+__all__ = ["HEALTH_PATHS", "health", "not_found"]
 
 HEALTH_PATHS = (
     "/livez",
@@ -36,3 +39,13 @@ async def health(request: Request) -> Response:
         body = f"[+]ping ok\n{path.strip('/')} check passed\n".encode()
     headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache, private"}
     return Response(body, media_type="text/plain; charset=utf-8", headers=headers)
+
+
+async def not_found(scope: Scope, receive: Receive, send: Send) -> None:
+    """The 404 ``Status`` of a path outside ``/clusters/`` and the health paths."""
+    error = StatusError(404, "the server could not find the requested resource")
+    if scope["type"] == "websocket":
+        await receive()
+        await deny(scope, send, error)
+    elif scope["type"] == "http":
+        await send_error(send, error)

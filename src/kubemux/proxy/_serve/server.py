@@ -107,6 +107,7 @@ class _Guard:
         self.app = app
         self._token = token.encode("utf-8")
         self.allowed_hosts = allowed_hosts
+        self.users: Any = None  # the app's UserMode with --user-tokens
         self._contexts = contexts
         self._sni = SniRouter()
 
@@ -142,6 +143,8 @@ class _Guard:
             await send_error(send, error)
 
     def authorized(self, header: bytes) -> bool:
+        if self.users is not None:  # --user-tokens: the app authenticates each user
+            return True
         scheme, _, credential = header.strip().partition(b" ")
         if scheme.lower() != b"bearer":
             return False
@@ -424,6 +427,8 @@ class ProxyServer:
         self.certificates: ProxyCertificates = make_certificates(extra)
         allowed = None if wildcard else frozenset({*LOOPBACK_NAMES, address.lower()})
         self._guarded = _Guard(self.app, self.token, allowed, lambda: registry.contexts)
+        users = self._guarded.users = self.proxy.users  # --user-tokens: no token of ours
+        self._trusts = users.gate.vouches if users is not None else self._guarded.authorized
         self._header_timeout = header_timeout
         self._max_header_bytes = max_header_bytes
         self._log_level = log_level
@@ -484,9 +489,7 @@ class ProxyServer:
             asyncio.sslproto.SSLProtocol.max_size = self._tls_read_buffer
         config = uvicorn.Config(
             self._guarded,
-            http=_http_protocol(
-                self._header_timeout, self._max_header_bytes, self._guarded.authorized
-            ),
+            http=_http_protocol(self._header_timeout, self._max_header_bytes, self._trusts),
             ws=_WebSocketProtocol,
             ws_per_message_deflate=False,
             lifespan="off",
@@ -507,7 +510,7 @@ class ProxyServer:
                 max_streams=settings.max_streams_per_connection,
                 header_timeout=self._header_timeout,
                 max_header_bytes=self._max_header_bytes,
-                authorized=self._guarded.authorized,
+                authorized=self._trusts,
             )
         admission = Admission(
             connection_limit(settings.max_connections), settings.handshake_timeout, context
@@ -523,9 +526,12 @@ class ProxyServer:
             finally:
                 done.set()
 
+        audit = self.proxy.users.audit if self.proxy.users is not None else None
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(run)
+                if audit is not None:
+                    tg.start_soon(audit.run)
                 try:
                     async with anyio.create_task_group() as wait:
 
@@ -548,6 +554,7 @@ class ProxyServer:
                         if not done.is_set():  # pragma: no cover - a stuck client
                             server.force_exit = True
                             shield.cancel()
+                    tg.cancel_scope.cancel("the proxy stopped")  # the audit log's writer
         finally:
             sock.close()
 
@@ -587,12 +594,14 @@ class ProxyServer:
                 entry["namespace"] = cfg.namespace
             contexts.append({"name": name, "context": entry})
         current = self.registry.current_context
+        users = self.proxy.users is not None
         return {
             "apiVersion": "v1",
             "kind": "Config",
             "preferences": {},
             "clusters": clusters,
-            "users": [{"name": PROXY_USER, "user": {"token": self.token}}],
+            # --user-tokens: no credential (each user adds their own token)
+            "users": [{"name": PROXY_USER, "user": {} if users else {"token": self.token}}],
             "contexts": contexts,
             "current-context": current if current in self.registry.contexts else "",
         }

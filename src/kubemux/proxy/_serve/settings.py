@@ -29,7 +29,8 @@ class ProxySettings:
         max_upstream_streams: Streams (``watch=true``, ``follow=true``, WebSockets) one
             context may have open upstream at once; more get a 429 with ``Retry-After``.
             A context's connections are shared with its informers (kubernetes-asyncio's
-            pool holds 100), so clients holding streams must not take them all.
+            pool holds 100), so clients holding streams must not take them all. With
+            ``user_tokens``, one user may hold a quarter of them (at least one).
         wait_timeout: Seconds a read of a resourceVersion newer than the cache waits for
             it (the watch cache's 3 s), then 504 ``Too large resource version``.
         read_your_writes_timeout: Seconds a read waits for the cache to reach what the
@@ -67,6 +68,11 @@ class ProxySettings:
             REFUSED_STREAM past it.
         watch: Downstream watches: what a watcher may hold (events and bytes), the idle
             time after which a watcher that does not read is cut, bookmarks, pacing.
+        user_tokens: Every client sends its own bearer token for the context's cluster;
+            reads from the cache are authorized per user as the API server would, the
+            rest goes upstream with the user's token (``docs/many-users.md``).
+        audit_log: With ``user_tokens``, a file to append a JSON line to per request
+            (written by ``ProxyServer``; mounted, run ``proxy.users.audit.run()`` yourself).
     """
 
     max_body_size: int = 3 * 1024 * 1024
@@ -90,6 +96,8 @@ class ProxySettings:
     http2: bool = True
     max_streams_per_connection: int = 250
     watch: WatchLimits = dataclasses.field(default_factory=WatchLimits)
+    user_tokens: bool = False
+    audit_log: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -16,6 +16,7 @@ __all__ = [
     "REVIEW_VERSIONS",
     "Access",
     "bearer",
+    "common_name",
     "forbidden",
     "peercert",
     "review_versions",
@@ -65,6 +66,15 @@ def peercert(request: web.BaseRequest) -> dict[str, Any] | None:
         return None
     cert: dict[str, Any] | None = ssl_object.getpeercert()
     return cert
+
+
+def common_name(cert: dict[str, Any] | None) -> str | None:
+    """The subject's common name of a peer certificate (``getpeercert()``), or None."""
+    for rdn in (cert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
 
 
 def forbidden(

@@ -20,7 +20,7 @@ from aiohttp.web_protocol import RequestHandler
 from .._access.authorizer import Caller, Decision, authorize, forbidden_body, request_of
 from .._access.authorizer import Request as AuthzRequest
 from .._access.identities import EXPIRED, admin_caller, impersonation
-from .._access.rbac import Access, bearer, forbidden, peercert, self_subject_review
+from .._access.rbac import Access, bearer, common_name, forbidden, peercert, self_subject_review
 from .._kubelet.exec import serve_stream
 from .._kubelet.logs import serve_log
 from .._state.api_state import ApiState, Fault, RecordedRequest, StreamingList
@@ -84,6 +84,7 @@ class ApiServer(ApiState):
                 namespace=info.namespace,
                 name=info.name,
                 subresource=info.subresource,
+                client_cert=common_name(peercert(request)),
             )
         )
         self.notify()

@@ -42,6 +42,8 @@ class RecordedRequest:
         namespace: The namespace in the path, or None.
         name: The object's name, or None.
         subresource: ``status``, ``scale``, ``log``, ``exec``, ... or None.
+        client_cert: The common name of the client certificate the connection presented,
+            or None.
     """
 
     method: str
@@ -56,6 +58,7 @@ class RecordedRequest:
     namespace: str | None = dataclasses.field(default=None, compare=False)
     name: str | None = dataclasses.field(default=None, compare=False)
     subresource: str | None = dataclasses.field(default=None, compare=False)
+    client_cert: str | None = dataclasses.field(default=None, compare=False)
 
 
 @dataclasses.dataclass(slots=True)
