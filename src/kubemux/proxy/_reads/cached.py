@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import sys
 from collections.abc import Callable, Iterator
 from operator import itemgetter
 from typing import Any
@@ -164,15 +166,14 @@ class CachedReads:
         """Count one watch of ``key`` (no cap: a watch already admitted that goes on
         without its task holds a slot of its own); the release."""
         self._watches[key] = self._watches.get(key, 0) + 1
+        return functools.partial(self._release, key)  # lighter than a closure, per watch
 
-        def release() -> None:
-            left = self._watches[key] - 1
-            if left:
-                self._watches[key] = left
-            else:
-                del self._watches[key]
-
-        return release
+    def _release(self, key: tuple[str, str]) -> None:
+        left = self._watches[key] - 1
+        if left:
+            self._watches[key] = left
+        else:
+            del self._watches[key]
 
     # ------------------------------------------------------------------ stores
     def _heard(self, context: str, resource: Resource, view: View) -> float | None:
@@ -481,7 +482,7 @@ class CachedReads:
         receive: Receive,
         send: Send,
     ) -> bool:
-        slot = (credential_key(scope), served.context)
+        slot = (sys.intern(credential_key(scope)), served.context)  # one string a credential
         settings = self.settings
         flow = Flow(
             settings.watch.max_buffered_bytes,

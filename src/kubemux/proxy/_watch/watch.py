@@ -41,6 +41,7 @@ async ``send`` callable.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 import anyio
@@ -223,6 +224,13 @@ class WatchBroadcaster:
             if end is not WatchEnd.DETACHED:
                 self._leave(watcher, view)
 
+    def _ended(
+        self, watcher: Watcher, view: WatchView, release: Callable[[], None], why: object
+    ) -> None:
+        """A detached watch ended (its pump's ``on_end``)."""
+        self._leave(watcher, view)
+        release()
+
     def _leave(self, watcher: Watcher, view: WatchView) -> None:
         self._watchers -= 1
         if watcher in view.watchers:
@@ -289,11 +297,7 @@ class WatchBroadcaster:
         await flush()
         if detach is not None:  # the rest without this task
             sink, touch, release = detach()
-
-            def ended(why: WatchEnd | None) -> None:
-                self._leave(watcher, view)
-                release()
-
+            ended = functools.partial(self._ended, watcher, view, release)  # no closure
             Pump(
                 watcher,
                 view,
