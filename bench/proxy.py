@@ -681,8 +681,11 @@ async def h2_watches(
                 began = time.perf_counter()
                 more = big - count
                 now = f"{base}?watch=1&resourceVersion={up.counts()['rv']}"  # no replay
-                await clients.add(now, ca, server.token, more // 250, 250, 4)
-                holding = await held(big)
+                step = args.h2_step or more // 250  # connections opened at a time
+                for first in range(0, more // 250, step):
+                    conns = min(step, more // 250 - first)
+                    await clients.add(now, ca, server.token, conns, 250, min(4, conns))
+                    holding = await held(count + (first + conns) * 250)
                 opened = time.perf_counter() - began
                 rss2 = trimmed_rss_kib()
                 cpu0 = cpu_seconds(me)
@@ -695,7 +698,7 @@ async def h2_watches(
                      (f"max {(result['max'] or 0) * 1000:.0f} ms (p99 "
                       f"{(result['p99'] or 0) * 1000:.0f})"), "-",
                      (f"{(rss2 - rss1) / more:.2f} KiB RSS per added stream; {more} opened in "
-                      f"{opened:.1f} s; {result['lost']} events lost ({result['complete']}/{big} "
+                      f"{opened:.1f} s ({step * 250} at a time); {result['lost']} events lost ({result['complete']}/{big} "
                       f"complete); proxy CPU {cpu * 1e6:.2f} us per event delivered; "
                       f"{up.counts()['open_watches']} upstream watch open; {holding} held")]
                 )  # fmt: skip
@@ -718,6 +721,12 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--watchers", type=int, default=1000)
     parser.add_argument("--h2-watchers", type=int, default=10000, help="the large h2 row")
+    parser.add_argument(
+        "--h2-step",
+        type=int,
+        default=0,
+        help="h2 connections the large row opens at a time (0: all at once)",
+    )
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--kubectl-runs", type=int, default=1000)

@@ -11,6 +11,7 @@ RST_STREAM, the connection stays), the stream cap in SETTINGS, a clean stop, and
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -329,3 +330,45 @@ async def test_kubectl_133_reads_over_h2_and_execs_over_http1(tmp_path: Path) ->
                 assert counts["http/1.1"] == h1_before + 1  # the upgrade's own connection
     exec_requests = [r for r in tiny.requests if "/exec" in r[1]]
     assert len(exec_requests) == 1 and exec_requests[0][2]["Upgrade"].lower() == "websocket"
+
+
+async def test_h2_watches_go_on_without_their_tasks_and_free_their_slots(
+    cluster: FakeCluster, kubeconfig: Path
+) -> None:
+    """Once its starting point is written, a watch over h2 goes on without its task (its
+    view's rounds write into its stream): each stream's task has ended, the watch slots
+    stay taken (the cap refuses one more), every event arrives, and a stream the client
+    resets leaves its view and frees its slot for the next watch."""
+    settings = ProxySettings(max_watches_per_credential=3)
+    async with running_proxy(kubeconfig, settings=settings) as (server, _):
+        assert server.http2 is not None
+        with anyio.fail_after(30):
+            async with h2_client(server) as client:
+                sid = client.request("GET", "/clusters/prod/api/v1/pods?limit=1")
+                rv = json.loads((await client.reply(sid)).data)["metadata"]["resourceVersion"]
+                path = f"/clusters/prod/api/v1/namespaces/default/pods?watch=1&resourceVersion={rv}"
+                watches = [client.request("GET", path) for _ in range(3)]
+                await client.until(lambda: all(client.replies[s].status == 200 for s in watches))
+                streams = [s for p in server.http2.connections for s in p.streams.values()]
+                assert len(streams) == 3
+                tasks = [s.task for s in streams if s.task is not None]
+                if tasks:
+                    await asyncio.wait(tasks)
+                assert all(s.detached and s.task is None for s in streams)
+                refused = client.request("GET", path)
+                assert (await client.reply(refused)).status == 429
+                cluster.create("pods", make_pod("one"))
+                await client.until(
+                    lambda: all(len(client.replies[s].lines()) == 1 for s in watches)
+                )
+                client.conn.reset_stream(watches[0], h2.errors.ErrorCodes.CANCEL)
+                client.flush()
+                again = client.request("GET", path)
+                await client.until(lambda: client.replies[again].status == 200)
+                cluster.create("pods", make_pod("two"))
+                await client.until(
+                    lambda: all(len(client.replies[s].lines()) == 2 for s in [*watches[1:], again])
+                )
+                assert len(client.replies[watches[0]].lines()) == 1
+                assert sum(s.watches for s in server.app.state.proxy.status()) == 3
+                assert client.goaway is None

@@ -551,3 +551,25 @@ async def test_users_on_one_http2_connection_each_get_their_own_answer(
         ("bob", "web"): 403,
         ("bob", "db"): 200,
     }
+
+
+async def test_revocation_ends_a_users_watch_over_http2(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A user's watch over HTTP/2 keeps its task (it is not detached, as a watch with the
+    proxy's own credential is): the revocation of its right ends it within 2 s."""
+    alice = cluster.add_user("alice")
+    async with user_proxy(cluster, tmp_path) as (server, _, _), h2_client(server) as h2c:
+        sid = h2c.request(
+            "GET",
+            f"/clusters/{encode_context('prod')}/api/v1/namespaces/web/pods?watch=true",
+            token=False,
+            headers={"authorization": f"Bearer {alice}"},
+        )
+        with anyio.fail_after(TIMEOUT):
+            await h2c.until(lambda: len(h2c.replies[sid].lines()) >= 1)
+        assert h2c.replies[sid].status == 200
+        cluster.delete(RBAC_RESOURCES["rolebindings"], "web", "alice")
+        with anyio.fail_after(2):  # the watch ends within 2 s of the revocation
+            await h2c.until(lambda: h2c.replies[sid].ended or h2c.replies[sid].reset is not None)
+        assert server.proxy.users.revoked == 1

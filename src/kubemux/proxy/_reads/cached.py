@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+import functools
+import sys
+from collections.abc import Callable, Iterator
 from operator import itemgetter
 from typing import Any
 
@@ -67,20 +69,19 @@ from .._query.options import (
     parse_list_options,
     plan_get,
     plan_list,
-    plan_watch,
-    watch_timeout,
 )
 from .._query.selectors import ObjectFilter
 from .._watch.flow import Flow
-from .._watch.watch import ObjectWatchFormat, TableWatchFormat, WatchFormat, WatchLimits
+from .._watch.watch import WatchLimits
 from .callers import as_status_error, credential_key
 from .freshness import Freshness, GoUpstream, shows_state
 from .marks import WriteMarks, bound_context
 from .pins import view_at
-from .reads import ReadRequest, send_chunks, stream_watch
+from .reads import ReadRequest, send_chunks
 from .scans import Scans
 from .served import ServedStatus, ServedStore, ServedStores
 from .table_join import Inconsistent, joined_rows, row_matcher, served_ages, served_columns
+from .watches import serve_watch
 
 __all__ = ["CachedReads", "CachedSettings", "as_status_error", "credential_key"]
 
@@ -153,18 +154,26 @@ class CachedReads:
         context): every client of ``kubemux proxy`` sends the same token, so one context's
         watches must never refuse another context's."""
         key = (credential, context)
-        open_now = self._watches.get(key, 0)
-        if open_now >= self.settings.max_watches_per_credential:
+        if self._watches.get(key, 0) >= self.settings.max_watches_per_credential:
             raise as_status_error(too_many_requests(TOO_MANY))
-        self._watches[key] = open_now + 1
+        release = self._hold(key)
         try:
             yield
         finally:
-            left = self._watches[key] - 1
-            if left:
-                self._watches[key] = left
-            else:
-                del self._watches[key]
+            release()
+
+    def _hold(self, key: tuple[str, str]) -> Callable[[], None]:
+        """Count one watch of ``key`` (no cap: a watch already admitted that goes on
+        without its task holds a slot of its own); the release."""
+        self._watches[key] = self._watches.get(key, 0) + 1
+        return functools.partial(self._release, key)  # lighter than a closure, per watch
+
+    def _release(self, key: tuple[str, str]) -> None:
+        left = self._watches[key] - 1
+        if left:
+            self._watches[key] = left
+        else:
+            del self._watches[key]
 
     # ------------------------------------------------------------------ stores
     def _heard(self, context: str, resource: Resource, view: View) -> float | None:
@@ -311,7 +320,7 @@ class CachedReads:
                     bound, served, objects, resource, read, options, send, custom=custom
                 )
             self.freshness.counters.cached(context, resource.name)
-            return await self._watch(served, resource, read, options, receive, send)
+            return await self._watch(served, resource, read, options, scope, receive, send)
         except ProxyStatusError as exc:
             raise as_status_error(exc) from None
         except Inconsistent:
@@ -469,31 +478,17 @@ class CachedReads:
         resource: Resource,
         read: ReadRequest,
         options: ListOptions,
+        scope: Scope,
         receive: Receive,
         send: Send,
     ) -> bool:
-        plan = plan_watch(options)
-        fmt: WatchFormat
-        if read.view == "table":
-            fmt = TableWatchFormat(
-                served_columns(served), read.include_object, f"meta.k8s.io/{read.table_version}"
-            )
-        else:
-            fmt = ObjectWatchFormat(resource.kind, resource.api_version)
-        filt = ObjectFilter(read.namespace, options.label_selector, options.field_selector)
-        lifetime = watch_timeout(options.timeout_seconds)
-        limits = self.settings.watch
+        slot = (sys.intern(credential_key(scope)), served.context)  # one string a credential
+        settings = self.settings
         flow = Flow(
-            limits.max_buffered_bytes, min(limits.idle_timeout, self.settings.watch_write_timeout)
+            settings.watch.max_buffered_bytes,
+            min(settings.watch.idle_timeout, settings.watch_write_timeout),
         )
-        await stream_watch(
-            lambda write: served.broadcaster.serve(
-                plan, fmt, filt, write, watch_timeout=lifetime, flow=flow
-            ),
-            receive,
-            send,
-            lag=served.lag,
-            flow=flow,
-            touch=served.touch,
+        await serve_watch(
+            served, resource, read, options, scope, receive, send, flow, lambda: self._hold(slot)
         )
         return True

@@ -27,7 +27,8 @@ from .._api.lists import INCLUDE_OBJECT_VALUES
 from .._api.paths import ApiPath
 from .._api.responses import JSON
 from .._query.params import Query
-from .._watch.flow import Flow
+from .._watch.flow import Flow, Sink
+from .._watch.watch import Detach
 
 __all__ = [
     "CACHE_HEADER",
@@ -205,13 +206,16 @@ def watch_headers(lag: float) -> list[tuple[bytes, bytes]]:
 
 
 async def stream_watch(
-    serve: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[object]],
+    serve: Callable[[Callable[[bytes], Awaitable[None]], Detach | None], Awaitable[object]],
     receive: Receive,
     send: Send,
     *,
     lag: float,
     flow: Flow,
     touch: Callable[[], None],
+    disconnect_hook: Callable[[Callable[[], object] | None], None] | None = None,
+    detach: Callable[[], Sink] | None = None,
+    keep: Callable[[], Callable[[], None]] | None = None,
 ) -> None:
     """One watch answered from the cache: the headers, then what ``serve`` writes through
     the ``write`` it is given, then the last chunk.
@@ -221,7 +225,11 @@ async def stream_watch(
     ``idle_timeout`` is cut and its connection closed (a client that stopped reading): a
     watchdog asks the flow every quarter of that, since arming a timeout per write (a
     ``fail_after`` or a moved deadline) was a tenth of what a write cost. ``touch`` counts
-    each write as a use of the store.
+    each write as a use of the store. ``disconnect_hook`` (a server's
+    :data:`~.._watch.flow.ON_DISCONNECT`) tells of the client's going instead of a task
+    blocked on ``receive()``; with ``detach`` (its :data:`~.._watch.flow.DETACH`) too, the
+    watch goes on without this task once its starting point is written, holding what
+    ``keep`` gives (its watch slot) until it ends.
     """
     await send({"type": "http.response.start", "status": 200, "headers": watch_headers(lag)})
     stuck = anyio.CancelScope()
@@ -242,7 +250,33 @@ async def stream_watch(
         else:
             watchdog = loop.call_later(period, look)
 
-    completed = False
+    completed: bool | None = False
+    if disconnect_hook is not None:  # the server says when the client goes: no task for it
+        gone = anyio.CancelScope()
+        disconnect_hook(gone.cancel)
+        watchdog = loop.call_later(period, look)
+        handoff = None
+        if detach is not None and keep is not None:
+            taken = detach, keep
+
+            def handoff() -> tuple[Sink, Callable[[], None], Callable[[], None]]:
+                nonlocal completed
+                completed = None  # the pump ends it
+                return taken[0](), touch, taken[1]()
+
+        try:
+            with gone, stuck:
+                await serve(write, handoff)
+                if completed is not None:
+                    completed = True
+        finally:
+            if completed is not None:
+                disconnect_hook(None)
+            watchdog.cancel()
+        if completed:
+            with anyio.move_on_after(flow.idle_timeout):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return
     async with anyio.create_task_group() as tg:
 
         async def wait_disconnect() -> None:
@@ -254,7 +288,7 @@ async def stream_watch(
         watchdog = loop.call_later(period, look)
         try:
             with stuck:  # cancelled: a client that does not read, the connection closes
-                await serve(write)
+                await serve(write, None)
                 completed = True
         finally:
             watchdog.cancel()

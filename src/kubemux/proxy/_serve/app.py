@@ -51,6 +51,7 @@ from .._upstream.raw_upgrade import is_streaming, raw_connection
 from .._upstream.upgrade import RefusedUpgrades, bridge, deny, spdy_refusal
 from .._users.gate import Caller
 from .._users.mode import UserMode
+from .._watch.flow import DETACH
 from .health import HEALTH_PATHS, health, not_found
 from .metrics_page import metrics_routes
 from .resources import ResourceTable
@@ -169,6 +170,7 @@ class Proxy:
             raise StatusError(404, "the server could not find the requested resource")
         caller = await self.users.admit(context, path, scope) if self.users else None
         if caller is not None and self.users is not None and self.users.watches(caller, scope):
+            scope.pop(DETACH, None)  # a user's watch keeps its task: its revocation follows it
             run = functools.partial(self._route, context, path, api_raw, scope, receive, send)
             await self.users.until_revoked(caller, run, send)
             return

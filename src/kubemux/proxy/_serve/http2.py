@@ -7,13 +7,12 @@ subclassed in :mod:`.server`), so the WebSocket and SPDY upgrades of exec, attac
 port-forward, and the header limits, stay exactly as they are (kube-apiserver and
 client-go use HTTP/1.1 for those too).
 
-Per stream: one task runs the ASGI app; ``receive`` gives the body (acknowledged to the
-client's flow control as the app reads it, so an unread body costs at most the stream's
-window), then waits for the stream's end (``http.disconnect`` on RST_STREAM or a lost
-connection). ``send`` writes DATA frames itself (a 9-byte header per frame, the windows
-kept in the ``h2`` connection's counters) rather than through ``H2Connection.send_data``,
-whose state machine cost ~8 us a frame; HEADERS, END_STREAM, RST_STREAM and every
-received frame go through the library. A stream whose client stops reading blocks its own
+Per stream: one task runs the ASGI app; ``receive`` gives the body (acknowledged as the
+app reads it: an unread body costs at most the stream's window), then waits for the
+stream's end (``http.disconnect``; a watch asks for a callback, and detaches from its
+task: :meth:`.Stream.detach`). ``send`` frames DATA itself (windows in the ``h2``
+connection's counters), not with ``H2Connection.send_data`` (~8 us a frame); HEADERS,
+END_STREAM, RST_STREAM and every received frame go through the library. A stream whose client stops reading blocks its own
 ``send`` at a zero window (the app sees a ``send`` that does not return, as with a full
 socket in HTTP/1.1: the watch's idle cut ends it, with RST_STREAM CANCEL, the connection
 stays); a full transport (the client reads nothing at all) blocks every stream of the
@@ -46,8 +45,9 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
+from .._watch.flow import DETACH, ON_DISCONNECT
 from .http2_hub import Calm, Http2Hub
-from .http2_stream import Stream, data_frames, peer_address
+from .http2_stream import MIN_FRAME, WRITE_NOW, Stream, data_frames, peer_address
 from .sni import SNI_EXTENSION
 from .tls import server_name_of
 
@@ -59,8 +59,6 @@ log = logging.getLogger(__name__)
 _HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
 )
-WRITE_NOW = 256 * 1024  # queued DATA written at once past this (the transport may pause)
-MIN_FRAME = 1024  # the least DATA sent in a frame but for the end of the data
 STREAM_WINDOW = 1024 * 1024  # a request body the app has not read yet, per stream
 CONNECTION_WINDOW = 4 * 1024 * 1024  # ... and per connection
 # what a connection's transport may hold before its streams wait (asyncio's default is 64
@@ -135,7 +133,7 @@ class Http2Protocol(asyncio.Protocol):
         if (sni := server_name_of(ssl_object)) is not None:  # which context (.sni)
             self.scope_base["extensions"] = {SNI_EXTENSION: sni}
         self.timer = self.loop.call_later(hub.header_timeout, self._too_slow)
-        self._pull()
+        self.pull()
         self.flush_now()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -147,9 +145,8 @@ class Http2Protocol(asyncio.Protocol):
             self.flush_soon.cancel()
             self.flush_soon = None
         self.out.clear()
-        for stream in self.streams.values():
-            stream.gone = True
-            stream.wake()
+        for stream in list(self.streams.values()):
+            stream.lose()
         self.blocked.clear()
         self._drained()
 
@@ -167,6 +164,7 @@ class Http2Protocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.paused = False
         self._drained()
+        self._window_opened(0)  # detached streams kept their data while paused
 
     def _drained(self) -> None:
         waiter = self.drained
@@ -175,7 +173,7 @@ class Http2Protocol(asyncio.Protocol):
             if not waiter.done():
                 waiter.set_result(None)
 
-    def _pull(self) -> None:
+    def pull(self) -> None:
         """What the ``h2`` connection queued (HEADERS, END_STREAM, acknowledgements),
         after the DATA frames already in ``out``: frames stay in order."""
         assert self.conn is not None
@@ -236,9 +234,8 @@ class Http2Protocol(asyncio.Protocol):
             elif isinstance(event, h2.events.StreamReset):
                 stream = self.streams.get(event.stream_id)
                 if stream is not None:
-                    stream.gone = True
                     self.blocked.discard(stream)
-                    stream.wake()
+                    stream.lose()
                     if not stream.ended and event.remote_reset and not calm.spend(now):
                         self._calm_down()
                         return
@@ -260,12 +257,12 @@ class Http2Protocol(asyncio.Protocol):
             elif isinstance(event, h2.events.ConnectionTerminated):
                 self._end()
                 return
-        self._pull()
+        self.pull()
         self.flush()
 
     def _end(self) -> None:
         """Write what is queued (a GOAWAY the library made) and close."""
-        self._pull()
+        self.pull()
         self.flush_now()
         if self.transport is not None:
             self.transport.close()
@@ -289,7 +286,7 @@ class Http2Protocol(asyncio.Protocol):
     def refuse_new_streams(self) -> None:
         if self.conn is not None and self.transport is not None:
             self.conn.update_settings({_SETTINGS.MAX_CONCURRENT_STREAMS: 0})
-            self._pull()
+            self.pull()
             self.flush()
 
     def goaway(self, code: h2.errors.ErrorCodes) -> None:
@@ -351,6 +348,8 @@ class Http2Protocol(asyncio.Protocol):
         )
         hub.counts["streams"] += 1
         stream = self.streams[sid] = Stream(self, sid, head=method == b"HEAD")
+        scope[ON_DISCONNECT] = stream.when_gone
+        scope[DETACH] = stream.detach
         stream.task = self.loop.create_task(self._run(stream, scope))
 
     def _trust(self, authorization: bytes) -> None:
@@ -376,7 +375,7 @@ class Http2Protocol(asyncio.Protocol):
                 self.conn.acknowledge_received_data(size, sid)
             except h2.exceptions.ProtocolError:  # the connection is closing
                 return
-            self._pull()
+            self.pull()
             self.flush()
 
     async def _run(self, stream: Stream, scope: dict[str, Any]) -> None:
@@ -388,16 +387,12 @@ class Http2Protocol(asyncio.Protocol):
                 await self.send(stream, {"type": "http.response.start", "status": 500})
                 await self.send(stream, {"type": "http.response.body", "body": b""})
         finally:
-            del self.streams[stream.sid]
-            self.blocked.discard(stream)
             self._acknowledge(stream.unread, stream.sid)  # an unread body frees its window
-            if not stream.ended and not stream.gone and self.conn is not None:
-                try:  # the app returned mid-response: the stream ends, the connection stays
-                    self.conn.reset_stream(stream.sid, h2.errors.ErrorCodes.CANCEL)
-                    self._pull()
-                    self.flush()
-                except h2.exceptions.ProtocolError:
-                    pass
+            stream.unread = 0
+            stream.task = None  # a detached stream's lives on without it
+            if not stream.detached:  # returned mid-response: RST_STREAM CANCEL, if not ended
+                self.forget(stream)
+                stream.abort()
 
     async def receive(self, stream: Stream) -> dict[str, Any]:
         while True:
@@ -432,7 +427,7 @@ class Http2Protocol(asyncio.Protocol):
                 self._reset(stream, h2.errors.ErrorCodes.INTERNAL_ERROR)
                 return
             stream.headers_sent = True
-            self._pull()
+            self.pull()
             self.flush()
             return
         if kind != "http.response.body" or not stream.headers_sent:
@@ -448,7 +443,7 @@ class Http2Protocol(asyncio.Protocol):
                 stream.gone = True
                 return
             stream.ended = True
-            self._pull()
+            self.pull()
         self.flush()
 
     async def _write(self, stream: Stream, data: memoryview) -> bool:
@@ -468,7 +463,7 @@ class Http2Protocol(asyncio.Protocol):
                 return False
             state = conn.streams.get(sid)
             if state is None or state.closed:
-                stream.gone = True
+                stream.lose()
                 return False
             window = min(conn.outbound_flow_control_window, state.outbound_flow_control_window)
             if window < min(len(data), MIN_FRAME):  # its client is not reading: it waits
@@ -477,7 +472,7 @@ class Http2Protocol(asyncio.Protocol):
                 await stream.wait()
                 continue
             size = min(len(data), window)
-            self._pull()  # HEADERS before DATA
+            self.pull()  # HEADERS before DATA
             frames = data_frames(sid, data[:size], conn.max_outbound_frame_size)
             self.out += frames
             conn.outbound_flow_control_window -= size
@@ -488,6 +483,12 @@ class Http2Protocol(asyncio.Protocol):
                 self.flush_now()  # may pause the transport, seen at the next frame
         return True
 
+    def forget(self, stream: Stream) -> None:  # its response is over
+        self.streams.pop(stream.sid, None)
+        self.blocked.discard(stream)
+        if stream.detached:
+            self.hub.detached_ended()
+
     def _reset(self, stream: Stream, code: h2.errors.ErrorCodes) -> None:
         stream.gone = True
         if self.conn is not None:
@@ -495,5 +496,5 @@ class Http2Protocol(asyncio.Protocol):
                 self.conn.reset_stream(stream.sid, code)
             except h2.exceptions.ProtocolError:
                 return
-            self._pull()
+            self.pull()
             self.flush()

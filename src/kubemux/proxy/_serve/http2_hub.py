@@ -68,6 +68,12 @@ class Http2Hub:
         self.accepting = True
         # counts since start: connections by protocol, h2 streams, connections ended for abuse
         self.counts = {"h2": 0, "http/1.1": 0, "streams": 0, "calmed": 0}
+        self.settled: asyncio.Future[None] | None = None  # a detached stream ended
+
+    def detached_ended(self) -> None:
+        settled = self.settled
+        if settled is not None and not settled.done():
+            settled.set_result(None)
 
     def refuse_new_streams(self) -> None:
         """The server begins to stop: no new stream is taken (REFUSED_STREAM), and every
@@ -82,8 +88,18 @@ class Http2Hub:
         connection. The ``h2`` library moves a connection to CLOSED once GOAWAY is sent
         (no DATA after it), hence GOAWAY last."""
         self.refuse_new_streams()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
         tasks = [s.task for p in self.connections for s in p.streams.values() if s.task]
         if tasks:
             await asyncio.wait(tasks, timeout=wait)
+        # detached streams (watches written from callbacks) have no task: their ends
+        while any(s.detached for p in self.connections for s in p.streams.values()):
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            self.settled = loop.create_future()
+            await asyncio.wait([self.settled], timeout=left)
+        self.settled = None
         for proto in list(self.connections):
             proto.goaway(h2.errors.ErrorCodes.NO_ERROR)

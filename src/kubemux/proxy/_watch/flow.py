@@ -16,8 +16,20 @@ an HTTP/2 stream report their writes the same way.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Protocol
 
-__all__ = ["Flow"]
+__all__ = ["DETACH", "ON_DISCONNECT", "Flow", "Sink"]
+
+DETACH = "kubemux.detach"
+"""A scope key a server may offer (the proxy's HTTP/2 side does): a callable returning a
+:class:`Sink`, after which the app's task may return
+while its response goes on (a watch written from its view's rounds, no task per watch)."""
+
+ON_DISCONNECT = "kubemux.on_disconnect"
+"""A scope key a server may offer (the proxy's HTTP/2 side does): a callable taking a
+callback (or None to forget it) to call once when the client goes away, so a watch learns
+it without a task blocked on ``receive()`` for its whole life."""
 
 
 class Flow:
@@ -61,3 +73,26 @@ class Flow:
         """Whether a write has waited ``idle_timeout`` for the client (a watcher with
         nothing to write is quiet, not stalled)."""
         return now - self.writing_since >= self.idle_timeout
+
+
+class Sink(Protocol):
+    """A response written without a task (:data:`DETACH`): synchronous."""
+
+    on_drain: Callable[[], object] | None
+    """Called when what a :meth:`push` left waiting has gone."""
+
+    def push(self, data: bytes) -> bool:
+        """Write ``data``; False: some of it waits for the client (``on_drain`` then)."""
+        ...
+
+    def finish(self) -> None:
+        """End the response after what waits."""
+        ...
+
+    def abort(self) -> None:
+        """End it at once, unfinished (a client that stopped reading)."""
+        ...
+
+    def when_gone(self, callback: Callable[[], object] | None) -> None:
+        """Call ``callback`` once when the client goes away."""
+        ...

@@ -41,6 +41,7 @@ async ``send`` callable.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 import anyio
@@ -50,7 +51,7 @@ from .._api.pace import Pacer
 from .._api.statuses import ProxyStatusError, expired
 from .._query.options import WatchPlan, WatchStart, wait_for_resource_version
 from .._query.selectors import ObjectFilter
-from .flow import Flow
+from .flow import Flow, Sink
 from .formats import (
     INITIAL_EVENTS_END,
     EventHistoryLike,
@@ -61,6 +62,7 @@ from .formats import (
     TableWatchFormat,
     WatchFormat,
 )
+from .pump import Pump
 from .views import WatchEnd, Watcher, WatchLimits, WatchView, line_for
 
 __all__ = [
@@ -75,6 +77,9 @@ __all__ = [
     "WatchFormat",
     "WatchLimits",
 ]
+
+Detach = Callable[[], tuple[Sink, Callable[[], None], Callable[[], None]]]
+"""What gives a watch its :class:`~.flow.Sink`, its ``touch`` and its ``release``."""
 
 
 # ---------------------------------------------------------------------------- broadcaster
@@ -148,6 +153,7 @@ class WatchBroadcaster:
         *,
         watch_timeout: float,
         flow: Flow | None = None,
+        detach: Detach | None = None,
     ) -> WatchEnd:
         """Serve one watch until it ends; every line goes through ``send``.
 
@@ -160,6 +166,10 @@ class WatchBroadcaster:
             watch_timeout: Its lifetime in seconds (:func:`~._rv.watch_timeout`).
             flow: Its budget and pulse, which the write side keeps (``send`` reports its
                 writes there; a new one from the settings by default).
+            detach: Once the starting point is written, gives the :class:`~.flow.Sink`
+                the rest goes to without this task (a :class:`~.pump.Pump`; then
+                :attr:`WatchEnd.DETACHED` is returned), what counts a write as a use, and
+                what to call when the watch ends.
 
         Returns:
             Why it ended. A client that goes away shows as ``send`` raising, which
@@ -206,12 +216,25 @@ class WatchBroadcaster:
             watcher = Watcher(self.current_rv(), flow)
         view.add(watcher)
         self._watchers += 1
+        end = None
         try:
-            return await self._write(watcher, view, plan, snapshot, backlog, send, deadline)
+            end = await self._write(watcher, view, plan, snapshot, backlog, send, deadline, detach)
+            return end
         finally:
-            self._watchers -= 1
-            if watcher in view.watchers:
-                view.discard(watcher)
+            if end is not WatchEnd.DETACHED:
+                self._leave(watcher, view)
+
+    def _ended(
+        self, watcher: Watcher, view: WatchView, release: Callable[[], None], why: object
+    ) -> None:
+        """A detached watch ended (its pump's ``on_end``)."""
+        self._leave(watcher, view)
+        release()
+
+    def _leave(self, watcher: Watcher, view: WatchView) -> None:
+        self._watchers -= 1
+        if watcher in view.watchers:
+            view.discard(watcher)
 
     def _too_old(self, rv: int) -> bytes:
         history = self.history
@@ -230,6 +253,7 @@ class WatchBroadcaster:
         backlog: Sequence[HistoryEventLike],
         send: Callable[[bytes], Awaitable[None]],
         deadline: float,
+        detach: Detach | None,
     ) -> WatchEnd:
         fmt = view.fmt
         settings = self.settings
@@ -271,6 +295,19 @@ class WatchBroadcaster:
             if item is not None:
                 await put(line_for(item, watcher))
         await flush()
+        if detach is not None:  # the rest without this task
+            sink, touch, release = detach()
+            ended = functools.partial(self._ended, watcher, view, release)  # no closure
+            Pump(
+                watcher,
+                view,
+                sink,
+                deadline=deadline,
+                bookmarks=plan.bookmarks,
+                touch=touch,
+                on_end=ended,
+            )
+            return WatchEnd.DETACHED
         # then what the view hands over, with bookmarks in between
         period = settings.bookmark_period
         now = anyio.current_time()
@@ -280,7 +317,6 @@ class WatchBroadcaster:
         if last_bookmark <= now:
             last_bookmark = float("inf")
         buffer = watcher.buffer
-        wake = watcher.wake
         loop = asyncio.get_running_loop()
         # one timer for the next bookmark or the deadline, moved only when that changes
         # (a cancel scope per wait would arm and disarm one per event)
@@ -289,7 +325,7 @@ class WatchBroadcaster:
         def ring() -> None:
             nonlocal alarm
             alarm = None
-            wake.set()
+            watcher.wake()
 
         try:
             while True:
@@ -318,10 +354,7 @@ class WatchBroadcaster:
                     if alarm is not None:
                         alarm.cancel()
                     alarm = loop.call_at(when, ring)
-                wake.clear()
-                if buffer or watcher.ended is not None:
-                    continue
-                await wake.wait()
+                await watcher.wait()
         finally:
             if alarm is not None:
                 alarm.cancel()
