@@ -12,12 +12,21 @@ import os
 import shutil
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import anyio
+import pytest
 
 from support import TIMEOUT
 
-__all__ = ["kubectl_argv", "kubectl_binary", "kubectl_process", "run_kubectl"]
+__all__ = [
+    "kubectl_argv",
+    "kubectl_binary",
+    "kubectl_process",
+    "kubectl_version",
+    "kubectl_versions",
+    "run_kubectl",
+]
 
 
 def kubectl_binary() -> str | None:
@@ -27,6 +36,25 @@ def kubectl_binary() -> str | None:
         return None
     pinned = os.path.join(os.path.dirname(os.path.realpath(found)), "kubectl.1.32")
     return pinned if os.access(pinned, os.X_OK) else found
+
+
+def kubectl_version(version: str) -> str | None:
+    """kubectl ``version`` (``1.27``) where it sits beside the one on PATH, or None."""
+    found = shutil.which("kubectl")
+    if not found:
+        return None
+    path = os.path.join(os.path.dirname(os.path.realpath(found)), f"kubectl.{version}")
+    return path if os.access(path, os.X_OK) else None
+
+
+def kubectl_versions(*versions: str) -> list[Any]:
+    """pytest params of those kubectl versions, each skipped where it is not installed."""
+    return [
+        pytest.param(
+            v, marks=pytest.mark.skipif(kubectl_version(v) is None, reason=f"no kubectl {v}")
+        )
+        for v in versions
+    ]
 
 
 def kubectl_argv(kubectl: str, kubeconfig: Path, *args: str, cache: str = "cache") -> list[str]:

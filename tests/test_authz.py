@@ -24,29 +24,7 @@ from kubemux._authz.user import User
 from kubemux.testing import FakeCluster, kubeconfig_dict, make_pod
 from kubemux.testing._state.state import RBAC_RESOURCES
 from support import TIMEOUT
-
-RBAC = "rbac.authorization.k8s.io"
-PODS_READ = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
-
-
-def binding(
-    namespace: str, name: str, kind: str, role: str, *subjects: dict[str, str]
-) -> dict[str, Any]:
-    meta = {"namespace": namespace, "name": name} if namespace else {"name": name}
-    return {
-        "metadata": meta,
-        "roleRef": {"apiGroup": RBAC, "kind": kind, "name": role},
-        "subjects": list(subjects),
-    }
-
-
-def who(kind: str, name: str, namespace: str = "") -> dict[str, str]:
-    out = {"kind": kind, "name": name}
-    if namespace:
-        out["namespace"] = namespace
-    if kind != "ServiceAccount":
-        out["apiGroup"] = RBAC
-    return out
+from users_support import PODS_READ, RBAC, binding, who
 
 
 @pytest.fixture

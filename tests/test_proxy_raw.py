@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,7 +16,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from kubectl_support import run_kubectl
+from kubectl_support import kubectl_version, kubectl_versions, run_kubectl
 from kubemux.proxy import ProxyServer
 from kubemux.testing import FakeCluster, FakeContext, make_pod, write_kubeconfig
 from proxy_support import running_proxy
@@ -28,18 +26,7 @@ EKS = "arn:aws:eks:eu-west-1:123456789012:cluster/Prod"
 OTHER = "my other context"
 
 
-def _kubectl(version: str) -> str | None:
-    found = shutil.which("kubectl")
-    if not found:
-        return None
-    path = os.path.join(os.path.dirname(os.path.realpath(found)), f"kubectl.{version}")
-    return path if os.access(path, os.X_OK) else None
-
-
-VERSIONS = [
-    pytest.param(v, marks=pytest.mark.skipif(_kubectl(v) is None, reason=f"no kubectl {v}"))
-    for v in ("1.27", "1.33")
-]
+VERSIONS = kubectl_versions("1.27", "1.33")
 
 
 @pytest.fixture
@@ -65,7 +52,7 @@ async def test_kubectl_get_raw_through_the_proxy_matches_the_server(
     two: tuple[FakeCluster, FakeCluster], tmp_path: Path, version: str
 ) -> None:
     one, other = two
-    kubectl = _kubectl(version)
+    kubectl = kubectl_version(version)
     assert kubectl is not None
     source = _source(tmp_path, one, other)
     out = tmp_path / "proxied" / "config"

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 from pathlib import Path
 
 import anyio
@@ -15,7 +13,7 @@ import anyio.from_thread
 import anyio.to_thread
 import pytest
 
-from kubectl_support import kubectl_process
+from kubectl_support import kubectl_process, kubectl_version, kubectl_versions
 from kubemux import WatcherRegistry
 from kubemux.testing import FakeCluster, FakeContext, rewrite_kubeconfig, write_kubeconfig
 from proxy_support import running_proxy
@@ -23,19 +21,7 @@ from support import TIMEOUT
 from test_proxy_kubectl import five_hours_ago, old_pod
 from test_proxy_kubectl_writes import no_age
 
-
-def _kubectl(version: str) -> str | None:
-    found = shutil.which("kubectl")
-    if not found:
-        return None
-    path = os.path.join(os.path.dirname(os.path.realpath(found)), f"kubectl.{version}")
-    return path if os.access(path, os.X_OK) else None
-
-
-VERSIONS = [
-    pytest.param(v, marks=pytest.mark.skipif(_kubectl(v) is None, reason=f"no kubectl {v}"))
-    for v in ("1.27", "1.33")
-]
+VERSIONS = kubectl_versions("1.27", "1.33")
 
 
 @pytest.fixture
@@ -60,7 +46,7 @@ async def test_kubectl_get_watch_outlives_a_token_rotation(
     clusters: tuple[FakeCluster, FakeCluster], tmp_path: Path, version: str
 ) -> None:
     one, _ = clusters
-    kubectl = _kubectl(version)
+    kubectl = kubectl_version(version)
     assert kubectl is not None
     direct_config = write_kubeconfig(
         tmp_path / "direct" / "config", {"prod": FakeContext(cluster=one, token="direct")}
@@ -119,7 +105,7 @@ async def test_kubectl_get_watch_ends_when_the_context_moves_to_another_cluster(
     clusters: tuple[FakeCluster, FakeCluster], tmp_path: Path, version: str
 ) -> None:
     one, other = clusters
-    kubectl = _kubectl(version)
+    kubectl = kubectl_version(version)
     assert kubectl is not None
     source = write_kubeconfig(
         tmp_path / "source" / "config", {"prod": FakeContext(cluster=one, token="tok-1")}
